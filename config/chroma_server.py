@@ -1,0 +1,208 @@
+"""The managed Chroma server: exactly one ``chroma run`` per data directory.
+
+Design decision 1: one process owns a Chroma store, so every memsync process talks to one local
+server over HTTP. The server is recorded in ``DATA_DIR/chroma-server.json`` (pid, port, path);
+starting is serialised by an exclusive ``flock`` on ``DATA_DIR/chroma-server.lock``. A healthy
+recorded server is adopted; a dead one is replaced. Whoever started a server stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from config.errors import ConfigError, StoreUnavailable
+from config.settings import Settings
+
+INFO_FILE = "chroma-server.json"
+LOCK_FILE = "chroma-server.lock"
+LOG_FILE = "chroma-server.log"
+
+
+def heartbeat(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    """True when a Chroma server answers its heartbeat at host:port."""
+    try:
+        resp = httpx.get(f"http://{host}:{port}/api/v2/heartbeat", timeout=timeout_s)
+    except httpx.HTTPError:
+        return False
+    return resp.status_code == 200
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists (and is not a zombie we can reap)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    return True
+
+
+def chroma_executable() -> str:
+    """The ``chroma`` CLI installed beside this interpreter (the chromadb package ships it)."""
+    beside = Path(sys.executable).parent / "chroma"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("chroma")
+    if not found:
+        raise ConfigError("the `chroma` command (from the chromadb package) is not installed")
+    return found
+
+
+@contextlib.contextmanager
+def _start_lock(data_dir: Path) -> Iterator[None]:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(data_dir / LOCK_FILE, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What ``chroma-server.json`` records about the running server."""
+
+    pid: int
+    host: str
+    port: int
+    path: str
+
+    @staticmethod
+    def read(data_dir: Path) -> ServerInfo | None:
+        """The recorded server, or None when there is no (readable) record."""
+        try:
+            raw = json.loads((data_dir / INFO_FILE).read_text())
+            return ServerInfo(int(raw["pid"]), str(raw["host"]), int(raw["port"]), str(raw["path"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def write(self, data_dir: Path) -> None:
+        """Record atomically (temp file + rename)."""
+        tmp = data_dir / (INFO_FILE + ".tmp")
+        tmp.write_text(json.dumps({"pid": self.pid, "host": self.host, "port": self.port, "path": self.path}))
+        os.replace(tmp, data_dir / INFO_FILE)
+
+
+class ManagedServer:
+    """A handle on the data directory's server: adopted or started; ``stop()`` stops only what it started."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.info: ServerInfo | None = None
+        self.started = False
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def ensure(self) -> ServerInfo:
+        """Adopt the recorded healthy server or start one; raises StoreUnavailable/ConfigError."""
+        s = self.settings
+        with _start_lock(s.data_dir):
+            info = ServerInfo.read(s.data_dir)
+            if info and pid_alive(info.pid) and heartbeat(info.host, info.port):
+                self.info = info
+                return info
+            if info and pid_alive(info.pid):
+                # Recorded server is alive but not answering: it is hung or still starting.
+                if self._wait_healthy(info, None):
+                    self.info = info
+                    return info
+                _terminate(info.pid)
+            if heartbeat(s.chroma_host, s.chroma_port):
+                raise ConfigError(
+                    f"port {s.chroma_port} already has a Chroma server that memsync did not start for "
+                    f"{s.data_dir}; set chroma_port (MEMSYNC_CHROMA_PORT) or use chroma_mode=http"
+                )
+            self.info = self._start()
+            self.started = True
+            return self.info
+
+    def _start(self) -> ServerInfo:
+        s = self.settings
+        s.chroma_dir.mkdir(parents=True, exist_ok=True)
+        log = open(s.data_dir / LOG_FILE, "ab")
+        try:
+            proc = subprocess.Popen(
+                [chroma_executable(), "run", "--path", str(s.chroma_dir), "--host", s.chroma_host,
+                 "--port", str(s.chroma_port)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C in the terminal goes to memsync, which stops it in order
+            )
+        finally:
+            log.close()
+        self._proc = proc
+        info = ServerInfo(proc.pid, s.chroma_host, s.chroma_port, str(s.chroma_dir))
+        if not self._wait_healthy(info, proc):
+            _terminate(proc.pid, proc)
+            tail = _tail(s.data_dir / LOG_FILE)
+            raise StoreUnavailable(f"managed Chroma server did not become healthy on port {s.chroma_port}: {tail}")
+        info.write(s.data_dir)
+        return info
+
+    def _wait_healthy(self, info: ServerInfo, proc: subprocess.Popen[bytes] | None) -> bool:
+        deadline = time.monotonic() + self.settings.chroma_start_timeout_s
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                return False
+            if heartbeat(info.host, info.port, timeout_s=1.0):
+                return True
+            time.sleep(0.1)  # a child process has no event to wait on; poll its port briefly
+        return False
+
+    def stop(self) -> None:
+        """Stop the server if this handle started it; adopted servers are left running."""
+        if not self.started or self.info is None:
+            return
+        with _start_lock(self.settings.data_dir):
+            _terminate(self.info.pid, self._proc)
+            current = ServerInfo.read(self.settings.data_dir)
+            if current and current.pid == self.info.pid:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.settings.data_dir / INFO_FILE).unlink()
+        self.started = False
+
+
+def _terminate(pid: int, proc: subprocess.Popen[bytes] | None = None, grace_s: float = 10.0) -> None:
+    """SIGTERM, wait up to ``grace_s``, then SIGKILL."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    if proc is not None:
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+            return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and pid_alive(pid):
+        time.sleep(0.05)
+    if pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _tail(path: Path, n: int = 400) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:].strip().replace("\n", " | ")
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,30 @@
+"""Errors shared by the worker, the search and the CLI, named by what the caller should do.
+
+    MemsyncError
+    ├── ConfigError            fix the setup, then rerun (exit 2): bad setting, model mismatch,
+    │   └── ModelMismatchError     store locked by another process, not a claude-mem database
+    ├── SourceUnavailable      the agent's database is missing, locked or unreadable: retry later
+    └── StoreUnavailable       Chroma is down, slow or refused the call: retry with backoff
+"""
+
+from __future__ import annotations
+
+
+class MemsyncError(Exception):
+    """Base of every error memsync raises on purpose."""
+
+
+class ConfigError(MemsyncError):
+    """A configuration problem: retrying will not help until the user changes something."""
+
+
+class ModelMismatchError(ConfigError):
+    """The collection was built with another embedding model or dimension."""
+
+
+class SourceUnavailable(MemsyncError):
+    """The source database cannot be opened or read right now."""
+
+
+class StoreUnavailable(MemsyncError):
+    """The vector store cannot be reached or failed a call; transient."""

@@ -1,0 +1,187 @@
+"""memsync settings: the one model, the only code that reads the environment or a config file.
+
+Precedence, highest first: command-line flags, ``MEMSYNC_*`` environment variables, the TOML
+file (``--config``, else ``MEMSYNC_CONFIG``, else ``~/.memsync/config.toml`` when it exists),
+then the defaults below. :func:`load_settings` also reports where each effective value came from,
+for ``memsync settings``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+ENV_PREFIX = "MEMSYNC_"
+DEFAULT_CONFIG_FILE = Path("~/.memsync/config.toml")
+
+ChromaMode = Literal["managed", "http", "embedded"]
+
+
+class Settings(BaseSettings):
+    """Every knob of memsync: paths, Chroma connection, embedding, batch sizes, timeouts."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+
+    db: Path = Field(Path("~/.claude-mem/claude-mem.db"), description="The agent's claude-mem SQLite database (read only).")
+    data_dir: Path = Field(Path("~/.memsync"), description="memsync's own directory: sync records, Chroma data, locks.")
+    chroma_mode: ChromaMode = Field(
+        "managed",
+        description="managed: memsync runs `chroma run` for the data dir; http: an existing server; "
+        "embedded: in-process store (single process only).",
+    )
+    chroma_host: str = Field("127.0.0.1", description="Chroma server host (http and managed modes).")
+    chroma_port: int = Field(8765, ge=1, le=65535, description="Chroma server port (http and managed modes).")
+    chroma_path: Path | None = Field(None, description="Chroma persistence directory; default DATA_DIR/chroma.")
+    chroma_timeout_s: float = Field(30.0, gt=0, description="Timeout of every Chroma HTTP call, seconds.")
+    chroma_start_timeout_s: float = Field(60.0, gt=0, description="How long to wait for a managed server to start.")
+    collection: str = Field(
+        "memsync", min_length=3, max_length=60, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]$",
+        description="Chroma collection name (a pointer to the active generation).",
+    )
+    embedding_model: Literal["all-MiniLM-L6-v2-int8"] = Field(
+        "all-MiniLM-L6-v2-int8", description="Embedding model id (packaged ONNX, runs offline)."
+    )
+    embedding_batch_size: int = Field(32, ge=1, le=1024, description="Texts per embedding call.")
+    embedding_max_tokens: int = Field(256, ge=16, le=512, description="Token limit per text (the model's own).")
+    embedding_threads: int = Field(0, ge=0, le=64, description="onnxruntime intra-op threads; 0 = one per core.")
+    batch_size: int = Field(256, ge=1, le=5000, description="Documents per embed+upsert batch during sync.")
+    read_batch_rows: int = Field(500, ge=1, le=100_000, description="Source rows read per short read transaction.")
+    sqlite_busy_timeout_ms: int = Field(5000, ge=0, description="SQLite busy timeout for every connection, ms.")
+    window_days: int = Field(90, ge=0, description="Search recency window in days; 0 = all time.")
+    candidates: int = Field(100, ge=1, le=5000, description="Semantic candidates fetched per search (top-N).")
+    max_row_attempts: int = Field(3, ge=1, description="Attempts before a row that fails is recorded as failed.")
+
+    @field_validator("db", "data_dir", "chroma_path", mode="after")
+    @classmethod
+    def _expand(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
+
+    @property
+    def chroma_dir(self) -> Path:
+        """Where Chroma persists (embedded and managed modes)."""
+        return self.chroma_path or self.data_dir / "chroma"
+
+    @property
+    def state_path(self) -> Path:
+        """memsync's own sync-record database."""
+        return self.data_dir / "state.db"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The TOML file is merged into init kwargs by load_settings at the lowest priority; env
+        # then wins over it. No dotenv or secrets: one place to look.
+        return (init_settings, env_settings)
+
+
+class SettingsError(Exception):
+    """A setting has a bad value or the config file is unusable; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedSettings:
+    """Effective settings plus where each value came from (``default``, ``file:PATH``, ``env``, ``cli``)."""
+
+    settings: Settings
+    origins: dict[str, str]
+    config_file: Path | None
+
+
+def _config_file(explicit: Path | None, environ: dict[str, str]) -> tuple[Path | None, bool]:
+    """The TOML file to read and whether its absence is an error (it is when named explicitly)."""
+    if explicit is not None:
+        return explicit.expanduser(), True
+    if environ.get(ENV_PREFIX + "CONFIG"):
+        return Path(environ[ENV_PREFIX + "CONFIG"]).expanduser(), True
+    default = DEFAULT_CONFIG_FILE.expanduser()
+    return (default, False) if default.exists() else (None, False)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise SettingsError(f"config file {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"config file {path}: invalid TOML: {exc}") from exc
+    # Accept both a flat file and one under a [memsync] table.
+    table = data.get("memsync", data)
+    if not isinstance(table, dict):
+        raise SettingsError(f"config file {path}: [memsync] must be a table")
+    return table
+
+
+def load_settings(
+    cli: dict[str, Any] | None = None,
+    config_file: Path | None = None,
+) -> LoadedSettings:
+    """Build the effective settings from flags (``cli``; None values are ignored), env, file, defaults.
+
+    Raises SettingsError with one line naming the offending key and its origin.
+    """
+    env = dict(os.environ)
+    cli_values = {k: v for k, v in (cli or {}).items() if v is not None}
+    path, required = _config_file(config_file, env)
+    file_values: dict[str, Any] = {}
+    if path is not None:
+        if not path.exists():
+            if required:
+                raise SettingsError(f"config file {path}: does not exist")
+        else:
+            file_values = _read_toml(path)
+    unknown = sorted(set(file_values) - set(Settings.model_fields))
+    if unknown:
+        raise SettingsError(f"config file {path}: unknown setting {unknown[0]!r}")
+
+    origins: dict[str, str] = {}
+    for name in Settings.model_fields:
+        if name in cli_values:
+            origins[name] = "cli"
+        elif ENV_PREFIX + name.upper() in env:
+            origins[name] = "env"
+        elif name in file_values:
+            origins[name] = f"file:{path}"
+        else:
+            origins[name] = "default"
+    merged = {**file_values, **cli_values}
+    # Env must beat the file but lose to flags: pass file values only where env does not set them.
+    init = {k: v for k, v in merged.items() if origins[k] in ("cli",) or origins[k].startswith("file:")}
+    try:
+        settings = Settings(**init)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0]) if err["loc"] else "?"
+        origin = origins.get(key, "?")
+        where = f"{ENV_PREFIX}{key.upper()} from env" if origin == "env" else f"from {origin}"
+        raise SettingsError(f"invalid setting {key} ({where}): {err['msg']}") from exc
+    return LoadedSettings(settings=settings, origins=origins, config_file=path if file_values or required else None)
+
+
+def describe(loaded: LoadedSettings) -> list[dict[str, Any]]:
+    """Rows of (key, value, origin, env name, help) for ``memsync settings``."""
+    rows = []
+    for name, field in Settings.model_fields.items():
+        value = getattr(loaded.settings, name)
+        rows.append(
+            {
+                "key": name,
+                "value": str(value) if isinstance(value, Path) else value,
+                "origin": loaded.origins[name],
+                "env": ENV_PREFIX + name.upper(),
+                "help": field.description or "",
+            }
+        )
+    return rows

@@ -1,0 +1,36 @@
+"""Opening the agent's database: read-only, with a busy timeout, never written.
+
+A polite guest (claude-mem notes, "Connection"): ``mode=ro`` URI so no code path can write,
+short read transactions (callers fetch a bounded batch and close), busy timeout so a writer's
+lock is waited for rather than failed on.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from urllib.parse import quote
+
+from config.errors import SourceUnavailable
+
+
+def open_source_db(path: Path, busy_timeout_ms: int = 5000) -> sqlite3.Connection:
+    """A read-only connection to the source database; raises SourceUnavailable when missing/unreadable."""
+    if not path.exists():
+        raise SourceUnavailable(f"source database not found: {path}")
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_ms / 1000, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        conn.execute("PRAGMA query_only=ON")
+        conn.row_factory = sqlite3.Row
+        conn.text_factory = _decode_text
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.Error as exc:
+        raise SourceUnavailable(f"cannot read source database {path}: {exc}") from exc
+    return conn
+
+
+def _decode_text(raw: bytes) -> str:
+    """Text columns may hold bytes that are not UTF-8; keep what is readable instead of failing."""
+    return raw.decode("utf-8", errors="replace")

@@ -1,0 +1,226 @@
+"""Chroma: the one place that opens a client and a collection (design decision 1, style 14).
+
+Modes: ``embedded`` (PersistentClient under an exclusive lock of the data dir), ``http`` (any
+server), ``managed`` (the data dir's own ``chroma run``, see chroma_server).
+
+Collections. ``settings.collection`` names a *pointer*: an empty collection whose metadata says
+which generation (``<name>-g<N>``) is active. A rebuild fills a new generation while search keeps
+using the old one, then flips the pointer and drops the old generation. Each generation records
+the embedding model id and dimension; opening it with another model is a ModelMismatchError that
+names ``memsync resync --rebuild``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from config.chroma_server import ManagedServer, ServerInfo, heartbeat, pid_alive
+from config.errors import ConfigError, ModelMismatchError, StoreUnavailable
+from config.settings import Settings
+
+ACTIVE_KEY = "memsync:active"
+BUILDING_KEY = "memsync:building"
+MODEL_KEY = "memsync:model"
+DIM_KEY = "memsync:dimension"
+EMBEDDED_LOCK = "chroma-embedded.lock"
+
+
+@dataclass
+class ChromaHandle:
+    """An open Chroma client plus what must be released when done (lock, managed server)."""
+
+    client: Any
+    mode: str
+    server: ManagedServer | None = None
+    lock: IO[str] | None = None
+
+    def close(self) -> None:
+        """Release the embedded lock and stop a managed server this handle started."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self.lock is not None:
+            fcntl.flock(self.lock, fcntl.LOCK_UN)
+            self.lock.close()
+            self.lock = None
+
+    def __enter__(self) -> ChromaHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _chroma_settings() -> Any:
+    from chromadb.config import Settings as ChromaSettings
+
+    return ChromaSettings(anonymized_telemetry=False, allow_reset=False)
+
+
+def _http_client(host: str, port: int, timeout_s: float) -> Any:
+    import chromadb
+
+    if not heartbeat(host, port, timeout_s=min(timeout_s, 5.0)):
+        raise StoreUnavailable(f"Chroma server not reachable at {host}:{port}")
+    try:
+        client = chromadb.HttpClient(host=host, port=port, settings=_chroma_settings())
+    except Exception as exc:  # chromadb raises plain exceptions for connection problems
+        raise StoreUnavailable(f"Chroma server at {host}:{port}: {exc}") from exc
+    # chromadb 1.5.9 builds its httpx client with timeout=None; every call must have a timeout.
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    if isinstance(session, httpx.Client):
+        session.timeout = httpx.Timeout(timeout_s)
+    return client
+
+
+def _embedded_lock(settings: Settings) -> IO[str]:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    info = ServerInfo.read(settings.data_dir)
+    if info and pid_alive(info.pid) and Path(info.path) == settings.chroma_dir:
+        raise ConfigError(
+            f"a managed Chroma server (pid {info.pid}) owns {settings.chroma_dir}; "
+            "use chroma_mode=managed or stop it first"
+        )
+    fh = open(settings.data_dir / EMBEDDED_LOCK, "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise ConfigError(
+            f"another process holds the embedded Chroma store in {settings.chroma_dir}; "
+            "embedded mode is single-process (use chroma_mode=managed)"
+        ) from None
+    return fh
+
+
+def connect(settings: Settings) -> ChromaHandle:
+    """Open Chroma in the configured mode. Close the handle (or use ``with``) when done."""
+    mode = settings.chroma_mode
+    if mode == "embedded":
+        import chromadb
+
+        lock = _embedded_lock(settings)
+        try:
+            settings.chroma_dir.mkdir(parents=True, exist_ok=True)
+            client = chromadb.PersistentClient(path=str(settings.chroma_dir), settings=_chroma_settings())
+        except Exception:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.close()
+            raise
+        return ChromaHandle(client=client, mode=mode, lock=lock)
+    if mode == "http":
+        return ChromaHandle(
+            client=_http_client(settings.chroma_host, settings.chroma_port, settings.chroma_timeout_s), mode=mode
+        )
+    server = ManagedServer(settings)
+    info = server.ensure()
+    try:
+        client = _http_client(info.host, info.port, settings.chroma_timeout_s)
+    except Exception:
+        server.stop()
+        raise
+    return ChromaHandle(client=client, mode=mode, server=server)
+
+
+def _pointer(client: Any, name: str) -> Any:
+    return client.get_or_create_collection(name, embedding_function=None)
+
+
+def generation_name(base: str, generation: int) -> str:
+    """The collection name of generation N."""
+    return f"{base}-g{generation}"
+
+
+def _generation_of(name: str) -> int:
+    return int(name.rsplit("-g", 1)[1])
+
+
+def _check_identity(collection: Any, model_id: str, dimension: int) -> None:
+    meta = collection.metadata or {}
+    if meta.get(MODEL_KEY) != model_id or meta.get(DIM_KEY) != dimension:
+        raise ModelMismatchError(
+            f"collection {collection.name} holds vectors of model {meta.get(MODEL_KEY)!r} "
+            f"(dimension {meta.get(DIM_KEY)}), but the configured model is {model_id!r} (dimension "
+            f"{dimension}); run `memsync resync --rebuild` to re-embed into a fresh collection"
+        )
+
+
+def _create_generation(client: Any, name: str, model_id: str, dimension: int) -> Any:
+    return client.get_or_create_collection(
+        name,
+        embedding_function=None,
+        metadata={MODEL_KEY: model_id, DIM_KEY: dimension},
+        configuration={"hnsw": {"space": "cosine"}},
+    )
+
+
+def _store_call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except (ConfigError, StoreUnavailable):
+        raise
+    except Exception as exc:
+        raise StoreUnavailable(f"Chroma {what} failed: {exc}") from exc
+
+
+def open_collection(client: Any, settings: Settings, model_id: str, dimension: int) -> Any:
+    """The active generation for ``settings.collection`` (created on first use), identity-checked."""
+    pointer = _store_call("open collection", _pointer, client, settings.collection)
+    meta = dict(pointer.metadata or {})
+    active = meta.get(ACTIVE_KEY)
+    if not active:
+        active = generation_name(settings.collection, 1)
+        collection = _store_call("create collection", _create_generation, client, active, model_id, dimension)
+        _store_call("update pointer", pointer.modify, metadata={**meta, ACTIVE_KEY: active})
+        return collection
+    collection = _store_call("open collection", client.get_collection, active, embedding_function=None)
+    _check_identity(collection, model_id, dimension)
+    return collection
+
+
+def active_collection_name(client: Any, settings: Settings) -> str | None:
+    """The name of the active generation, or None when nothing was synced yet."""
+    pointer = _store_call("open collection", _pointer, client, settings.collection)
+    value = (pointer.metadata or {}).get(ACTIVE_KEY)
+    return str(value) if value else None
+
+
+def begin_rebuild(client: Any, settings: Settings, model_id: str, dimension: int) -> Any:
+    """The generation being rebuilt: the unfinished one from an interrupted rebuild, else a new one."""
+    pointer = _store_call("open collection", _pointer, client, settings.collection)
+    meta = dict(pointer.metadata or {})
+    building = meta.get(BUILDING_KEY)
+    if building:
+        existing = _store_call("open collection", client.get_collection, building, embedding_function=None)
+        if (existing.metadata or {}).get(MODEL_KEY) == model_id:
+            return existing
+        _store_call("drop collection", client.delete_collection, building)
+    names = [c if isinstance(c, str) else c.name for c in _store_call("list collections", client.list_collections)]
+    prefix = settings.collection + "-g"
+    gens = [_generation_of(n) for n in names if n.startswith(prefix) and n[len(prefix):].isdigit()]
+    name = generation_name(settings.collection, max(gens, default=0) + 1)
+    collection = _store_call("create collection", _create_generation, client, name, model_id, dimension)
+    _store_call("update pointer", pointer.modify, metadata={**meta, BUILDING_KEY: name})
+    return collection
+
+
+def finish_rebuild(client: Any, settings: Settings, built: str) -> str | None:
+    """Flip the pointer to ``built`` and drop the previous generation; returns the dropped name."""
+    pointer = _store_call("open collection", _pointer, client, settings.collection)
+    meta = dict(pointer.metadata or {})
+    old = meta.get(ACTIVE_KEY)
+    meta[ACTIVE_KEY] = built
+    meta.pop(BUILDING_KEY, None)
+    # modify() replaces the whole metadata dict (checked on chromadb 1.5.9), so the key is gone.
+    _store_call("update pointer", pointer.modify, metadata=meta)
+    if old and old != built:
+        with contextlib.suppress(Exception):
+            client.delete_collection(old)
+        return str(old)
+    return None

@@ -1,0 +1,349 @@
+"""The ``memsync`` command: a thin click layer over the worker and search libraries.
+
+Results go to stdout (``--json`` for machines), messages and logs to stderr. Exit codes: 0 ok,
+1 failure or drift found, 2 bad usage or configuration (a bad setting names its key).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from config.errors import ConfigError, MemsyncError
+from config.schema import Era, SchemaError
+from config.settings import LoadedSettings, Settings, SettingsError, describe, load_settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def fail(message: str, code: int = EXIT_FAIL) -> None:
+    """Print one line to stderr and exit."""
+    click.echo(f"memsync: {message}", err=True)
+    sys.exit(code)
+
+
+def common_options(func: F) -> F:
+    """--config, --db, --data-dir, --chroma-mode on every command."""
+    options = [
+        click.option("--config", "config_file", type=click.Path(path_type=Path), default=None,
+                     help="TOML settings file (default: $MEMSYNC_CONFIG, then ~/.memsync/config.toml)."),
+        click.option("--db", type=click.Path(path_type=Path), default=None,
+                     help="The agent's claude-mem database [env MEMSYNC_DB; default ~/.claude-mem/claude-mem.db]."),
+        click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+                     help="memsync's data directory [env MEMSYNC_DATA_DIR; default ~/.memsync]."),
+        click.option("--chroma-mode", type=str, default=None,
+                     help="managed | http | embedded [env MEMSYNC_CHROMA_MODE; default managed]."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def json_option(func: F) -> F:
+    """--json: machine-readable output on stdout."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")(func)
+
+
+def settings_from(kwargs: dict[str, Any]) -> LoadedSettings:
+    """Build settings from the common options; a bad value exits 2 with one line naming the key."""
+    cli = {k: kwargs.pop(k, None) for k in ("db", "data_dir", "chroma_mode")}
+    try:
+        return load_settings(cli=cli, config_file=kwargs.pop("config_file", None))
+    except SettingsError as exc:
+        fail(str(exc), EXIT_USAGE)
+        raise  # unreachable
+
+
+@contextmanager
+def errors_as_exit() -> Iterator[None]:
+    """Map memsync errors to one stderr line and an exit code (no stack traces for expected failures)."""
+    try:
+        yield
+    except (ConfigError, SchemaError, SettingsError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    except MemsyncError as exc:
+        fail(str(exc), EXIT_FAIL)
+
+
+@contextmanager
+def graceful_stop() -> Iterator[threading.Event]:
+    """First Ctrl-C/SIGTERM: finish the current batch and stop; second: stop now."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        click.echo("memsync: stopping after the current batch (Ctrl-C again to stop now)", err=True)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def emit(data: Any, as_json: bool, text: str) -> None:
+    """JSON or text on stdout."""
+    click.echo(json.dumps(data, indent=2, default=str) if as_json else text)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="memsync")
+def main() -> None:
+    """memsync: semantic search over an AI coding agent's memory (claude-mem SQLite → Chroma).
+
+    Settings come from flags, MEMSYNC_* environment variables, a TOML file, then defaults;
+    `memsync settings` shows the effective values and where each came from.
+    """
+
+
+@main.command("settings")
+@common_options
+@json_option
+def settings_cmd(as_json: bool, **kwargs: Any) -> None:
+    """Print the effective settings and where each value came from."""
+    loaded = settings_from(kwargs)
+    rows = describe(loaded)
+    if as_json:
+        emit({"config_file": str(loaded.config_file) if loaded.config_file else None, "settings": rows}, True, "")
+        return
+    width = max(len(r["key"]) for r in rows)
+    lines = [f"config file: {loaded.config_file or '(none)'}"]
+    lines += [f"{r['key']:<{width}}  {r['value']!s:<40}  {r['origin']}" for r in rows]
+    click.echo("\n".join(lines))
+
+
+def _progress_bar(settings: Settings, project: str | None) -> tuple[Any, Callable[[int, int], None] | None]:
+    if not sys.stderr.isatty():
+        return None, None
+    from tqdm import tqdm
+
+    from worker.resync import count_rows
+
+    bar = tqdm(total=count_rows(settings, project), unit="row", file=sys.stderr, dynamic_ncols=True)
+    embedded = [0]
+
+    def progress(rows: int, docs: int) -> None:
+        embedded[0] += docs
+        bar.set_postfix(embedded=embedded[0], refresh=False)
+        bar.update(rows)
+
+    return bar, progress
+
+
+@main.command()
+@common_options
+@json_option
+@click.option("--project", default=None, help="Sync only this project (including rows merged into it).")
+@click.option("--rebuild", is_flag=True, help="Re-embed everything into a fresh collection, then switch to it.")
+@click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
+def resync(as_json: bool, project: str | None, rebuild: bool, dry_run: bool, **kwargs: Any) -> None:
+    """Bring Chroma in step with the database: add new, update changed, delete vanished documents.
+
+    A second run on an unchanged database embeds and writes nothing. Ctrl-C stops after the
+    current batch with nothing half-recorded; running again continues.
+    """
+    settings = settings_from(kwargs).settings
+    from worker.resync import resync as run_resync
+
+    with errors_as_exit(), graceful_stop() as stop:
+        bar, progress = _progress_bar(settings, project)
+        try:
+            result = run_resync(settings, project=project, rebuild=rebuild, dry_run=dry_run, stop=stop,
+                                progress=progress)
+        finally:
+            if bar is not None:
+                bar.close()
+    prefix = "dry run: would be " if dry_run else ""
+    text = f"{prefix}{result.line()} ({result.rows} rows, {result.seconds:.1f}s)"
+    if result.interrupted:
+        text += "\ninterrupted: run `memsync resync` again to continue"
+    emit(asdict(result), as_json, text)
+    sys.exit(EXIT_FAIL if result.interrupted else EXIT_OK)
+
+
+@main.command()
+@common_options
+@json_option
+def verify(as_json: bool, **kwargs: Any) -> None:
+    """Compare what SQLite implies with what Chroma holds: missing / orphan / stale documents.
+
+    Exits 0 only when all are 0 (and no duplicate vectors).
+    """
+    settings = settings_from(kwargs).settings
+    from worker.verify import verify as run_verify
+
+    with errors_as_exit():
+        report = run_verify(settings)
+    text = (f"{report.missing} missing, {report.orphan} orphan, {report.stale} stale "
+            f"({report.expected} expected, {report.in_chroma} in Chroma, {report.duplicates} duplicates)")
+    if report.unusable_rows:
+        text += f"; {report.unusable_rows} unusable rows"
+    emit({**asdict(report), "clean": report.clean}, as_json, text)
+    sys.exit(EXIT_OK if report.clean else EXIT_FAIL)
+
+
+def _fmt_ms(ms: int | None) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ") if ms else "never"
+
+
+@main.command()
+@common_options
+@json_option
+def status(as_json: bool, **kwargs: Any) -> None:
+    """Per kind and project: rows in SQLite, documents synced, pending and failed rows, last sync."""
+    settings = settings_from(kwargs).settings
+    from worker.status import status as run_status
+
+    with errors_as_exit():
+        report = run_status(settings)
+    if as_json:
+        emit(report.as_dict(), True, "")
+        return
+    lines = [f"collection: {report.collection or '(nothing synced yet)'}",
+             f"{'kind':<13}{'project':<24}{'rows':>8}{'synced':>8}{'docs':>8}{'pending':>8}{'failed':>8}  last sync"]
+    for kind, projects in report.buckets.items():
+        for project, b in sorted(projects.items()):
+            lines.append(f"{kind:<13}{project[:23]:<24}{b.rows:>8}{b.synced_rows:>8}{b.documents:>8}"
+                         f"{b.pending:>8}{b.failed:>8}  {_fmt_ms(b.last_sync_ms)}")
+    for f in report.failures[:10]:
+        lines.append(f"failed: {f['kind']} {f['id']}: {f['reason']}")
+    click.echo("\n".join(lines))
+
+
+@main.command()
+@common_options
+@json_option
+@click.argument("query")
+@click.option("--limit", type=click.IntRange(1, 100), default=5, show_default=True, help="Rows to show.")
+def search(as_json: bool, query: str, limit: int, **kwargs: Any) -> None:
+    """Minimal semantic lookup straight from Chroma (the full hybrid search comes later)."""
+    settings = settings_from(kwargs).settings
+    from search import lookup
+
+    with errors_as_exit():
+        hits = lookup(settings, query, limit)
+    text = "\n".join(f"{h.score:.3f}  {h.kind:<11} #{h.id:<6} [{h.project}] {h.preview}" for h in hits) or "(no results)"
+    emit({"query": query, "results": [asdict(h) for h in hits]}, as_json, text)
+
+
+@main.group()
+def db() -> None:
+    """Create and fill claude-mem databases (for people without claude-mem, the demo and tests)."""
+
+
+@db.command("init")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--legacy", is_flag=True, help="Use the older 5.x column names (no FTS tables).")
+@click.option("--no-fts", is_flag=True, help="Leave out the FTS5 tables and triggers.")
+def db_init(path: Path, legacy: bool, no_fts: bool) -> None:
+    """Create an empty database in the claude-mem schema at PATH (never overwrites)."""
+    from worker.importer import init_db
+
+    try:
+        init_db(path, Era.LEGACY if legacy else Era.CURRENT, fts=not no_fts)
+    except FileExistsError as exc:
+        fail(str(exc), EXIT_USAGE)
+    click.echo(f"created {path}")
+
+
+@db.command("import")
+@click.argument("path", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+def db_import(path: Path, file: Path) -> None:
+    """Append observations, summaries and prompts from a JSON-lines FILE to the database at PATH.
+
+    One JSON object per line with "kind" (observation | summary | prompt), "project", "session",
+    "created_at" (ISO) or "created_at_epoch" (ms), and the kind's fields. See the README.
+    """
+    from worker.importer import RecordError, import_records, read_jsonl
+
+    try:
+        result = import_records(path, read_jsonl(file))
+    except (RecordError, SchemaError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    click.echo(f"imported {result.observations} observations, {result.summaries} summaries, "
+               f"{result.prompts} prompts ({result.sessions} new sessions)")
+
+
+@db.command("demo")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--sessions", type=click.IntRange(1, 1_000_000), default=40, show_default=True,
+              help="Sessions to generate (about 8 rows each).")
+@click.option("--seed", type=int, default=7, show_default=True, help="Random seed (same seed, same data).")
+def db_demo(path: Path, sessions: int, seed: int) -> None:
+    """Create a deterministic demo database at PATH (3 projects; dates end today)."""
+    click.echo(make_demo_db(path, sessions, seed))
+
+
+def make_demo_db(path: Path, sessions: int = 40, seed: int = 7) -> str:
+    """Create the demo database; the dates end at today's midnight UTC so the window covers them."""
+    from worker.demo import DAY_MS, generate
+    from worker.importer import import_records, init_db
+
+    today = int(datetime.now(UTC).timestamp() * 1000) // DAY_MS * DAY_MS
+    init_db(path)
+    r = import_records(path, generate(n_sessions=sessions, seed=seed, end_ms=today))
+    return f"created demo database {path}: {r.observations} observations, {r.summaries} summaries, {r.prompts} prompts"
+
+
+DEMO_QUERIES = ("database query timeout", "flaky tests and time", "dark mode in the dashboard")
+
+
+@main.command()
+@common_options
+def demo(**kwargs: Any) -> None:
+    """The main job until the worker exists: demo database if none is configured, resync, a few lookups."""
+    loaded = settings_from(kwargs)
+    settings = loaded.settings
+    if not settings.db.exists():
+        if loaded.origins["db"] != "default":
+            fail(f"database not found: {settings.db}", EXIT_USAGE)
+        demo_db = settings.data_dir / "demo" / "claude-mem.db"
+        if not demo_db.exists():
+            click.echo(make_demo_db(demo_db), err=True)
+        click.echo(f"no database at {settings.db}; using the demo database {demo_db}", err=True)
+        settings = settings.model_copy(update={"db": demo_db})
+    from config.chroma_server import ManagedServer
+
+    # One managed server for the whole demo: resync and the lookups adopt it instead of each
+    # starting and stopping their own.
+    server = ManagedServer(settings) if settings.chroma_mode == "managed" else None
+    with errors_as_exit(), graceful_stop() as stop:
+        try:
+            if server is not None:
+                server.ensure()
+            _demo_steps(settings, stop)
+        finally:
+            if server is not None:
+                server.stop()
+
+
+def _demo_steps(settings: Settings, stop: threading.Event) -> None:
+    from search import lookup
+    from worker.resync import resync as run_resync
+
+    result = run_resync(settings, stop=stop)
+    click.echo(f"resync {settings.db}: {result.line()} ({result.rows} rows, {result.seconds:.1f}s)")
+    for query in DEMO_QUERIES:
+        click.echo(f"\nsearch: {query}")
+        for h in lookup(settings, query, 3):
+            click.echo(f"  {h.score:.3f}  {h.kind:<11} #{h.id:<5} [{h.project}] {h.preview}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""Rows → field documents: pure, no I/O.
+
+One document per non-empty field, ids from ``config.docids`` (the upstream scheme), metadata keys
+exactly those of upstream claude-mem plus ``content_hash``. Values are Chroma scalars and never
+null or empty (absent keys are left out). ``content_hash`` covers exactly what is embedded and
+stored: the text, the metadata and the derivation version.
+
+Bad input never raises here except :class:`RowError`, for a row with nothing usable at all; a
+list column that is not JSON counts as a one-element list, invalid UTF-8 was already replaced by
+the reader.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from config.docids import fact_field, format_doc_id
+from config.schema import SUMMARY_FIELDS, Kind
+
+# Bump when the derivation below changes: every row is then re-derived and compared by hash.
+DOCS_VERSION = 1
+
+# The one decision on observation titles (issue 2): "fold" puts title and subtitle on top of the
+# narrative document's text; "separate" writes an extra obs_N_title document. Upstream embeds
+# neither. The search-quality benchmark (search issue) decides; until then fold, which costs no
+# extra vectors and gives the narrative vector the row's headline terms.
+TITLE_POLICY = "fold"
+
+# Texts are cut here before hashing and embedding: the model reads at most 256 tokens, and a token
+# is at least one character, so the cut never changes a vector while it bounds tokenizer work.
+MAX_TEXT_CHARS = 8000
+# Metadata strings are capped: they are for filtering and display, and bloat the index otherwise.
+MAX_META_CHARS = 1000
+
+DOC_TYPES: dict[Kind, str] = {
+    Kind.OBSERVATION: "observation",
+    Kind.SUMMARY: "session_summary",
+    Kind.PROMPT: "user_prompt",
+}
+
+COMMON_KEYS = (
+    "sqlite_id", "doc_type", "memory_session_id", "project", "merged_into_project", "platform_source",
+    "created_at_epoch", "content_hash",
+)
+METADATA_KEYS: dict[Kind, tuple[str, ...]] = {
+    Kind.OBSERVATION: (
+        *COMMON_KEYS, "type", "title", "subtitle", "concepts", "files_read", "files_modified", "field_type",
+        "fact_index",
+    ),
+    Kind.SUMMARY: (*COMMON_KEYS, "prompt_number", "field_type"),
+    Kind.PROMPT: (*COMMON_KEYS, "prompt_number"),
+}
+
+
+class RowError(ValueError):
+    """The row cannot be turned into documents at all; recorded as failed with this reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One vector document: id, the text to embed, metadata, and hashes of what is written."""
+
+    doc_id: str
+    kind: Kind
+    source_id: int
+    text: str
+    metadata: dict[str, str | int]
+    text_hash: str
+    content_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRow:
+    """A source row in logical column names plus the session join (``platform_source``, and the
+    project and memory_session_id of prompts)."""
+
+    kind: Kind
+    id: int
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def project(self) -> str:
+        """The row's project ('' when unknown)."""
+        return clean(self.values.get("project"))
+
+    @property
+    def merged_into_project(self) -> str:
+        """The project this row was merged into ('' when none)."""
+        return clean(self.values.get("merged_into_project"))
+
+
+def clean(value: Any) -> str:
+    """A text value as a stripped string; NULL becomes ''."""
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="replace")
+    return str(value).strip()
+
+
+def parse_list(value: Any) -> list[str]:
+    """A JSON-array column as strings: NULL/''/'[]' → [], invalid JSON or a bare path → [value],
+    non-string elements → their JSON text, empty elements kept as '' so positions stay stable."""
+    text = clean(value)
+    if not text:
+        return []
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return [text]
+    if isinstance(parsed, list):
+        return [x.strip() if isinstance(x, str) else "" if x is None else json.dumps(x) for x in parsed]
+    if isinstance(parsed, str):
+        return [parsed.strip()]
+    return [text]
+
+
+def epoch_ms(epoch: Any, iso: Any) -> int:
+    """Creation time in epoch milliseconds. A value that can only be seconds (before 1973 as ms) is
+    scaled, since a seconds/ms mix-up made every row "recent" upstream (defect 9)."""
+    if isinstance(epoch, (int, float)) and not isinstance(epoch, bool) and epoch > 0:
+        value = int(epoch)
+        return value * 1000 if value < 100_000_000_000 else value
+    text = clean(iso)
+    if text:
+        try:
+            return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+        except ValueError:
+            pass
+    raise RowError("no usable created_at_epoch or created_at")
+
+
+def _meta_str(value: str) -> str:
+    return value[:MAX_META_CHARS]
+
+
+def _hash(payload: Any) -> str:
+    data = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(data.encode("utf-8", errors="surrogatepass")).hexdigest()[:32]
+
+
+def row_hash(row: SourceRow) -> str:
+    """Hash of every source value the derivation reads (plus its version), for skipping unchanged rows."""
+    return _hash([DOCS_VERSION, TITLE_POLICY, row.kind.value, row.id, {k: row.values.get(k) for k in sorted(row.values)}])
+
+
+def _base_metadata(row: SourceRow) -> dict[str, str | int]:
+    v = row.values
+    meta: dict[str, str | int] = {
+        "sqlite_id": row.id,
+        "doc_type": DOC_TYPES[row.kind],
+        "created_at_epoch": epoch_ms(v.get("created_at_epoch"), v.get("created_at")),
+        "platform_source": clean(v.get("platform_source")) or "claude",
+    }
+    for key in ("memory_session_id", "project", "merged_into_project"):
+        if text := clean(v.get(key)):
+            meta[key] = _meta_str(text)
+    return meta
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _make(row: SourceRow, field_name: str | None, text: str, meta: dict[str, str | int]) -> Document:
+    text = text[:MAX_TEXT_CHARS]
+    doc_id = format_doc_id(row.kind, row.id, field_name)
+    text_hash = _hash(text)
+    metadata = dict(meta)
+    metadata["content_hash"] = _hash([DOCS_VERSION, doc_id, text_hash, meta])
+    return Document(doc_id, row.kind, row.id, text, metadata, text_hash, str(metadata["content_hash"]))
+
+
+def _observation(row: SourceRow) -> list[Document]:
+    v = row.values
+    base = _base_metadata(row)
+    title, subtitle = clean(v.get("title")), clean(v.get("subtitle"))
+    base["type"] = _meta_str(clean(v.get("type")) or "unknown")
+    for key, value in (("title", title), ("subtitle", subtitle)):
+        if value:
+            base[key] = _meta_str(value)
+    for key in ("concepts", "files_read", "files_modified"):
+        joined = ", ".join(x for x in parse_list(v.get(key)) if x)
+        if joined:
+            base[key] = _meta_str(joined)
+    docs: list[Document] = []
+    narrative = clean(v.get("narrative"))
+    if TITLE_POLICY == "fold":
+        narrative = "\n".join(x for x in (title, subtitle, narrative) if x)
+    elif headline := "\n".join(x for x in (title, subtitle) if x):
+        docs.append(_make(row, "title", headline, {**base, "field_type": "title"}))
+    if narrative:
+        docs.append(_make(row, "narrative", narrative, {**base, "field_type": "narrative"}))
+    if text := clean(v.get("text")):
+        docs.append(_make(row, "text", text, {**base, "field_type": "text"}))
+    for i, fact in enumerate(parse_list(v.get("facts"))):
+        if fact:
+            docs.append(_make(row, fact_field(i), fact, {**base, "field_type": "fact", "fact_index": i}))
+    return docs
+
+
+def _summary(row: SourceRow) -> list[Document]:
+    base = _base_metadata(row)
+    if (n := _int_or_none(row.values.get("prompt_number"))) is not None:
+        base["prompt_number"] = n
+    docs = []
+    for name in SUMMARY_FIELDS:
+        if text := clean(row.values.get(name)):
+            docs.append(_make(row, name, text, {**base, "field_type": name}))
+    return docs
+
+
+def _prompt(row: SourceRow) -> list[Document]:
+    base = _base_metadata(row)
+    if (n := _int_or_none(row.values.get("prompt_number"))) is not None:
+        base["prompt_number"] = n
+    text = clean(row.values.get("prompt_text"))
+    return [_make(row, None, text, base)] if text else []
+
+
+def build_documents(row: SourceRow) -> list[Document]:
+    """All documents of a row (possibly none, when every field is empty); RowError when unusable."""
+    if row.kind is Kind.OBSERVATION:
+        return _observation(row)
+    if row.kind is Kind.SUMMARY:
+        return _summary(row)
+    return _prompt(row)
+
+
+def chroma_metadata(doc: Document) -> dict[str, str | int | None]:
+    """The metadata to send to Chroma: every key of the kind, None for absent ones. Chroma merges
+    metadata on upsert and deletes keys set to None (chromadb 1.5.9), so this clears stale keys."""
+    return {key: doc.metadata.get(key) for key in METADATA_KEYS[doc.kind]}

@@ -1,0 +1,79 @@
+"""The batch resync: open source, state, Chroma and the embedder, run one exact pass, close.
+
+``rebuild`` fills a fresh collection generation while the active one keeps serving searches,
+then switches the pointer and drops the old generation; an interrupted rebuild is continued by
+the next ``--rebuild`` (its records belong to the generation being built).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import asdict
+
+from config import stores
+from config.embedding import get_embedder
+from config.errors import ConfigError
+from config.schema import KINDS
+from config.settings import Settings
+from worker import logs
+from worker.sink import ChromaSink
+from worker.source import SourceReader
+from worker.state import ACTIVE_COLLECTION, SyncState, now_ms
+from worker.sync import ProgressFn, SyncResult, Syncer
+
+DRY_RUN_REBUILD = "(rebuild-dry-run)"
+
+
+def count_rows(settings: Settings, project: str | None = None) -> int:
+    """Rows a resync will read (for a progress bar's total)."""
+    total = 0
+    with SourceReader(settings.db, settings.sqlite_busy_timeout_ms) as reader:
+        for kind in KINDS:
+            refs = reader.row_refs(kind)
+            total += sum(1 for r in refs if project is None or project in (r.project, r.merged_into_project))
+    return total
+
+
+def resync(
+    settings: Settings,
+    *,
+    project: str | None = None,
+    rebuild: bool = False,
+    dry_run: bool = False,
+    stop: threading.Event | None = None,
+    progress: ProgressFn | None = None,
+) -> SyncResult:
+    """Bring the configured Chroma collection in step with the source database, exactly."""
+    if rebuild and project is not None:
+        raise ConfigError("--rebuild re-embeds everything; it cannot be combined with --project")
+    embedder = get_embedder(settings.embedding_model, settings.embedding_batch_size,
+                            settings.embedding_max_tokens, settings.embedding_threads)
+    started = now_ms()
+    with SourceReader(settings.db, settings.sqlite_busy_timeout_ms) as reader, \
+            SyncState(settings.state_path) as state, stores.connect(settings) as handle:
+        client = handle.client
+        sink: ChromaSink | None = None
+        if dry_run:
+            active = stores.active_collection_name(client, settings)
+            name = DRY_RUN_REBUILD if rebuild or active is None else active
+        elif rebuild:
+            collection = stores.begin_rebuild(client, settings, embedder.model_id, embedder.dimension)
+            sink, name = ChromaSink(collection), str(collection.name)
+        else:
+            collection = stores.open_collection(client, settings, embedder.model_id, embedder.dimension)
+            sink, name = ChromaSink(collection), str(collection.name)
+            state.set_meta(ACTIVE_COLLECTION, name)
+        syncer = Syncer(reader, sink, state, embedder, collection=name, read_batch_rows=settings.read_batch_rows,
+                        batch_size=settings.batch_size, stop=stop, progress=progress)
+        result = syncer.run(project=project, dry_run=dry_run)
+        if rebuild and not dry_run and not result.interrupted:
+            old = stores.finish_rebuild(client, settings, name)
+            state.set_meta(ACTIVE_COLLECTION, name)
+            if old:
+                state.drop_collection(old)
+            logs.get_logger().info(logs.REBUILD_SWITCHED, active=name, dropped=old)
+        if not dry_run:
+            summary = {k: v for k, v in asdict(result).items() if k != "failures"}
+            state.record_run(name, started, json.dumps(summary))
+    return result

@@ -1,0 +1,115 @@
+"""The vector sink: Chroma writes, behind a narrow Protocol so sync logic can be tested with fakes.
+
+Upsert only (design decision 3): deterministic ids, batches no larger than the server's
+``get_max_batch_size()``, no document text stored (search hydrates rows from SQLite, and storing
+text halves Chroma's insert rate). chromadb errors are translated here: connection problems
+become StoreUnavailable (retry later), rejected input becomes RejectedBatch (a row problem).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from config.errors import StoreUnavailable
+
+
+class RejectedBatch(ValueError):
+    """Chroma refused the data itself (not the connection); retrying the same data will fail again."""
+
+
+class VectorSink(Protocol):
+    """What sync needs from the vector store."""
+
+    @property
+    def name(self) -> str: ...
+
+    def upsert(
+        self, ids: Sequence[str], embeddings: npt.NDArray[np.float32], metadatas: Sequence[dict[str, Any]]
+    ) -> None: ...
+
+    def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None: ...
+
+    def delete(self, ids: Sequence[str]) -> None: ...
+
+    def count(self) -> int: ...
+
+    def iter_metadata(self, page: int = 5000) -> Iterator[tuple[str, dict[str, Any]]]: ...
+
+
+def _chunks(n: int, size: int) -> Iterator[slice]:
+    for start in range(0, n, size):
+        yield slice(start, start + size)
+
+
+def _translate(what: str, exc: Exception) -> Exception:
+    import httpx
+    from chromadb.errors import InvalidArgumentError
+
+    if isinstance(exc, (InvalidArgumentError, ValueError, TypeError)) and not isinstance(exc, httpx.HTTPError):
+        return RejectedBatch(f"Chroma rejected {what}: {exc}")
+    return StoreUnavailable(f"Chroma {what} failed: {exc}")
+
+
+class ChromaSink:
+    """A Chroma collection as a VectorSink."""
+
+    def __init__(self, collection: Any, max_batch: int | None = None) -> None:
+        self._col = collection
+        limit = max_batch
+        if limit is None:
+            try:
+                limit = int(collection._client.get_max_batch_size())
+            except Exception:
+                limit = 5000
+        self._max_batch = max(1, limit)
+
+    @property
+    def name(self) -> str:
+        """The collection (generation) name."""
+        return str(self._col.name)
+
+    def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(**kwargs)
+        except Exception as exc:
+            raise _translate(what, exc) from exc
+
+    def upsert(
+        self, ids: Sequence[str], embeddings: npt.NDArray[np.float32], metadatas: Sequence[dict[str, Any]]
+    ) -> None:
+        """Insert or replace documents (vectors + metadata, no text)."""
+        for sl in _chunks(len(ids), self._max_batch):
+            self._call(
+                "upsert", self._col.upsert, ids=list(ids[sl]), embeddings=embeddings[sl], metadatas=list(metadatas[sl])
+            )
+
+    def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None:
+        """Replace metadata of existing documents without re-embedding (keys set to None are removed)."""
+        for sl in _chunks(len(ids), self._max_batch):
+            self._call("update", self._col.update, ids=list(ids[sl]), metadatas=list(metadatas[sl]))
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete documents by id (absent ids are ignored by Chroma)."""
+        for sl in _chunks(len(ids), self._max_batch):
+            self._call("delete", self._col.delete, ids=list(ids[sl]))
+
+    def count(self) -> int:
+        """Number of vectors in the collection."""
+        return int(self._call("count", self._col.count))
+
+    def iter_metadata(self, page: int = 5000) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every (id, metadata) in the collection, paged."""
+        offset = 0
+        size = min(page, self._max_batch)
+        while True:
+            got = self._call("get", self._col.get, include=["metadatas"], limit=size, offset=offset)
+            ids = got["ids"]
+            for doc_id, meta in zip(ids, got["metadatas"] or [{}] * len(ids), strict=False):
+                yield doc_id, dict(meta or {})
+            if len(ids) < size:
+                return
+            offset += len(ids)

@@ -1,0 +1,122 @@
+"""Reading the agent's database: bounded batches by id, short read transactions, both schema eras.
+
+Each read fetches one batch completely (so its read transaction ends) before anything is embedded:
+a long-open read would stop the app's WAL checkpoints. The connection is ``mode=ro``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from config.errors import SourceUnavailable
+from config.schema import KINDS, TABLES, Kind, SchemaError, SourceSchema, detect
+from config.sources import open_source_db
+from worker.documents import SourceRow
+
+
+@dataclass(frozen=True, slots=True)
+class RowRef:
+    """A row's id and project keys, for status counts."""
+
+    id: int
+    project: str
+    merged_into_project: str
+
+
+class SourceReader:
+    """Reads claude-mem rows in logical column names, whatever the era of the file."""
+
+    def __init__(self, path: Path, busy_timeout_ms: int = 5000) -> None:
+        self.path = path
+        self._conn = open_source_db(path, busy_timeout_ms)
+        try:
+            self.schema: SourceSchema = detect(self._conn)
+        except SchemaError:
+            self._conn.close()
+            raise
+
+    def close(self) -> None:
+        """Close the read-only connection."""
+        self._conn.close()
+
+    def __enter__(self) -> SourceReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _session_join(self, kind: Kind, alias: str) -> tuple[str, str]:
+        """(extra select columns, JOIN clause) for the session a row belongs to."""
+        sch = self.schema
+        sess_ms = sch.column("sdk_sessions", "memory_session_id")
+        platform = sch.column("sdk_sessions", "platform_source")
+        plat_sql = f's."{platform}" AS platform_source' if platform else "NULL AS platform_source"
+        if kind is Kind.PROMPT:
+            if sch.column("user_prompts", "session_db_id"):
+                on = f"s.id = {alias}.session_db_id"
+            else:
+                own = sch.column("user_prompts", "content_session_id")
+                sess = sch.column("sdk_sessions", "content_session_id")
+                on = f's."{sess}" = {alias}."{own}"' if own and sess else "0"
+            ms = f's."{sess_ms}" AS memory_session_id' if sess_ms else "NULL AS memory_session_id"
+            return f"{plat_sql}, s.project AS project, {ms}, NULL AS merged_into_project", f"LEFT JOIN sdk_sessions s ON {on}"
+        own_ms = sch.column(TABLES[kind], "memory_session_id")
+        on = f's."{sess_ms}" = {alias}."{own_ms}"' if own_ms and sess_ms else "0"
+        return plat_sql, f"LEFT JOIN sdk_sessions s ON {on}"
+
+    def _project_clause(self, kind: Kind, alias: str) -> str:
+        if kind is Kind.PROMPT:
+            return "s.project = :project"
+        if self.schema.column(TABLES[kind], "merged_into_project"):
+            return f"({alias}.project = :project OR {alias}.merged_into_project = :project)"
+        return f"{alias}.project = :project"
+
+    def read_batch(self, kind: Kind, after_id: int, limit: int, project: str | None = None) -> list[SourceRow]:
+        """Rows of ``kind`` with id > ``after_id``, by id, at most ``limit``; fully fetched (the read
+        transaction is over when this returns)."""
+        table = TABLES[kind]
+        extra, join = self._session_join(kind, "t")
+        select = self.schema.select_list(table, "t")
+        where = "t.id > :after"
+        if project is not None:
+            where += " AND " + self._project_clause(kind, "t")
+        sql = f"SELECT {select}, {extra} FROM {table} t {join} WHERE {where} ORDER BY t.id LIMIT :limit"
+        params = {"after": after_id, "limit": limit, "project": project}
+        rows = self._fetch(sql, params)
+        return [SourceRow(kind, int(r["id"]), dict(r)) for r in rows]
+
+    def iter_rows(self, kind: Kind, batch: int, project: str | None = None) -> Iterator[list[SourceRow]]:
+        """Every row of ``kind`` in batches (each its own short read)."""
+        after = 0
+        while True:
+            rows = self.read_batch(kind, after, batch, project)
+            if not rows:
+                return
+            yield rows
+            after = rows[-1].id
+            if len(rows) < batch:
+                return
+
+    def row_refs(self, kind: Kind) -> list[RowRef]:
+        """(id, project, merged_into_project) of every row of ``kind``, for status."""
+        table = TABLES[kind]
+        _, join = self._session_join(kind, "t")
+        if kind is Kind.PROMPT:
+            sql = f"SELECT t.id AS id, s.project AS project, NULL AS merged FROM {table} t {join}"
+        else:
+            merged = "t.merged_into_project" if self.schema.column(table, "merged_into_project") else "NULL"
+            sql = f"SELECT t.id AS id, t.project AS project, {merged} AS merged FROM {table} t"
+        return [RowRef(int(r["id"]), r["project"] or "", r["merged"] or "") for r in self._fetch(sql, {})]
+
+    def max_ids(self) -> dict[Kind, int]:
+        """The highest id per kind (0 when empty): a cheap change check."""
+        return {k: int(self._fetch(f"SELECT COALESCE(MAX(id), 0) AS m FROM {TABLES[k]}", {})[0]["m"]) for k in KINDS}
+
+    def _fetch(self, sql: str, params: dict[str, object]) -> list[sqlite3.Row]:
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            raise SourceUnavailable(f"reading {self.path}: {exc}") from exc

@@ -1,0 +1,262 @@
+"""memsync's own sync records (design decision 2), in ``DATA_DIR/state.db``; never the source DB.
+
+- ``docs``: one record per vector document of a collection generation: doc id, kind, source id,
+  text hash, content hash, model, synced_at. A record with ``content_hash`` NULL is an *intent*:
+  written before the upsert so that a crash between upsert and record still leaves a trace that
+  a later run cleans up (no orphan can hide). The hash is set only after Chroma acknowledged.
+- ``rows``: per source row: the hash of its values when all its documents were acknowledged,
+  its project keys, and failure state (status ``failed``, reason, attempts).
+- ``runs``: one line per finished resync, for status.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from config.schema import Kind
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS docs (
+  collection TEXT NOT NULL,
+  doc_id TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  source_id INTEGER NOT NULL,
+  text_hash TEXT,
+  content_hash TEXT,
+  model TEXT NOT NULL,
+  synced_at INTEGER,
+  PRIMARY KEY (collection, doc_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS docs_by_source ON docs(collection, kind, source_id);
+CREATE TABLE IF NOT EXISTS rows (
+  collection TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  source_id INTEGER NOT NULL,
+  project TEXT NOT NULL DEFAULT '',
+  merged_into_project TEXT NOT NULL DEFAULT '',
+  row_hash TEXT,
+  status TEXT NOT NULL,
+  docs INTEGER NOT NULL DEFAULT 0,
+  reason TEXT,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  updated_at INTEGER NOT NULL,
+  PRIMARY KEY (collection, kind, source_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  collection TEXT NOT NULL,
+  started_at INTEGER NOT NULL,
+  finished_at INTEGER NOT NULL,
+  summary TEXT NOT NULL
+);
+"""
+
+ACTIVE_COLLECTION = "active_collection"  # meta key: the generation resync last wrote
+SYNCED = "synced"
+FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class DocRecord:
+    """What the state knows of one document."""
+
+    doc_id: str
+    source_id: int
+    text_hash: str | None
+    content_hash: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RowRecord:
+    """What the state knows of one source row."""
+
+    source_id: int
+    row_hash: str | None
+    status: str
+    project: str
+    merged_into_project: str
+    attempts: int
+
+
+def now_ms() -> int:
+    """Wall-clock time in epoch milliseconds."""
+    return int(time.time() * 1000)
+
+
+class SyncState:
+    """The sync-record database. One writer at a time (SQLite's lock); short transactions."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._conn = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.executescript(_DDL)
+
+    def close(self) -> None:
+        """Close the database."""
+        self._conn.close()
+
+    def __enter__(self) -> SyncState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def docs_in_range(self, collection: str, kind: Kind, lo: int, hi: int) -> dict[str, DocRecord]:
+        """Document records with lo < source_id <= hi."""
+        cur = self._conn.execute(
+            "SELECT doc_id, source_id, text_hash, content_hash FROM docs "
+            "WHERE collection=? AND kind=? AND source_id > ? AND source_id <= ?",
+            (collection, kind.value, lo, hi),
+        )
+        return {r[0]: DocRecord(r[0], r[1], r[2], r[3]) for r in cur}
+
+    def rows_in_range(self, collection: str, kind: Kind, lo: int, hi: int) -> dict[int, RowRecord]:
+        """Row records with lo < source_id <= hi."""
+        cur = self._conn.execute(
+            "SELECT source_id, row_hash, status, project, merged_into_project, attempts FROM rows "
+            "WHERE collection=? AND kind=? AND source_id > ? AND source_id <= ?",
+            (collection, kind.value, lo, hi),
+        )
+        return {r[0]: RowRecord(r[0], r[1], r[2], r[3], r[4], r[5]) for r in cur}
+
+    def all_docs(self, collection: str) -> dict[str, str | None]:
+        """doc id → content hash of every record of a collection."""
+        return dict(self._conn.execute("SELECT doc_id, content_hash FROM docs WHERE collection=?", (collection,)))
+
+    def doc_counts(self, collection: str) -> list[tuple[str, int, int, int | None]]:
+        """(kind, source_id, synced documents, last synced_at) per row with acknowledged documents."""
+        cur = self._conn.execute(
+            "SELECT kind, source_id, COUNT(*), MAX(synced_at) FROM docs "
+            "WHERE collection=? AND content_hash IS NOT NULL GROUP BY kind, source_id",
+            (collection,),
+        )
+        return [(r[0], r[1], r[2], r[3]) for r in cur]
+
+    def row_statuses(self, collection: str) -> list[tuple[str, int, str, str | None, int, int]]:
+        """(kind, source_id, status, reason, attempts, updated_at) of every row record."""
+        cur = self._conn.execute(
+            "SELECT kind, source_id, status, reason, attempts, updated_at FROM rows WHERE collection=?",
+            (collection,),
+        )
+        return [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in cur]
+
+    def last_run(self, collection: str) -> tuple[int, str] | None:
+        """(finished_at, summary JSON) of the newest resync of a collection."""
+        row = self._conn.execute(
+            "SELECT finished_at, summary FROM runs WHERE collection=? ORDER BY id DESC LIMIT 1", (collection,)
+        ).fetchone()
+        return (int(row[0]), str(row[1])) if row else None
+
+    def get_meta(self, key: str) -> str | None:
+        """A value of memsync's own key/value table (e.g. the active collection)."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return str(row[0]) if row else None
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def record_intents(self, collection: str, kind: Kind, docs: Iterable[tuple[str, int]], model: str) -> None:
+        """Before an upsert: make sure every document has a record (new ones with no hash)."""
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO docs(collection, doc_id, kind, source_id, model) VALUES (?,?,?,?,?)",
+                [(collection, d, kind.value, s, model) for d, s in docs],
+            )
+
+    def record_synced(
+        self, collection: str, kind: Kind, docs: Sequence[tuple[str, int, str, str]], model: str
+    ) -> None:
+        """After Chroma acknowledged: (doc_id, source_id, text_hash, content_hash) are in the store."""
+        ts = now_ms()
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.executemany(
+                "INSERT INTO docs(collection, doc_id, kind, source_id, text_hash, content_hash, model, synced_at) "
+                "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(collection, doc_id) DO UPDATE SET "
+                "text_hash=excluded.text_hash, content_hash=excluded.content_hash, model=excluded.model, "
+                "synced_at=excluded.synced_at, source_id=excluded.source_id",
+                [(collection, d, kind.value, s, th, ch, model, ts) for d, s, th, ch in docs],
+            )
+
+    def forget_docs(self, collection: str, doc_ids: Sequence[str]) -> None:
+        """After Chroma deleted them: drop the records."""
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.executemany("DELETE FROM docs WHERE collection=? AND doc_id=?", [(collection, d) for d in doc_ids])
+
+    def mark_rows(
+        self, collection: str, kind: Kind, rows: Sequence[tuple[int, str, str, str, int]]
+    ) -> None:
+        """Rows whose every document is acknowledged: (source_id, row_hash, project, merged, n_docs)."""
+        ts = now_ms()
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.executemany(
+                "INSERT INTO rows(collection, kind, source_id, project, merged_into_project, row_hash, status, "
+                "docs, reason, attempts, updated_at) VALUES (?,?,?,?,?,?,?,?,NULL,0,?) "
+                "ON CONFLICT(collection, kind, source_id) DO UPDATE SET project=excluded.project, "
+                "merged_into_project=excluded.merged_into_project, row_hash=excluded.row_hash, "
+                "status=excluded.status, docs=excluded.docs, reason=NULL, attempts=0, updated_at=excluded.updated_at",
+                [(collection, kind.value, sid, proj, merged, rh, SYNCED, n, ts) for sid, rh, proj, merged, n in rows],
+            )
+
+    def mark_failed(
+        self, collection: str, kind: Kind, rows: Sequence[tuple[int, str | None, str, str, str]]
+    ) -> None:
+        """Rows that could not be synced: (source_id, row_hash, project, merged, reason); attempts += 1."""
+        ts = now_ms()
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.executemany(
+                "INSERT INTO rows(collection, kind, source_id, project, merged_into_project, row_hash, status, "
+                "docs, reason, attempts, updated_at) VALUES (?,?,?,?,?,?,?,0,?,1,?) "
+                "ON CONFLICT(collection, kind, source_id) DO UPDATE SET project=excluded.project, "
+                "merged_into_project=excluded.merged_into_project, row_hash=excluded.row_hash, "
+                "status=excluded.status, reason=excluded.reason, attempts=rows.attempts+1, "
+                "updated_at=excluded.updated_at",
+                [(collection, kind.value, sid, proj, merged, rh, FAILED, reason, ts) for sid, rh, proj, merged, reason in rows],
+            )
+
+    def forget_rows(self, collection: str, kind: Kind, source_ids: Sequence[int]) -> None:
+        """Rows gone from the source (their documents were deleted first)."""
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.executemany(
+                "DELETE FROM rows WHERE collection=? AND kind=? AND source_id=?",
+                [(collection, kind.value, s) for s in source_ids],
+            )
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a value of the key/value table."""
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+    def record_run(self, collection: str, started_at: int, summary: str) -> None:
+        """Remember a finished resync."""
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.execute(
+                "INSERT INTO runs(collection, started_at, finished_at, summary) VALUES (?,?,?,?)",
+                (collection, started_at, now_ms(), summary),
+            )
+
+    def drop_collection(self, collection: str) -> None:
+        """Forget every record of a collection generation (after a rebuild replaced it)."""
+        with self._conn:
+            self._conn.execute("BEGIN")
+            for table in ("docs", "rows", "runs"):
+                self._conn.execute(f"DELETE FROM {table} WHERE collection=?", (collection,))

@@ -1,0 +1,105 @@
+"""Status: per kind and project, rows in SQLite against documents acknowledged in Chroma.
+
+Reads only the source database (read-only) and memsync's records; Chroma need not be running.
+``pending`` counts rows that have no sync record yet (new since the last pass); edits are found
+by the next pass's hash comparison, not here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from config.schema import KINDS, Kind
+from config.settings import Settings
+from worker.source import SourceReader
+from worker.state import ACTIVE_COLLECTION, FAILED, SyncState
+
+KIND_LABELS = {Kind.OBSERVATION: "observations", Kind.SUMMARY: "summaries", Kind.PROMPT: "prompts"}
+
+
+@dataclass
+class Bucket:
+    """Counts for one (kind, project)."""
+
+    rows: int = 0
+    synced_rows: int = 0
+    documents: int = 0
+    pending: int = 0
+    failed: int = 0
+    last_sync_ms: int | None = None
+
+    def add_sync_time(self, ts: int | None) -> None:
+        """Keep the newest sync time."""
+        if ts is not None and (self.last_sync_ms is None or ts > self.last_sync_ms):
+            self.last_sync_ms = ts
+
+
+@dataclass
+class StatusReport:
+    """Status of every kind and project, plus the failures and the last run."""
+
+    collection: str | None
+    buckets: dict[str, dict[str, Bucket]] = field(default_factory=dict)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    last_run: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "collection": self.collection,
+            "kinds": {k: {p: vars(b) for p, b in sorted(projects.items())} for k, projects in self.buckets.items()},
+            "totals": {k: vars(self.total(k)) for k in self.buckets},
+            "failures": self.failures,
+            "last_run": self.last_run,
+        }
+
+    def total(self, kind: str) -> Bucket:
+        """The sum over projects of one kind."""
+        out = Bucket()
+        for b in self.buckets.get(kind, {}).values():
+            out.rows += b.rows
+            out.synced_rows += b.synced_rows
+            out.documents += b.documents
+            out.pending += b.pending
+            out.failed += b.failed
+            out.add_sync_time(b.last_sync_ms)
+        return out
+
+
+def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
+    """Build the status report from the source database and the sync records."""
+    with SyncState(settings.state_path) as state:
+        collection = state.get_meta(ACTIVE_COLLECTION)
+        docs = state.doc_counts(collection) if collection else []
+        rows = state.row_statuses(collection) if collection else []
+        last = state.last_run(collection) if collection else None
+    doc_by_key = {(k, sid): (n, ts) for k, sid, n, ts in docs}
+    row_by_key = {(k, sid): (st, reason, attempts, ts) for k, sid, st, reason, attempts, ts in rows}
+    report = StatusReport(collection=collection)
+    with SourceReader(settings.db, settings.sqlite_busy_timeout_ms) as reader:
+        for kind in KINDS:
+            per_project: dict[str, Bucket] = defaultdict(Bucket)
+            for ref in reader.row_refs(kind):
+                b = per_project[ref.project or "(none)"]
+                b.rows += 1
+                key = (kind.value, ref.id)
+                n, ts = doc_by_key.get(key, (0, None))
+                b.documents += n
+                b.add_sync_time(ts)
+                row = row_by_key.get(key)
+                if row is None:
+                    b.pending += 1
+                elif row[0] == FAILED:
+                    b.failed += 1
+                    if len(report.failures) < failures_limit:
+                        report.failures.append({"kind": kind.value, "id": ref.id, "reason": row[1], "attempts": row[2]})
+                else:
+                    b.synced_rows += 1
+                    b.add_sync_time(row[3])
+            report.buckets[KIND_LABELS[kind]] = dict(per_project)
+    if last:
+        report.last_run = {"finished_at_ms": last[0], **json.loads(last[1])}
+    return report

@@ -1,0 +1,282 @@
+"""One sync pass: source rows → documents → compare with sync records → embed → upsert/delete.
+
+Exact and idempotent (design decisions 2 and 3): every row's documents are compared by content
+hash with the records; unchanged ones are neither embedded nor written; documents whose text is
+unchanged but whose metadata changed (a project merge) get a metadata update without embedding;
+documents that vanished (a deleted row, a shrunk facts list) are deleted once. Rows are read in id
+ranges, and records are compared per range, so rows deleted anywhere, including past the last
+row, are found. Records are written only after Chroma acknowledged, so a crash at any point
+replays at most the batch in flight and never leaves an orphan unaccounted for.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from config.embedding import Embedder
+from config.schema import KINDS, Kind
+from worker import logs
+from worker.documents import Document, RowError, SourceRow, build_documents, chroma_metadata, row_hash
+from worker.sink import RejectedBatch, VectorSink
+from worker.source import SourceReader
+from worker.state import FAILED, SYNCED, DocRecord, RowRecord, SyncState
+
+INF_ID = 2**62
+
+ProgressFn = Callable[[int, int], None]  # (rows processed, documents embedded) since last call
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    """What one pass did, in documents (rows where named)."""
+
+    collection: str
+    added: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    embedded: int = 0
+    rows: int = 0
+    failed_rows: int = 0
+    seconds: float = 0.0
+    embed_seconds: float = 0.0
+    upsert_seconds: float = 0.0
+    read_seconds: float = 0.0
+    interrupted: bool = False
+    dry_run: bool = False
+    failures: tuple[tuple[str, int, str], ...] = ()
+
+    @property
+    def written(self) -> int:
+        """Documents written to Chroma (upserted, updated or deleted)."""
+        return self.added + self.updated + self.deleted
+
+    def line(self) -> str:
+        """The human summary, e.g. ``0 added, 0 updated, 0 deleted, 120 unchanged``."""
+        text = f"{self.added} added, {self.updated} updated, {self.deleted} deleted, {self.unchanged} unchanged"
+        if self.failed_rows:
+            text += f", {self.failed_rows} failed rows"
+        return text
+
+
+@dataclass
+class _Tally:
+    added: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    embedded: int = 0
+    rows: int = 0
+    failed_rows: int = 0
+    embed_s: float = 0.0
+    upsert_s: float = 0.0
+    read_s: float = 0.0
+    failures: list[tuple[str, int, str]] = field(default_factory=list)
+
+
+@dataclass
+class _Plan:
+    """What a batch needs: documents to embed, to re-label, to delete; rows to mark."""
+
+    embed: list[Document] = field(default_factory=list)
+    relabel: list[Document] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)
+    gone_rows: list[int] = field(default_factory=list)
+    done_rows: dict[int, tuple[str, str, str, int]] = field(default_factory=dict)
+    failed_rows: list[tuple[int, str | None, str, str, str]] = field(default_factory=list)
+
+
+def _in_project(rec: RowRecord, project: str | None) -> bool:
+    return project is None or project in (rec.project, rec.merged_into_project)
+
+
+class Syncer:
+    """Runs sync passes of one source into one collection generation."""
+
+    def __init__(
+        self,
+        reader: SourceReader,
+        sink: VectorSink | None,
+        state: SyncState,
+        embedder: Embedder,
+        *,
+        collection: str,
+        read_batch_rows: int = 500,
+        batch_size: int = 256,
+        stop: threading.Event | None = None,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        self.reader, self.sink, self.state, self.embedder = reader, sink, state, embedder
+        self.collection = collection
+        self.read_batch_rows, self.batch_size = read_batch_rows, batch_size
+        self.stop = stop or threading.Event()
+        self.progress = progress
+        self.log = logs.get_logger(collection=collection)
+
+    def run(self, kinds: Sequence[Kind] = KINDS, project: str | None = None, dry_run: bool = False) -> SyncResult:
+        """Sync every row of ``kinds`` (optionally one project); stops early when ``stop`` is set."""
+        t0 = time.perf_counter()
+        tally = _Tally()
+        interrupted = False
+        for kind in kinds:
+            if not self._sync_kind(kind, project, dry_run, tally):
+                interrupted = True
+                break
+        result = SyncResult(
+            collection=self.collection, added=tally.added, updated=tally.updated, deleted=tally.deleted,
+            unchanged=tally.unchanged, embedded=tally.embedded, rows=tally.rows, failed_rows=tally.failed_rows,
+            seconds=time.perf_counter() - t0, embed_seconds=tally.embed_s, upsert_seconds=tally.upsert_s,
+            read_seconds=tally.read_s, interrupted=interrupted, dry_run=dry_run, failures=tuple(tally.failures),
+        )
+        event = logs.SYNC_INTERRUPTED if interrupted else logs.SYNC_DONE
+        self.log.info(event, added=result.added, updated=result.updated, deleted=result.deleted,
+                      unchanged=result.unchanged, failed_rows=result.failed_rows, rows=result.rows,
+                      seconds=round(result.seconds, 3), dry_run=dry_run)
+        return result
+
+    def _sync_kind(self, kind: Kind, project: str | None, dry_run: bool, tally: _Tally) -> bool:
+        after = 0
+        while True:
+            if self.stop.is_set():
+                return False
+            t = time.perf_counter()
+            rows = self.reader.read_batch(kind, after, self.read_batch_rows, project)
+            tally.read_s += time.perf_counter() - t
+            # The last (short) batch owns everything above it: rows deleted at the tail.
+            hi = rows[-1].id if len(rows) == self.read_batch_rows else INF_ID
+            plan = self._plan(kind, rows, after, hi, project, tally)
+            if not dry_run and not self._execute(kind, plan, tally):
+                return False
+            tally.rows += len(rows)
+            if self.progress:
+                self.progress(len(rows), len(plan.embed))
+            self.log.info(logs.SYNC_BATCH, kind=kind.value, rows=len(rows), first_id=after + 1,
+                          embed=len(plan.embed), relabel=len(plan.relabel), delete=len(plan.delete),
+                          failed=len(plan.failed_rows), dry_run=dry_run)
+            if hi == INF_ID:
+                return True
+            after = hi
+
+    def _plan(
+        self, kind: Kind, rows: list[SourceRow], lo: int, hi: int, project: str | None, tally: _Tally
+    ) -> _Plan:
+        known_rows = {k: v for k, v in self.state.rows_in_range(self.collection, kind, lo, hi).items()
+                      if _in_project(v, project)}
+        batch_ids = {r.id for r in rows}
+        by_source: dict[int, list[DocRecord]] = defaultdict(list)
+        for rec in self.state.docs_in_range(self.collection, kind, lo, hi).values():
+            # With a project filter, records of rows outside it are not ours to judge.
+            if rec.source_id in batch_ids or rec.source_id in known_rows or project is None:
+                by_source[rec.source_id].append(rec)
+        plan = _Plan()
+        for row in rows:
+            self._plan_row(row, known_rows.get(row.id), by_source.pop(row.id, []), plan, tally)
+        for sid in known_rows.keys() - batch_ids:
+            plan.gone_rows.append(sid)
+        for recs in by_source.values():  # rows no longer in the source
+            plan.delete.extend(r.doc_id for r in recs)
+        tally.deleted += len(plan.delete)
+        return plan
+
+    def _plan_row(
+        self, row: SourceRow, known: RowRecord | None, own: list[DocRecord], plan: _Plan, tally: _Tally
+    ) -> None:
+        rh = row_hash(row)
+        if known is not None and known.row_hash == rh:
+            if known.status == SYNCED and all(d.content_hash for d in own):
+                tally.unchanged += len(own)
+                return
+            if known.status == FAILED:
+                # Same values, same failure: derivation is deterministic. Retried when the row changes.
+                tally.failed_rows += 1
+                return
+        try:
+            docs = build_documents(row)
+        except RowError as exc:
+            plan.failed_rows.append((row.id, rh, row.project, row.merged_into_project, str(exc)))
+            plan.delete.extend(d.doc_id for d in own)  # what they say no longer holds for this row
+            return
+        records = {d.doc_id: d for d in own}
+        for doc in docs:
+            rec = records.pop(doc.doc_id, None)
+            if rec is not None and rec.content_hash == doc.content_hash:
+                tally.unchanged += 1
+            elif rec is not None and rec.content_hash and rec.text_hash == doc.text_hash:
+                plan.relabel.append(doc)
+                tally.updated += 1
+            else:
+                plan.embed.append(doc)
+                if rec is not None and rec.content_hash:
+                    tally.updated += 1
+                else:
+                    tally.added += 1
+        plan.delete.extend(records)  # fields that vanished: a shrunk facts list, a cleared narrative
+        plan.done_rows[row.id] = (rh, row.project, row.merged_into_project, len(docs))
+
+    def _execute(self, kind: Kind, plan: _Plan, tally: _Tally) -> bool:
+        """Apply a plan; False when stopped in between (everything recorded so far is exact)."""
+        assert self.sink is not None
+        model = self.embedder.model_id
+        if plan.delete:
+            t = time.perf_counter()
+            self.sink.delete(plan.delete)
+            tally.upsert_s += time.perf_counter() - t
+            self.state.forget_docs(self.collection, plan.delete)
+        if plan.gone_rows:
+            self.state.forget_rows(self.collection, kind, plan.gone_rows)
+        if plan.relabel:
+            t = time.perf_counter()
+            self.sink.update_metadata([d.doc_id for d in plan.relabel], [chroma_metadata(d) for d in plan.relabel])
+            tally.upsert_s += time.perf_counter() - t
+            self.state.record_synced(
+                self.collection, kind, [(d.doc_id, d.source_id, d.text_hash, d.content_hash) for d in plan.relabel], model
+            )
+        rejected: dict[int, str] = {}
+        for start in range(0, len(plan.embed), self.batch_size):
+            if self.stop.is_set():
+                return False
+            chunk = plan.embed[start : start + self.batch_size]
+            self._embed_and_upsert(kind, chunk, tally, rejected)
+        for sid, reason in rejected.items():
+            row_info = plan.done_rows.pop(sid, None)
+            if row_info is not None:
+                plan.failed_rows.append((sid, row_info[0], row_info[1], row_info[2], reason))
+        if plan.done_rows:
+            self.state.mark_rows(
+                self.collection, kind, [(sid, *info) for sid, info in plan.done_rows.items()]
+            )
+        if plan.failed_rows:
+            self.state.mark_failed(self.collection, kind, plan.failed_rows)
+            for sid, _, _, _, reason in plan.failed_rows:
+                tally.failures.append((kind.value, sid, reason))
+                self.log.warning(logs.ROW_FAILED, kind=kind.value, id=sid, reason=reason[:200])
+            tally.failed_rows += len(plan.failed_rows)
+        return True
+
+    def _embed_and_upsert(self, kind: Kind, docs: list[Document], tally: _Tally, rejected: dict[int, str]) -> None:
+        assert self.sink is not None
+        model = self.embedder.model_id
+        self.state.record_intents(self.collection, kind, [(d.doc_id, d.source_id) for d in docs], model)
+        t = time.perf_counter()
+        vectors = self.embedder.embed([d.text for d in docs])
+        tally.embed_s += time.perf_counter() - t
+        tally.embedded += len(docs)
+        t = time.perf_counter()
+        try:
+            self.sink.upsert([d.doc_id for d in docs], vectors, [chroma_metadata(d) for d in docs])
+            ok = docs
+        except RejectedBatch:
+            # Find the documents Chroma refuses, one by one; the rest of the batch still syncs.
+            ok = []
+            for i, d in enumerate(docs):
+                try:
+                    self.sink.upsert([d.doc_id], vectors[i : i + 1], [chroma_metadata(d)])
+                    ok.append(d)
+                except RejectedBatch as exc:
+                    rejected.setdefault(d.source_id, str(exc))
+        tally.upsert_s += time.perf_counter() - t
+        self.state.record_synced(self.collection, kind, [(d.doc_id, d.source_id, d.text_hash, d.content_hash) for d in ok], model)

@@ -1,0 +1,83 @@
+"""Verify: the documents SQLite implies versus what Chroma holds, independent of sync records.
+
+missing: expected ids not in Chroma; orphan: Chroma ids no row implies; stale: present but with a
+content hash that differs from the one the row implies now; duplicates: vectors beyond one per id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from config import stores
+from config.embedding import MODELS
+from config.schema import KINDS
+from config.settings import Settings
+from worker.documents import RowError, build_documents
+from worker.sink import ChromaSink
+from worker.source import SourceReader
+
+SAMPLE = 20
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """Counts (and a few example ids) of every kind of drift."""
+
+    collection: str | None
+    expected: int
+    in_chroma: int
+    missing: int
+    orphan: int
+    stale: int
+    duplicates: int
+    unusable_rows: int
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        """True when Chroma holds exactly what SQLite implies."""
+        return self.missing == 0 and self.orphan == 0 and self.stale == 0 and self.duplicates == 0
+
+
+def expected_documents(reader: SourceReader, batch: int = 2000) -> tuple[dict[str, str], int]:
+    """doc id → content hash for every document the source implies; also the count of unusable rows."""
+    expected: dict[str, str] = {}
+    unusable = 0
+    for kind in KINDS:
+        for rows in reader.iter_rows(kind, batch):
+            for row in rows:
+                try:
+                    docs = build_documents(row)
+                except RowError:
+                    unusable += 1
+                    continue
+                expected.update((d.doc_id, d.content_hash) for d in docs)
+    return expected, unusable
+
+
+def verify(settings: Settings) -> VerifyReport:
+    """Compare the source database with the active Chroma collection."""
+    spec = MODELS[settings.embedding_model]
+    with SourceReader(settings.db, settings.sqlite_busy_timeout_ms) as reader:
+        expected, unusable = expected_documents(reader)
+    with stores.connect(settings) as handle:
+        name = stores.active_collection_name(handle.client, settings)
+        held: dict[str, str] = {}
+        seen = 0
+        if name is not None:
+            collection = stores.open_collection(handle.client, settings, spec.model_id, spec.dimension)
+            sink = ChromaSink(collection)
+            for doc_id, meta in sink.iter_metadata():
+                seen += 1
+                held[doc_id] = str(meta.get("content_hash", ""))
+            count = sink.count()
+        else:
+            count = 0
+    missing = sorted(expected.keys() - held.keys())
+    orphan = sorted(held.keys() - expected.keys())
+    stale = sorted(k for k in expected.keys() & held.keys() if expected[k] != held[k])
+    return VerifyReport(
+        collection=name, expected=len(expected), in_chroma=count, missing=len(missing), orphan=len(orphan),
+        stale=len(stale), duplicates=max(0, count - len(held)) + (seen - len(held)), unusable_rows=unusable,
+        examples={"missing": missing[:SAMPLE], "orphan": orphan[:SAMPLE], "stale": stale[:SAMPLE]},
+    )
