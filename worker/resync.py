@@ -12,7 +12,7 @@ import threading
 from dataclasses import asdict
 
 from config import stores
-from config.embedding import get_embedder
+from config.embedding import Embedder, get_embedder
 from config.errors import ConfigError
 from config.schema import KINDS
 from config.settings import Settings
@@ -43,11 +43,12 @@ def resync(
     dry_run: bool = False,
     stop: threading.Event | None = None,
     progress: ProgressFn | None = None,
+    embedder: Embedder | None = None,
 ) -> SyncResult:
     """Bring the configured Chroma collection in step with the source database, exactly."""
     if rebuild and project is not None:
         raise ConfigError("--rebuild re-embeds everything; it cannot be combined with --project")
-    embedder = get_embedder(settings.embedding_model, settings.embedding_batch_size,
+    embedder = embedder or get_embedder(settings.embedding_model, settings.embedding_batch_size,
                             settings.embedding_max_tokens, settings.embedding_threads)
     started = now_ms()
     with SourceReader(settings.db, settings.sqlite_busy_timeout_ms) as reader, \

@@ -7,6 +7,7 @@ content hash that differs from the one the row implies now; duplicates: vectors 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from config import stores
 from config.embedding import MODELS
@@ -55,24 +56,15 @@ def expected_documents(reader: SourceReader, batch: int = 2000) -> tuple[dict[st
     return expected, unusable
 
 
-def verify(settings: Settings) -> VerifyReport:
-    """Compare the source database with the active Chroma collection."""
-    spec = MODELS[settings.embedding_model]
+def verify(settings: Settings, client: Any | None = None) -> VerifyReport:
+    """Compare the source database with the active Chroma collection (opens Chroma unless given)."""
     with SourceReader(settings.db, settings.sqlite_busy_timeout_ms) as reader:
         expected, unusable = expected_documents(reader)
-    with stores.connect(settings) as handle:
-        name = stores.active_collection_name(handle.client, settings)
-        held: dict[str, str] = {}
-        seen = 0
-        if name is not None:
-            collection = stores.open_collection(handle.client, settings, spec.model_id, spec.dimension)
-            sink = ChromaSink(collection)
-            for doc_id, meta in sink.iter_metadata():
-                seen += 1
-                held[doc_id] = str(meta.get("content_hash", ""))
-            count = sink.count()
-        else:
-            count = 0
+    if client is None:
+        with stores.connect(settings) as handle:
+            name, held, seen, count = _held(handle.client, settings)
+    else:
+        name, held, seen, count = _held(client, settings)
     missing = sorted(expected.keys() - held.keys())
     orphan = sorted(held.keys() - expected.keys())
     stale = sorted(k for k in expected.keys() & held.keys() if expected[k] != held[k])
@@ -81,3 +73,18 @@ def verify(settings: Settings) -> VerifyReport:
         stale=len(stale), duplicates=max(0, count - len(held)) + (seen - len(held)), unusable_rows=unusable,
         examples={"missing": missing[:SAMPLE], "orphan": orphan[:SAMPLE], "stale": stale[:SAMPLE]},
     )
+
+
+def _held(client: Any, settings: Settings) -> tuple[str | None, dict[str, str], int, int]:
+    """(active collection, doc id → content hash, ids seen while paging, count) of what Chroma holds."""
+    spec = MODELS[settings.embedding_model]
+    name = stores.active_collection_name(client, settings)
+    if name is None:
+        return None, {}, 0, 0
+    sink = ChromaSink(stores.open_collection(client, settings, spec.model_id, spec.dimension))
+    held: dict[str, str] = {}
+    seen = 0
+    for doc_id, meta in sink.iter_metadata():
+        seen += 1
+        held[doc_id] = str(meta.get("content_hash", ""))
+    return name, held, seen, sink.count()

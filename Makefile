@@ -1,0 +1,27 @@
+# The two commands a new machine needs: `make run` and `make test`. Both create the virtual
+# environment (.venv) and install memsync into it on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test bench lint
+
+$(BIN)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "memsync needs Python 3.11+ (set PYTHON=python3.11)")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[test]"
+	@touch $@
+
+run: $(BIN)/.installed
+	$(BIN)/memsync demo
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check config worker search scripts tests
+	$(BIN)/mypy
+
+bench: $(BIN)/.installed
+	$(BIN)/python scripts/bench_sync.py

@@ -1,0 +1,126 @@
+"""Shared fixtures: isolated environment, settings built explicitly, real SQLite files from the
+schema DDL, a deterministic fake embedder for logic tests (the real model is used end to end)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from config.schema import Era
+from config.settings import Settings
+from worker.importer import import_records, init_db
+
+DAY_MS = 86_400_000
+BASE_MS = 1_780_000_000_000
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test sees the developer's MEMSYNC_* variables or ~/.memsync."""
+    for key in list(os.environ):
+        if key.startswith("MEMSYNC_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Embedded Chroma in a temporary data dir; small batches so batching paths are exercised."""
+    return Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="embedded",
+                    read_batch_rows=7, batch_size=5)
+
+
+class FakeEmbedder:
+    """Deterministic unit vectors from a hash of the text: same text, same vector."""
+
+    model_id = "all-MiniLM-L6-v2-int8"
+    dimension = 384
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.calls.append(len(texts))
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for i, t in enumerate(texts):
+            seed = int.from_bytes(hashlib.sha256(t.encode("utf-8", "surrogatepass")).digest()[:8], "little")
+            v = np.random.default_rng(seed).standard_normal(self.dimension).astype(np.float32)
+            out[i] = v / np.linalg.norm(v)
+        return out
+
+    @property
+    def embedded(self) -> int:
+        return sum(self.calls)
+
+
+@pytest.fixture
+def fake_embedder() -> FakeEmbedder:
+    return FakeEmbedder()
+
+
+def obs(i: int, project: str = "alpha", **extra: Any) -> dict[str, Any]:
+    """An observation import record."""
+    rec = {
+        "kind": "observation", "project": project, "session": f"{project}-s{i // 4}", "type": "bugfix",
+        "title": f"Fix bug {i}", "subtitle": f"in module {i % 3}", "narrative": f"Narrative number {i} about caching.",
+        "facts": [f"fact {i}.0", f"fact {i}.1"], "concepts": ["gotcha"], "files_read": [f"src/m{i}.py"],
+        "files_modified": [], "prompt_number": 1, "created_at_epoch": BASE_MS + i * 1000,
+    }
+    rec.update(extra)
+    return rec
+
+
+def summary(i: int, project: str = "alpha", **extra: Any) -> dict[str, Any]:
+    rec = {"kind": "summary", "project": project, "session": f"{project}-s{i // 4}", "request": f"Request {i}",
+           "learned": f"Learned {i}", "completed": f"Completed {i}", "prompt_number": 2,
+           "created_at_epoch": BASE_MS + i * 1000 + 500}
+    rec.update(extra)
+    return rec
+
+
+def prompt(i: int, project: str = "alpha", **extra: Any) -> dict[str, Any]:
+    rec = {"kind": "prompt", "project": project, "session": f"{project}-s{i // 4}", "prompt_number": i % 5 + 1,
+           "prompt_text": f"Please look at problem {i}", "created_at_epoch": BASE_MS + i * 1000 + 100}
+    rec.update(extra)
+    return rec
+
+
+def mixed_records(n: int, projects: Sequence[str] = ("alpha", "beta")) -> list[dict[str, Any]]:
+    """n of each kind, spread over projects."""
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        p = projects[i % len(projects)]
+        out += [prompt(i, p), obs(i, p), summary(i, p)]
+    return out
+
+
+def make_db(path: Path, records: list[dict[str, Any]], era: Era = Era.CURRENT, fts: bool = True) -> Path:
+    """A real claude-mem database file with these records."""
+    init_db(path, era, fts=fts)
+    import_records(path, records)
+    return path
+
+
+@pytest.fixture
+def source_db(settings: Settings) -> Path:
+    """A current-schema database with 12 rows of each kind over two projects."""
+    return make_db(settings.db, mixed_records(12))
+
+
+@pytest.fixture
+def chroma(settings: Settings) -> Iterator[Any]:
+    """An embedded Chroma client on the settings' data dir, closed afterwards."""
+    from config import stores
+
+    handle = stores.connect(settings)
+    try:
+        yield handle.client
+    finally:
+        handle.close()

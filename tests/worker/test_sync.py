@@ -1,0 +1,267 @@
+"""Sync is exact and idempotent: real SQLite files, real embedded Chroma, a fake embedder."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from config import stores
+from config.settings import Settings
+from tests.conftest import FakeEmbedder, make_db, mixed_records, obs
+from worker.resync import resync
+from worker.sink import ChromaSink
+from worker.source import SourceReader
+from worker.state import SyncState
+from worker.sync import SyncResult, Syncer
+from worker.verify import verify
+
+
+class RecordingSink:
+    """A real ChromaSink that remembers which ids each call wrote."""
+
+    def __init__(self, inner: ChromaSink) -> None:
+        self.inner = inner
+        self.upserted: list[str] = []
+        self.relabelled: list[str] = []
+        self.deleted: list[str] = []
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def upsert(self, ids: Sequence[str], embeddings: npt.NDArray[np.float32], metadatas: Sequence[dict[str, Any]]) -> None:
+        self.inner.upsert(ids, embeddings, metadatas)
+        self.upserted += ids
+
+    def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None:
+        self.inner.update_metadata(ids, metadatas)
+        self.relabelled += ids
+
+    def delete(self, ids: Sequence[str]) -> None:
+        self.inner.delete(ids)
+        self.deleted += ids
+
+    def count(self) -> int:
+        return self.inner.count()
+
+    def iter_metadata(self, page: int = 5000) -> Any:
+        return self.inner.iter_metadata(page)
+
+
+def run(settings: Settings, client: Any, embedder: FakeEmbedder, **kw: Any) -> tuple[SyncResult, RecordingSink]:
+    col = stores.open_collection(client, settings, embedder.model_id, embedder.dimension)
+    sink = RecordingSink(ChromaSink(col))
+    with SourceReader(settings.db) as reader, SyncState(settings.state_path) as state:
+        state.set_meta("active_collection", col.name)
+        syncer = Syncer(reader, sink, state, embedder, collection=col.name,
+                        read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size)
+        return syncer.run(**kw), sink
+
+
+def write(db: Path, sql: str, *params: Any) -> None:
+    """The agent writing its own database (tests play the agent)."""
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute(sql, params)
+    conn.close()
+
+
+def metadata_of(client: Any, settings: Settings, doc_id: str) -> dict[str, Any]:
+    col = stores.open_collection(client, settings, "all-MiniLM-L6-v2-int8", 384)
+    got = col.get(ids=[doc_id], include=["metadatas"])
+    return dict(got["metadatas"][0]) if got["ids"] else {}
+
+
+class TestIdempotence:
+    def test_first_sync_adds_every_document_and_verify_is_clean(
+        self, settings: Settings, source_db: Path, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        result, sink = run(settings, chroma, fake_embedder)
+        # 12 prompts (1 doc) + 12 observations (narrative + 2 facts) + 12 summaries (3 fields)
+        assert result.added == 12 + 36 + 36
+        assert result.unchanged == result.updated == result.deleted == 0
+        assert len(set(sink.upserted)) == len(sink.upserted) == 84
+        report = verify(settings, chroma)
+        assert report.clean and report.expected == report.in_chroma == 84
+
+    def test_second_sync_embeds_and_writes_nothing(
+        self, settings: Settings, source_db: Path, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        run(settings, chroma, fake_embedder)
+        embedded_before = fake_embedder.embedded
+        result, sink = run(settings, chroma, fake_embedder)
+        assert (result.added, result.updated, result.deleted, result.unchanged) == (0, 0, 0, 84)
+        assert result.line() == "0 added, 0 updated, 0 deleted, 84 unchanged"
+        assert fake_embedder.embedded == embedded_before
+        assert sink.upserted == sink.relabelled == sink.deleted == []
+
+
+class TestChanges:
+    @pytest.fixture(autouse=True)
+    def _synced(self, settings: Settings, source_db: Path, chroma: Any, fake_embedder: FakeEmbedder) -> None:
+        run(settings, chroma, fake_embedder)
+
+    def test_edit_of_narrative_reembeds_exactly_that_document(
+        self, settings: Settings, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        write(settings.db, "UPDATE observations SET narrative = 'Rewritten narrative' WHERE id = 3")
+        result, sink = run(settings, chroma, fake_embedder)
+        assert sink.upserted == ["obs_3_narrative"]
+        assert sink.relabelled == sink.deleted == []
+        assert (result.added, result.updated, result.deleted) == (0, 1, 0)
+        assert verify(settings, chroma).clean
+
+    def test_deleted_row_deletes_its_documents_only(
+        self, settings: Settings, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        write(settings.db, "DELETE FROM session_summaries WHERE id = 5")
+        write(settings.db, "DELETE FROM user_prompts WHERE id = 12")  # the last row: deletion at the tail
+        result, sink = run(settings, chroma, fake_embedder)
+        assert sorted(sink.deleted) == ["prompt_12", "summary_5_completed", "summary_5_learned", "summary_5_request"]
+        assert sink.upserted == sink.relabelled == []
+        assert result.deleted == 4
+        assert verify(settings, chroma).clean
+
+    def test_fact_removed_from_list_deletes_that_fact_document(
+        self, settings: Settings, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        write(settings.db, "UPDATE observations SET facts = ? WHERE id = 2", json.dumps(["fact 1.0"]))
+        result, sink = run(settings, chroma, fake_embedder)
+        assert sink.deleted == ["obs_2_fact_1"]
+        assert sink.upserted == sink.relabelled == []
+        assert verify(settings, chroma).clean
+
+    def test_project_merge_relabels_without_embedding(
+        self, settings: Settings, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        write(settings.db, "UPDATE observations SET merged_into_project = 'alpha' WHERE id = 2")
+        before = fake_embedder.embedded
+        result, sink = run(settings, chroma, fake_embedder)
+        assert sorted(sink.relabelled) == ["obs_2_fact_0", "obs_2_fact_1", "obs_2_narrative"]
+        assert sink.upserted == sink.deleted == []
+        assert fake_embedder.embedded == before
+        assert metadata_of(chroma, settings, "obs_2_narrative")["merged_into_project"] == "alpha"
+        # Undoing the merge removes the key again (Chroma merges metadata; memsync sends None).
+        write(settings.db, "UPDATE observations SET merged_into_project = NULL WHERE id = 2")
+        run(settings, chroma, fake_embedder)
+        assert "merged_into_project" not in metadata_of(chroma, settings, "obs_2_narrative")
+        assert verify(settings, chroma).clean
+
+    def test_new_rows_are_added_and_nothing_else_written(
+        self, settings: Settings, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        from worker.importer import import_records
+
+        import_records(settings.db, [obs(100, "gamma")])
+        result, sink = run(settings, chroma, fake_embedder)
+        assert sorted(sink.upserted) == ["obs_13_fact_0", "obs_13_fact_1", "obs_13_narrative"]
+        assert result.added == 3 and result.updated == result.deleted == 0
+
+
+class TestProjectFilter:
+    def test_project_resync_touches_only_that_project(
+        self, settings: Settings, source_db: Path, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        result, sink = run(settings, chroma, fake_embedder, project="beta")
+        projects = {metadata_of(chroma, settings, d)["project"] for d in sink.upserted}
+        assert projects == {"beta"} and result.added == 42
+        # A later full sync adds the rest and deletes nothing of beta.
+        result, sink = run(settings, chroma, fake_embedder)
+        assert result.added == 42 and result.deleted == 0 and result.unchanged == 42
+        assert verify(settings, chroma).clean
+
+
+class TestCrashSafety:
+    def test_crash_between_upsert_and_record_leaves_no_hidden_orphan(
+        self, settings: Settings, source_db: Path, fake_embedder: FakeEmbedder
+    ) -> None:
+        """A crash after Chroma acknowledged but before the record was written: the intent record
+        lets the next pass delete the document when its row vanished meanwhile."""
+
+        class Crash(BaseException):
+            pass
+
+        class CrashingState(SyncState):
+            def record_synced(self, *a: Any, **k: Any) -> None:
+                raise Crash
+
+        with stores.connect(settings) as handle:
+            col = stores.open_collection(handle.client, settings, fake_embedder.model_id, fake_embedder.dimension)
+            with SourceReader(settings.db) as reader, CrashingState(settings.state_path) as state:
+                syncer = Syncer(reader, ChromaSink(col), state, fake_embedder, collection=col.name,
+                                read_batch_rows=50, batch_size=5)
+                with pytest.raises(Crash):
+                    syncer.run()
+            # The first chunk (obs_1_narrative, obs_1_fact_0/1, obs_2_narrative, obs_2_fact_0) reached
+            # Chroma; no record holds its hash.
+            assert col.count() == 5
+            write(settings.db, "DELETE FROM observations WHERE id <= 2")
+            result, _ = run(settings, handle.client, fake_embedder)
+            assert result.deleted == 5
+            assert verify(settings, handle.client).clean
+
+
+class TestResyncEntryPoint:
+    def test_resync_and_rebuild_switch_generation(
+        self, settings: Settings, source_db: Path, fake_embedder: FakeEmbedder
+    ) -> None:
+        first = resync(settings, embedder=fake_embedder)
+        assert first.collection == "memsync-g1" and first.added == 84
+        rebuilt = resync(settings, rebuild=True, embedder=fake_embedder)
+        assert rebuilt.collection == "memsync-g2" and rebuilt.added == 84
+        with stores.connect(settings) as handle:
+            names = sorted(c.name for c in handle.client.list_collections())
+            assert names == ["memsync", "memsync-g2"]
+            assert stores.active_collection_name(handle.client, settings) == "memsync-g2"
+        again = resync(settings, embedder=fake_embedder)
+        assert again.collection == "memsync-g2" and again.written == 0 and again.unchanged == 84
+        assert verify(settings).clean
+
+    def test_dry_run_writes_nothing(self, settings: Settings, source_db: Path, fake_embedder: FakeEmbedder) -> None:
+        planned = resync(settings, dry_run=True, embedder=fake_embedder)
+        assert planned.added == 84 and planned.dry_run
+        assert fake_embedder.embedded == 0
+        report = verify(settings)
+        assert report.missing == 84 and report.in_chroma == 0
+
+    def test_stop_event_interrupts_between_batches_and_rerun_continues(
+        self, settings: Settings, source_db: Path, fake_embedder: FakeEmbedder
+    ) -> None:
+        import threading
+
+        stop = threading.Event()
+        calls = [0]
+
+        def progress(rows: int, docs: int) -> None:
+            calls[0] += 1
+            stop.set()  # as if Ctrl-C arrived during the first batch
+
+        partial = resync(settings, stop=stop, progress=progress, embedder=fake_embedder)
+        assert partial.interrupted and 0 < partial.added < 84 and calls[0] == 1
+        rest = resync(settings, embedder=fake_embedder)
+        assert rest.added == 84 - partial.added and not rest.interrupted
+        assert verify(settings).clean
+
+
+def test_model_mismatch_names_rebuild(settings: Settings, source_db: Path, fake_embedder: FakeEmbedder) -> None:
+    from config.errors import ModelMismatchError
+
+    resync(settings, embedder=fake_embedder)
+    with stores.connect(settings) as handle, pytest.raises(ModelMismatchError, match="resync --rebuild"):
+        stores.open_collection(handle.client, settings, "another-model", 768)
+
+
+def test_legacy_database_syncs(tmp_path: Path, settings: Settings, fake_embedder: FakeEmbedder) -> None:
+    from config.schema import Era
+
+    make_db(settings.db, mixed_records(5), era=Era.LEGACY)
+    result = resync(settings, embedder=fake_embedder)
+    assert result.added == 5 + 15 + 15 and result.failed_rows == 0
+    assert verify(settings).clean
