@@ -1,0 +1,71 @@
+"""Settings: precedence flags > env > file > defaults, origins reported, bad values named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from config.settings import SettingsError, describe, load_settings
+
+
+class TestSettings:
+    def test_defaults(self, tmp_path: Path) -> None:
+        loaded = load_settings()
+        s = loaded.settings
+        assert s.db == Path("~/.claude-mem/claude-mem.db").expanduser()
+        assert s.data_dir == Path("~/.memsync").expanduser()
+        assert (s.chroma_mode, s.window_days, s.candidates) == ("managed", 90, 100)
+        assert set(loaded.origins.values()) == {"default"}
+
+    def test_precedence_cli_over_env_over_file(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        cfg = tmp_path / "c.toml"
+        cfg.write_text('chroma_port = 9001\nwindow_days = 30\ndb = "/from/file.db"\n')
+        monkeypatch.setenv("MEMSYNC_WINDOW_DAYS", "7")
+        monkeypatch.setenv("MEMSYNC_DB", "/from/env.db")
+        loaded = load_settings(cli={"db": Path("/from/cli.db"), "data_dir": None}, config_file=cfg)
+        s = loaded.settings
+        assert (s.chroma_port, s.window_days, s.db) == (9001, 7, Path("/from/cli.db"))
+        assert loaded.origins["chroma_port"] == f"file:{cfg}"
+        assert loaded.origins["window_days"] == "env"
+        assert loaded.origins["db"] == "cli"
+        assert loaded.origins["data_dir"] == "default"
+
+    def test_config_file_from_env_and_home(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        home_cfg = tmp_path / "home" / ".memsync" / "config.toml"
+        home_cfg.parent.mkdir(parents=True)
+        home_cfg.write_text("[memsync]\ncandidates = 50\n")
+        assert load_settings().settings.candidates == 50
+        other = tmp_path / "other.toml"
+        other.write_text("candidates = 60\n")
+        monkeypatch.setenv("MEMSYNC_CONFIG", str(other))
+        assert load_settings().settings.candidates == 60
+
+    @pytest.mark.parametrize(
+        ("env", "value", "needle"),
+        [("MEMSYNC_CHROMA_PORT", "eighty", "chroma_port (MEMSYNC_CHROMA_PORT from env)"),
+         ("MEMSYNC_CHROMA_MODE", "cloudy", "chroma_mode"),
+         ("MEMSYNC_WINDOW_DAYS", "-1", "window_days")],
+    )
+    def test_bad_env_value_names_the_key(self, monkeypatch: pytest.MonkeyPatch, env: str, value: str, needle: str) -> None:
+        monkeypatch.setenv(env, value)
+        with pytest.raises(SettingsError, match=None) as info:
+            load_settings()
+        assert needle in str(info.value) and "\n" not in str(info.value)
+
+    def test_unknown_file_key_and_missing_file(self, tmp_path: Path) -> None:
+        cfg = tmp_path / "c.toml"
+        cfg.write_text("chroma_prot = 1\n")
+        with pytest.raises(SettingsError, match="unknown setting 'chroma_prot'"):
+            load_settings(config_file=cfg)
+        with pytest.raises(SettingsError, match="does not exist"):
+            load_settings(config_file=tmp_path / "nope.toml")
+        cfg.write_text("chroma_port = [\n")
+        with pytest.raises(SettingsError, match="invalid TOML"):
+            load_settings(config_file=cfg)
+
+    def test_describe_lists_every_key_with_help(self) -> None:
+        rows = describe(load_settings())
+        assert {r["key"] for r in rows} >= {"db", "data_dir", "chroma_mode", "chroma_host", "chroma_port",
+                                          "collection", "embedding_model", "batch_size", "window_days", "candidates"}
+        assert all(r["help"] and r["env"].startswith("MEMSYNC_") for r in rows)

@@ -1,0 +1,167 @@
+"""End to end with real processes: SIGKILL mid-batch, the managed `chroma run` server, http mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from config.chroma_server import INFO_FILE, ServerInfo, chroma_executable, heartbeat, pid_alive
+from config.errors import ConfigError
+from config.settings import Settings
+from tests.conftest import make_db, mixed_records
+from worker.verify import verify
+
+pytestmark = pytest.mark.slow
+MEMSYNC = [sys.executable, "-m", "scripts.cli"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def env_for(settings: Settings, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}
+    env.update({"MEMSYNC_DB": str(settings.db), "MEMSYNC_DATA_DIR": str(settings.data_dir),
+                "MEMSYNC_CHROMA_MODE": settings.chroma_mode, "MEMSYNC_CHROMA_PORT": str(settings.chroma_port),
+                "PYTHONPATH": str(ROOT)})
+    env.update(extra)
+    return env
+
+
+def memsync(settings: Settings, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*MEMSYNC, *args], env=env_for(settings, **extra), capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+
+
+def chroma_ids(settings: Settings) -> list[str]:
+    from config import stores
+
+    with stores.connect(settings) as handle:
+        col = stores.open_collection(handle.client, settings, "all-MiniLM-L6-v2-int8", 384)
+        return list(col.get(include=[])["ids"])
+
+
+def test_sigkill_mid_batch_then_rerun_is_exact(settings: Settings) -> None:
+    make_db(settings.db, mixed_records(40))
+    proc = subprocess.Popen([*MEMSYNC, "resync"], env=env_for(settings, MEMSYNC_READ_BATCH_ROWS="10",
+                                                              MEMSYNC_BATCH_SIZE="4"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the first finished batch: the next one is in flight now
+            if '"sync_batch"' in line:
+                proc.send_signal(signal.SIGKILL)
+                break
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    partial = verify(settings)
+    assert partial.missing > 0, "killed too late to prove anything"
+    rerun = memsync(settings, "resync", "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    report = verify(settings)
+    assert report.clean and report.expected == 280 and report.in_chroma == 280
+    ids = chroma_ids(settings)
+    assert len(ids) == len(set(ids)) == 280
+
+
+@pytest.fixture
+def managed(tmp_path: Path) -> Iterator[Settings]:
+    s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="managed",
+                 chroma_port=free_port())
+    make_db(s.db, mixed_records(4))
+    yield s
+    info = ServerInfo.read(s.data_dir)
+    if info and pid_alive(info.pid):  # never leave a server behind, even when a test failed
+        os.kill(info.pid, signal.SIGKILL)
+
+
+def test_managed_mode_starts_and_stops_its_own_server(managed: Settings) -> None:
+    result = memsync(managed, "resync", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["added"] == 28
+    assert not (managed.data_dir / INFO_FILE).exists()
+    assert not heartbeat("127.0.0.1", managed.chroma_port)
+    verified = memsync(managed, "verify", "--json")
+    assert verified.returncode == 0 and json.loads(verified.stdout)["clean"]
+    assert not heartbeat("127.0.0.1", managed.chroma_port)
+
+
+def test_managed_mode_adopts_a_running_server(managed: Settings) -> None:
+    from config.chroma_server import ManagedServer
+
+    owner = ManagedServer(managed)
+    info = owner.ensure()
+    try:
+        result = memsync(managed, "resync")
+        assert result.returncode == 0, result.stderr
+        assert pid_alive(info.pid) and heartbeat("127.0.0.1", managed.chroma_port)  # adopted, not stopped
+        assert ServerInfo.read(managed.data_dir) == info
+    finally:
+        owner.stop()
+    assert not pid_alive(info.pid)
+
+
+def test_embedded_mode_refuses_while_a_managed_server_owns_the_store(managed: Settings) -> None:
+    from config import stores
+    from config.chroma_server import ManagedServer
+
+    owner = ManagedServer(managed)
+    owner.ensure()
+    try:
+        with pytest.raises(ConfigError, match="owns"):
+            stores.connect(managed.model_copy(update={"chroma_mode": "embedded"}))
+    finally:
+        owner.stop()
+
+
+def test_embedded_mode_is_exclusive(settings: Settings) -> None:
+    from config import stores
+
+    with stores.connect(settings), pytest.raises(ConfigError, match="single-process"):
+        stores.connect(settings)
+
+
+def test_http_mode_against_a_separate_chroma_server(tmp_path: Path) -> None:
+    port = free_port()
+    server = subprocess.Popen([chroma_executable(), "run", "--path", str(tmp_path / "srv"), "--host", "127.0.0.1",
+                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http",
+                     chroma_port=port, chroma_start_timeout_s=60)
+        make_db(s.db, mixed_records(3))
+        from config.chroma_server import ManagedServer
+
+        assert ManagedServer(s)._wait_healthy(ServerInfo(server.pid, "127.0.0.1", port, ""), server)
+        result = memsync(s, "resync", "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["added"] == 21
+        assert verify(s).clean
+        assert server.poll() is None  # http mode never stops a server it did not start
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_http_mode_with_no_server_is_a_clear_error(tmp_path: Path) -> None:
+    s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http",
+                 chroma_port=free_port())
+    make_db(s.db, mixed_records(1))
+    result = memsync(s, "resync")
+    assert result.returncode == 1 and "not reachable" in result.stderr and "Traceback" not in result.stderr
