@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt

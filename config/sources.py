@@ -14,6 +14,22 @@ from urllib.parse import quote
 from config.errors import SourceUnavailable
 
 
+def fetch_all(conn: sqlite3.Connection, sql: str, params: object = ()) -> list[sqlite3.Row]:
+    """Run a query and fetch every row. Text that is not valid UTF-8 makes sqlite3's fast C decoder
+    fail the whole query; then the query is rerun with a forgiving decoder (replacement characters),
+    so one bad row never stops a batch and good rows pay nothing for it."""
+    try:
+        return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
+    except sqlite3.OperationalError as exc:
+        if "decode" not in str(exc):
+            raise
+    conn.text_factory = decode_text
+    try:
+        return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
+    finally:
+        conn.text_factory = str
+
+
 def open_source_db(path: Path, busy_timeout_ms: int = 5000) -> sqlite3.Connection:
     """A read-only connection to the source database; raises SourceUnavailable when missing/unreadable."""
     if not path.exists():
@@ -24,13 +40,12 @@ def open_source_db(path: Path, busy_timeout_ms: int = 5000) -> sqlite3.Connectio
         conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         conn.execute("PRAGMA query_only=ON")
         conn.row_factory = sqlite3.Row
-        conn.text_factory = _decode_text
         conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
     except sqlite3.Error as exc:
         raise SourceUnavailable(f"cannot read source database {path}: {exc}") from exc
     return conn
 
 
-def _decode_text(raw: bytes) -> str:
+def decode_text(raw: bytes) -> str:
     """Text columns may hold bytes that are not UTF-8; keep what is readable instead of failing."""
     return raw.decode("utf-8", errors="replace")

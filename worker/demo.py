@@ -89,10 +89,10 @@ def _sentence_pad(rng: random.Random, comp: str, project: Project) -> str:
     options = (
         f"The {comp} is used by several callers, so the change keeps its public signature.",
         f"This matters because {project.name} relies on it for every request in production.",
-        f"The existing tests did not cover this path, so a regression test was added.",
-        f"Logs showed the problem only under load, which is why it went unnoticed.",
+        "The existing tests did not cover this path, so a regression test was added.",
+        "Logs showed the problem only under load, which is why it went unnoticed.",
         f"The same pattern appears elsewhere in the {project.stack} code and may need the same treatment.",
-        f"Benchmarks before and after showed no measurable slowdown.",
+        "Benchmarks before and after showed no measurable slowdown.",
     )
     return rng.choice(options)
 

@@ -145,8 +145,11 @@ def _hash(payload: Any) -> str:
 
 
 def row_hash(row: SourceRow) -> str:
-    """Hash of every source value the derivation reads (plus its version), for skipping unchanged rows."""
-    return _hash([DOCS_VERSION, TITLE_POLICY, row.kind.value, row.id, {k: row.values.get(k) for k in sorted(row.values)}])
+    """Hash of every source value the derivation reads (plus its version), for skipping unchanged
+    rows. ``repr`` of the (column, value) pairs is exact for SQLite's str/int/float/bytes/None
+    values and several times cheaper than JSON on this hot path (every row, every pass)."""
+    payload = f"{DOCS_VERSION}|{TITLE_POLICY}|{row.kind.value}|{row.id}|{tuple(row.values.items())!r}"
+    return hashlib.blake2b(payload.encode("utf-8", errors="surrogatepass"), digest_size=16).hexdigest()
 
 
 def _base_metadata(row: SourceRow) -> dict[str, str | int]:

@@ -20,7 +20,7 @@ from worker import logs
 from worker.sink import ChromaSink
 from worker.source import SourceReader
 from worker.state import ACTIVE_COLLECTION, SyncState, now_ms
-from worker.sync import ProgressFn, SyncResult, Syncer
+from worker.sync import ProgressFn, Syncer, SyncResult
 
 DRY_RUN_REBUILD = "(rebuild-dry-run)"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from config.errors import SourceUnavailable
 from config.schema import KINDS, TABLES, Kind, SchemaError, SourceSchema, detect
-from config.sources import open_source_db
+from config.sources import fetch_all, open_source_db
 from worker.documents import SourceRow
 
 
@@ -117,6 +117,6 @@ class SourceReader:
 
     def _fetch(self, sql: str, params: dict[str, object]) -> list[sqlite3.Row]:
         try:
-            return self._conn.execute(sql, params).fetchall()
+            return fetch_all(self._conn, sql, params)
         except sqlite3.OperationalError as exc:
             raise SourceUnavailable(f"reading {self.path}: {exc}") from exc

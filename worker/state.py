@@ -84,6 +84,7 @@ class RowRecord:
     project: str
     merged_into_project: str
     attempts: int
+    docs: int
 
 
 def now_ms() -> int:
@@ -121,16 +122,24 @@ class SyncState:
             "WHERE collection=? AND kind=? AND source_id > ? AND source_id <= ?",
             (collection, kind.value, lo, hi),
         )
-        return {r[0]: DocRecord(r[0], r[1], r[2], r[3]) for r in cur}
+        return {r[0]: DocRecord(*r) for r in cur}
 
     def rows_in_range(self, collection: str, kind: Kind, lo: int, hi: int) -> dict[int, RowRecord]:
         """Row records with lo < source_id <= hi."""
         cur = self._conn.execute(
-            "SELECT source_id, row_hash, status, project, merged_into_project, attempts FROM rows "
+            "SELECT source_id, row_hash, status, project, merged_into_project, attempts, docs FROM rows "
             "WHERE collection=? AND kind=? AND source_id > ? AND source_id <= ?",
             (collection, kind.value, lo, hi),
         )
-        return {r[0]: RowRecord(r[0], r[1], r[2], r[3], r[4], r[5]) for r in cur}
+        return {r[0]: RowRecord(*r) for r in cur}
+
+    def count_docs_in_range(self, collection: str, kind: Kind, lo: int, hi: int) -> int:
+        """How many document records (acknowledged or intent) have lo < source_id <= hi."""
+        row = self._conn.execute(
+            "SELECT COUNT(*) FROM docs WHERE collection=? AND kind=? AND source_id > ? AND source_id <= ?",
+            (collection, kind.value, lo, hi),
+        ).fetchone()
+        return int(row[0])
 
     def all_docs(self, collection: str) -> dict[str, str | None]:
         """doc id → content hash of every record of a collection."""

@@ -15,7 +15,11 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
 
 from config.embedding import Embedder
 from config.schema import KINDS, Kind
@@ -167,33 +171,47 @@ class Syncer:
         known_rows = {k: v for k, v in self.state.rows_in_range(self.collection, kind, lo, hi).items()
                       if _in_project(v, project)}
         batch_ids = {r.id for r in rows}
+        plan = _Plan()
+        changed: list[tuple[SourceRow, str]] = []
+        settled: set[int] = set()
+        settled_docs = 0
+        for row in rows:
+            rh = row_hash(row)
+            known = known_rows.get(row.id)
+            if known is not None and known.row_hash == rh:
+                if known.status == SYNCED:
+                    # A row is marked synced only after all its documents were acknowledged.
+                    tally.unchanged += known.docs
+                    settled.add(row.id)
+                    settled_docs += known.docs
+                    continue
+                if known.status == FAILED:
+                    # Same values, same failure: derivation is deterministic. Retried when the row changes.
+                    tally.failed_rows += 1
+                    settled.add(row.id)
+                    continue
+            changed.append((row, rh))
+        plan.gone_rows = sorted(known_rows.keys() - batch_ids)
+        # Fast path of an unchanged database: the records in range are exactly the settled rows'
+        # documents, so there is nothing to compare, delete or clean up (no stray intents).
+        if not changed and not plan.gone_rows and \
+                self.state.count_docs_in_range(self.collection, kind, lo, hi) == settled_docs:
+            return plan
         by_source: dict[int, list[DocRecord]] = defaultdict(list)
         for rec in self.state.docs_in_range(self.collection, kind, lo, hi).values():
+            if rec.source_id in settled:
+                continue
             # With a project filter, records of rows outside it are not ours to judge.
             if rec.source_id in batch_ids or rec.source_id in known_rows or project is None:
                 by_source[rec.source_id].append(rec)
-        plan = _Plan()
-        for row in rows:
-            self._plan_row(row, known_rows.get(row.id), by_source.pop(row.id, []), plan, tally)
-        for sid in known_rows.keys() - batch_ids:
-            plan.gone_rows.append(sid)
-        for recs in by_source.values():  # rows no longer in the source
+        for row, rh in changed:
+            self._plan_row(row, rh, by_source.pop(row.id, []), plan, tally)
+        for recs in by_source.values():  # rows no longer in the source, and stray intents
             plan.delete.extend(r.doc_id for r in recs)
         tally.deleted += len(plan.delete)
         return plan
 
-    def _plan_row(
-        self, row: SourceRow, known: RowRecord | None, own: list[DocRecord], plan: _Plan, tally: _Tally
-    ) -> None:
-        rh = row_hash(row)
-        if known is not None and known.row_hash == rh:
-            if known.status == SYNCED and all(d.content_hash for d in own):
-                tally.unchanged += len(own)
-                return
-            if known.status == FAILED:
-                # Same values, same failure: derivation is deterministic. Retried when the row changes.
-                tally.failed_rows += 1
-                return
+    def _plan_row(self, row: SourceRow, rh: str, own: list[DocRecord], plan: _Plan, tally: _Tally) -> None:
         try:
             docs = build_documents(row)
         except RowError as exc:
@@ -236,11 +254,27 @@ class Syncer:
                 self.collection, kind, [(d.doc_id, d.source_id, d.text_hash, d.content_hash) for d in plan.relabel], model
             )
         rejected: dict[int, str] = {}
-        for start in range(0, len(plan.embed), self.batch_size):
-            if self.stop.is_set():
-                return False
-            chunk = plan.embed[start : start + self.batch_size]
-            self._embed_and_upsert(kind, chunk, tally, rejected)
+        # Embedding (CPU, this thread) overlaps the previous chunk's intents + upsert + records
+        # (I/O, one helper thread, so state writes never interleave). At most one chunk in flight.
+        in_flight: Future[None] | None = None
+        stopped = False
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memsync-upsert") as pool:
+            for start in range(0, len(plan.embed), self.batch_size):
+                if self.stop.is_set():
+                    stopped = True
+                    break
+                chunk = plan.embed[start : start + self.batch_size]
+                t = time.perf_counter()
+                vectors = self.embedder.embed([d.text for d in chunk])
+                tally.embed_s += time.perf_counter() - t
+                tally.embedded += len(chunk)
+                if in_flight is not None:
+                    in_flight.result()  # re-raises the helper's error here
+                in_flight = pool.submit(self._write_chunk, kind, chunk, vectors, tally, rejected)
+            if in_flight is not None:
+                in_flight.result()
+        if stopped:
+            return False
         for sid, reason in rejected.items():
             row_info = plan.done_rows.pop(sid, None)
             if row_info is not None:
@@ -257,14 +291,14 @@ class Syncer:
             tally.failed_rows += len(plan.failed_rows)
         return True
 
-    def _embed_and_upsert(self, kind: Kind, docs: list[Document], tally: _Tally, rejected: dict[int, str]) -> None:
+    def _write_chunk(
+        self, kind: Kind, docs: list[Document], vectors: npt.NDArray[np.float32], tally: _Tally,
+        rejected: dict[int, str],
+    ) -> None:
+        """Intent records, upsert, then records of what Chroma acknowledged."""
         assert self.sink is not None
         model = self.embedder.model_id
         self.state.record_intents(self.collection, kind, [(d.doc_id, d.source_id) for d in docs], model)
-        t = time.perf_counter()
-        vectors = self.embedder.embed([d.text for d in docs])
-        tally.embed_s += time.perf_counter() - t
-        tally.embedded += len(docs)
         t = time.perf_counter()
         try:
             self.sink.upsert([d.doc_id for d in docs], vectors, [chroma_metadata(d) for d in docs])
@@ -279,4 +313,6 @@ class Syncer:
                 except RejectedBatch as exc:
                     rejected.setdefault(d.source_id, str(exc))
         tally.upsert_s += time.perf_counter() - t
-        self.state.record_synced(self.collection, kind, [(d.doc_id, d.source_id, d.text_hash, d.content_hash) for d in ok], model)
+        self.state.record_synced(
+            self.collection, kind, [(d.doc_id, d.source_id, d.text_hash, d.content_hash) for d in ok], model
+        )

@@ -19,7 +19,7 @@ from worker.resync import resync
 from worker.sink import ChromaSink
 from worker.source import SourceReader
 from worker.state import SyncState
-from worker.sync import SyncResult, Syncer
+from worker.sync import Syncer, SyncResult
 from worker.verify import verify
 
 

@@ -1,0 +1,122 @@
+"""Sync benchmark: full resync rate against the raw embedding rate, measured in the same run.
+
+    .venv/bin/python scripts/bench_sync.py [--rows 10000] [--chroma-mode managed] [--out FILE]
+
+1. Generates a deterministic claude-mem database of ``--rows`` rows (the demo generator: realistic
+   field lengths, three projects).
+2. (a) raw embedding rate: the same documents the resync will embed, through the same embedder, in
+   the same chunks (``batch_size``), with nothing else: the ceiling for sync.
+3. (b) full resync into a fresh data directory (read, derive, hash, embed, upsert, record).
+4. A second resync of the unchanged database: its time and the documents it wrote (target 0, and
+   under 5 s per 100,000 rows).
+Prints a table and writes JSON (default ``.bench/bench_sync.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from config.embedding import get_embedder
+from config.schema import KINDS
+from config.settings import Settings
+from worker.demo import generate
+from worker.documents import RowError, build_documents
+from worker.importer import import_records, init_db
+from worker.resync import resync
+from worker.source import SourceReader
+
+
+def make_database(path: Path, rows: int, seed: int) -> None:
+    """A claude-mem database with exactly ``rows`` rows from the demo generator."""
+    init_db(path)
+    # About 8 rows a session; generate generously and cut at exactly `rows`.
+    import_records(path, islice(generate(n_sessions=rows // 4 + 10, seed=seed, span_days=365), rows))
+
+
+def documents_of(settings: Settings) -> list[str]:
+    """The texts a resync of this database will embed, in the order it embeds them."""
+    texts: list[str] = []
+    with SourceReader(settings.db) as reader:
+        for kind in KINDS:
+            for batch in reader.iter_rows(kind, settings.read_batch_rows):
+                for row in batch:
+                    try:
+                        texts += [d.text for d in build_documents(row)]
+                    except RowError:
+                        continue
+    return texts
+
+
+def raw_embedding_rate(settings: Settings, texts: list[str]) -> float:
+    """Documents per second through the embedder alone, in resync's chunking."""
+    embedder = get_embedder(settings.embedding_model, settings.embedding_batch_size, settings.embedding_max_tokens,
+                            settings.embedding_threads)
+    embedder.embed(texts[:64])  # warm-up: the first call initialises onnxruntime's arenas
+    t = time.perf_counter()
+    for start in range(0, len(texts), settings.batch_size):
+        embedder.embed(texts[start : start + settings.batch_size])
+    return len(texts) / (time.perf_counter() - t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; returns the process exit code."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=10_000, help="rows in the generated database")
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--chroma-mode", default="managed", choices=["managed", "embedded"])
+    parser.add_argument("--port", type=int, default=8799, help="port of the managed server")
+    parser.add_argument("--out", type=Path, default=Path(".bench/bench_sync.json"))
+    args = parser.parse_args(argv)
+
+    from worker import logs
+
+    logs.configure(level="warning")
+    with tempfile.TemporaryDirectory(prefix="memsync-bench-") as tmp:
+        settings = Settings(db=Path(tmp) / "claude-mem.db", data_dir=Path(tmp) / "data", chroma_mode=args.chroma_mode,
+                            chroma_port=args.port)
+        t = time.perf_counter()
+        make_database(settings.db, args.rows, args.seed)
+        gen_s = time.perf_counter() - t
+        texts = documents_of(settings)
+        raw_rate = raw_embedding_rate(settings, texts)
+        first = resync(settings)
+        second = resync(settings)
+    sync_rate = first.embedded / first.seconds
+    per_100k = second.seconds * 100_000 / args.rows
+    result: dict[str, Any] = {
+        "rows": args.rows, "documents": len(texts), "chroma_mode": args.chroma_mode, "generate_seconds": gen_s,
+        "raw_embed_docs_per_s": raw_rate, "resync_docs_per_s": sync_rate, "ratio": sync_rate / raw_rate,
+        "resync_seconds": first.seconds, "resync_embed_seconds": first.embed_seconds,
+        "resync_upsert_seconds": first.upsert_seconds, "resync_read_seconds": first.read_seconds,
+        "second_resync_seconds": second.seconds, "second_resync_written": second.written,
+        "second_resync_embedded": second.embedded, "second_resync_s_per_100k_rows": per_100k,
+        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count(),
+                    "platform": platform.platform()},
+    }
+    rows = [
+        ("rows / documents", f"{args.rows:,} / {len(texts):,}"),
+        ("(a) raw embedding rate", f"{raw_rate:,.1f} docs/s"),
+        ("(b) full resync rate", f"{sync_rate:,.1f} docs/s ({first.seconds:,.1f} s)"),
+        ("(b)/(a)", f"{sync_rate / raw_rate:.3f}  (target >= 0.9)"),
+        ("  of which embed / upsert / read", f"{first.embed_seconds:,.1f} / {first.upsert_seconds:,.1f} / "
+                                             f"{first.read_seconds:,.2f} s"),
+        ("second resync", f"{second.seconds:.2f} s, {second.written} written, {second.embedded} embedded"),
+        ("second resync per 100k rows", f"{per_100k:.2f} s  (target < 5 s, 0 written)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
