@@ -52,7 +52,11 @@ def pid_alive(pid: int) -> bool:
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
             return False
-    return True
+    try:  # a zombie (exited, not yet reaped by a parent that is not us) is not alive
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def chroma_executable() -> str:
@@ -85,20 +89,23 @@ class ServerInfo:
     host: str
     port: int
     path: str
+    owner: int = 0  # pid of the memsync process responsible for stopping it
 
     @staticmethod
     def read(data_dir: Path) -> ServerInfo | None:
         """The recorded server, or None when there is no (readable) record."""
         try:
             raw = json.loads((data_dir / INFO_FILE).read_text())
-            return ServerInfo(int(raw["pid"]), str(raw["host"]), int(raw["port"]), str(raw["path"]))
+            return ServerInfo(int(raw["pid"]), str(raw["host"]), int(raw["port"]), str(raw["path"]),
+                              int(raw.get("owner", 0)))
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
     def write(self, data_dir: Path) -> None:
         """Record atomically (temp file + rename)."""
         tmp = data_dir / (INFO_FILE + ".tmp")
-        tmp.write_text(json.dumps({"pid": self.pid, "host": self.host, "port": self.port, "path": self.path}))
+        tmp.write_text(json.dumps({"pid": self.pid, "host": self.host, "port": self.port, "path": self.path,
+                                   "owner": self.owner}))
         os.replace(tmp, data_dir / INFO_FILE)
 
 
@@ -116,15 +123,10 @@ class ManagedServer:
         s = self.settings
         with _start_lock(s.data_dir):
             info = ServerInfo.read(s.data_dir)
-            if info and pid_alive(info.pid) and heartbeat(info.host, info.port):
-                self.info = info
-                return info
+            if info and pid_alive(info.pid) and (heartbeat(info.host, info.port) or self._wait_healthy(info, None)):
+                return self._adopt(info)
             if info and pid_alive(info.pid):
-                # Recorded server is alive but not answering: it is hung or still starting.
-                if self._wait_healthy(info, None):
-                    self.info = info
-                    return info
-                _terminate(info.pid)
+                _terminate(info.pid)  # recorded, alive, but not answering within the start timeout: hung
             if heartbeat(s.chroma_host, s.chroma_port):
                 raise ConfigError(
                     f"port {s.chroma_port} already has a Chroma server that memsync did not start for "
@@ -134,10 +136,20 @@ class ManagedServer:
             self.started = True
             return self.info
 
+    def _adopt(self, info: ServerInfo) -> ServerInfo:
+        """Use a running server. If the process that started it is gone (killed before it could stop
+        it), take over the duty of stopping it, so a server never outlives every memsync process."""
+        if info.owner and not pid_alive(info.owner):
+            info = ServerInfo(info.pid, info.host, info.port, info.path, owner=os.getpid())
+            info.write(self.settings.data_dir)
+            self.started = True
+        self.info = info
+        return info
+
     def _start(self) -> ServerInfo:
         s = self.settings
         s.chroma_dir.mkdir(parents=True, exist_ok=True)
-        log = open(s.data_dir / LOG_FILE, "ab")
+        log = open(s.data_dir / LOG_FILE, "ab")  # noqa: SIM115 - handed to the child, closed below
         try:
             proc = subprocess.Popen(
                 [chroma_executable(), "run", "--path", str(s.chroma_dir), "--host", s.chroma_host,
@@ -148,7 +160,7 @@ class ManagedServer:
         finally:
             log.close()
         self._proc = proc
-        info = ServerInfo(proc.pid, s.chroma_host, s.chroma_port, str(s.chroma_dir))
+        info = ServerInfo(proc.pid, s.chroma_host, s.chroma_port, str(s.chroma_dir), owner=os.getpid())
         if not self._wait_healthy(info, proc):
             _terminate(proc.pid, proc)
             tail = _tail(s.data_dir / LOG_FILE)
@@ -167,7 +179,7 @@ class ManagedServer:
         return False
 
     def stop(self) -> None:
-        """Stop the server if this handle started it; adopted servers are left running."""
+        """Stop the server if this handle started (or took over) it; adopted servers keep running."""
         if not self.started or self.info is None:
             return
         with _start_lock(self.settings.data_dir):

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     """The three kinds of memory row. Ids are unique only within one kind."""
 
     OBSERVATION = "observation"
@@ -72,7 +72,7 @@ LEGACY_NAMES: dict[str, str] = {
 }
 
 
-class Era(str, Enum):
+class Era(StrEnum):
     """Which generation of the claude-mem schema a file has."""
 
     CURRENT = "current"

@@ -28,7 +28,9 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
-    db: Path = Field(Path("~/.claude-mem/claude-mem.db"), description="The agent's claude-mem SQLite database (read only).")
+    db: Path = Field(
+        Path("~/.claude-mem/claude-mem.db"), description="The agent's claude-mem SQLite database (read only)."
+    )
     data_dir: Path = Field(Path("~/.memsync"), description="memsync's own directory: sync records, Chroma data, locks.")
     chroma_mode: ChromaMode = Field(
         "managed",
@@ -55,7 +57,6 @@ class Settings(BaseSettings):
     sqlite_busy_timeout_ms: int = Field(5000, ge=0, description="SQLite busy timeout for every connection, ms.")
     window_days: int = Field(90, ge=0, description="Search recency window in days; 0 = all time.")
     candidates: int = Field(100, ge=1, le=5000, description="Semantic candidates fetched per search (top-N).")
-    max_row_attempts: int = Field(3, ge=1, description="Attempts before a row that fails is recorded as failed.")
 
     @field_validator("db", "data_dir", "chroma_path", mode="after")
     @classmethod

@@ -87,7 +87,7 @@ def _embedded_lock(settings: Settings) -> IO[str]:
             f"a managed Chroma server (pid {info.pid}) owns {settings.chroma_dir}; "
             "use chroma_mode=managed or stop it first"
         )
-    fh = open(settings.data_dir / EMBEDDED_LOCK, "a+")
+    fh = open(settings.data_dir / EMBEDDED_LOCK, "a+")  # noqa: SIM115 - held for the handle's lifetime
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

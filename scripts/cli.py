@@ -225,6 +225,11 @@ def status(as_json: bool, **kwargs: Any) -> None:
     click.echo("\n".join(lines))
 
 
+def hit_line(h: Any) -> str:
+    """One lookup result as a line: score, kind, id, project, preview."""
+    return f"{h.score:.3f}  {h.kind:<11} #{h.id:<6} [{h.project}] {h.preview}"
+
+
 @main.command()
 @common_options
 @json_option
@@ -237,7 +242,7 @@ def search(as_json: bool, query: str, limit: int, **kwargs: Any) -> None:
 
     with errors_as_exit():
         hits = lookup(settings, query, limit)
-    text = "\n".join(f"{h.score:.3f}  {h.kind:<11} #{h.id:<6} [{h.project}] {h.preview}" for h in hits) or "(no results)"
+    text = "\n".join(hit_line(h) for h in hits) or "(no results)"
     emit({"query": query, "results": [asdict(h) for h in hits]}, as_json, text)
 
 
@@ -342,7 +347,7 @@ def _demo_steps(settings: Settings, stop: threading.Event) -> None:
     for query in DEMO_QUERIES:
         click.echo(f"\nsearch: {query}")
         for h in lookup(settings, query, 3):
-            click.echo(f"  {h.score:.3f}  {h.kind:<11} #{h.id:<5} [{h.project}] {h.preview}")
+            click.echo("  " + hit_line(h))
 
 
 if __name__ == "__main__":

@@ -165,3 +165,25 @@ def test_http_mode_with_no_server_is_a_clear_error(tmp_path: Path) -> None:
     make_db(s.db, mixed_records(1))
     result = memsync(s, "resync")
     assert result.returncode == 1 and "not reachable" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_server_left_by_a_killed_memsync_is_taken_over_and_stopped(managed: Settings) -> None:
+    """The process that started the managed server dies without stopping it (as after SIGKILL):
+    the next memsync adopts the server, takes over its ownership, and stops it when done."""
+    start_and_vanish = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from config.settings import Settings\n"
+        "from config.chroma_server import ManagedServer\n"
+        "s = Settings(db=Path(sys.argv[1]), data_dir=Path(sys.argv[2]), chroma_port=int(sys.argv[3]))\n"
+        "ManagedServer(s).ensure()\n"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", start_and_vanish, str(managed.db), str(managed.data_dir),
+                    str(managed.chroma_port)], env=env_for(managed), check=True, timeout=120, cwd=ROOT)
+    orphan = ServerInfo.read(managed.data_dir)
+    assert orphan is not None and pid_alive(orphan.pid) and not pid_alive(orphan.owner)
+    result = memsync(managed, "resync")
+    assert result.returncode == 0, result.stderr
+    assert not pid_alive(orphan.pid)
+    assert not (managed.data_dir / INFO_FILE).exists()

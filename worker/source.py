@@ -7,7 +7,7 @@ a long-open read would stop the app's WAL checkpoints. The connection is ``mode=
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,7 +62,8 @@ class SourceReader:
                 sess = sch.column("sdk_sessions", "content_session_id")
                 on = f's."{sess}" = {alias}."{own}"' if own and sess else "0"
             ms = f's."{sess_ms}" AS memory_session_id' if sess_ms else "NULL AS memory_session_id"
-            return f"{plat_sql}, s.project AS project, {ms}, NULL AS merged_into_project", f"LEFT JOIN sdk_sessions s ON {on}"
+            select = f"{plat_sql}, s.project AS project, {ms}, NULL AS merged_into_project"
+            return select, f"LEFT JOIN sdk_sessions s ON {on}"
         own_ms = sch.column(TABLES[kind], "memory_session_id")
         on = f's."{sess_ms}" = {alias}."{own_ms}"' if own_ms and sess_ms else "0"
         return plat_sql, f"LEFT JOIN sdk_sessions s ON {on}"
@@ -115,7 +116,7 @@ class SourceReader:
         """The highest id per kind (0 when empty): a cheap change check."""
         return {k: int(self._fetch(f"SELECT COALESCE(MAX(id), 0) AS m FROM {TABLES[k]}", {})[0]["m"]) for k in KINDS}
 
-    def _fetch(self, sql: str, params: dict[str, object]) -> list[sqlite3.Row]:
+    def _fetch(self, sql: str, params: Mapping[str, object]) -> list[sqlite3.Row]:
         try:
             return fetch_all(self._conn, sql, params)
         except sqlite3.OperationalError as exc:

@@ -204,7 +204,9 @@ class SyncState:
         """After Chroma deleted them: drop the records."""
         with self._conn:
             self._conn.execute("BEGIN")
-            self._conn.executemany("DELETE FROM docs WHERE collection=? AND doc_id=?", [(collection, d) for d in doc_ids])
+            self._conn.executemany(
+                "DELETE FROM docs WHERE collection=? AND doc_id=?", [(collection, d) for d in doc_ids]
+            )
 
     def mark_rows(
         self, collection: str, kind: Kind, rows: Sequence[tuple[int, str, str, str, int]]
@@ -219,7 +221,8 @@ class SyncState:
                 "ON CONFLICT(collection, kind, source_id) DO UPDATE SET project=excluded.project, "
                 "merged_into_project=excluded.merged_into_project, row_hash=excluded.row_hash, "
                 "status=excluded.status, docs=excluded.docs, reason=NULL, attempts=0, updated_at=excluded.updated_at",
-                [(collection, kind.value, sid, proj, merged, rh, SYNCED, n, ts) for sid, rh, proj, merged, n in rows],
+                [(collection, kind.value, sid, proj, merged, rh, SYNCED, n, ts)
+                 for sid, rh, proj, merged, n in rows],
             )
 
     def mark_failed(
@@ -236,7 +239,8 @@ class SyncState:
                 "merged_into_project=excluded.merged_into_project, row_hash=excluded.row_hash, "
                 "status=excluded.status, reason=excluded.reason, attempts=rows.attempts+1, "
                 "updated_at=excluded.updated_at",
-                [(collection, kind.value, sid, proj, merged, rh, FAILED, reason, ts) for sid, rh, proj, merged, reason in rows],
+                [(collection, kind.value, sid, proj, merged, rh, FAILED, reason, ts)
+                 for sid, rh, proj, merged, reason in rows],
             )
 
     def forget_rows(self, collection: str, kind: Kind, source_ids: Sequence[int]) -> None:

@@ -94,6 +94,11 @@ class _Plan:
     failed_rows: list[tuple[int, str | None, str, str, str]] = field(default_factory=list)
 
 
+def _records(docs: Sequence[Document]) -> list[tuple[str, int, str, str]]:
+    """(doc_id, source_id, text_hash, content_hash) of acknowledged documents, for the state."""
+    return [(d.doc_id, d.source_id, d.text_hash, d.content_hash) for d in docs]
+
+
 def _in_project(rec: RowRecord, project: str | None) -> bool:
     return project is None or project in (rec.project, rec.merged_into_project)
 
@@ -250,9 +255,7 @@ class Syncer:
             t = time.perf_counter()
             self.sink.update_metadata([d.doc_id for d in plan.relabel], [chroma_metadata(d) for d in plan.relabel])
             tally.upsert_s += time.perf_counter() - t
-            self.state.record_synced(
-                self.collection, kind, [(d.doc_id, d.source_id, d.text_hash, d.content_hash) for d in plan.relabel], model
-            )
+            self.state.record_synced(self.collection, kind, _records(plan.relabel), model)
         rejected: dict[int, str] = {}
         # Embedding (CPU, this thread) overlaps the previous chunk's intents + upsert + records
         # (I/O, one helper thread, so state writes never interleave). At most one chunk in flight.
@@ -313,6 +316,4 @@ class Syncer:
                 except RejectedBatch as exc:
                     rejected.setdefault(d.source_id, str(exc))
         tally.upsert_s += time.perf_counter() - t
-        self.state.record_synced(
-            self.collection, kind, [(d.doc_id, d.source_id, d.text_hash, d.content_hash) for d in ok], model
-        )
+        self.state.record_synced(self.collection, kind, _records(ok), model)

@@ -25,7 +25,9 @@ class TestDocIds:
         assert parse_doc_id(format_doc_id(kind, sid, field)) == DocId(kind, sid, field)
 
     @given(doc_keys, doc_keys)
-    def test_distinct_keys_never_share_an_id(self, a: tuple[Kind, int, str | None], b: tuple[Kind, int, str | None]) -> None:
+    def test_distinct_keys_never_share_an_id(
+        self, a: tuple[Kind, int, str | None], b: tuple[Kind, int, str | None]
+    ) -> None:
         if a != b:
             assert format_doc_id(*a) != format_doc_id(*b)
 

@@ -47,7 +47,9 @@ class TestSettings:
          ("MEMSYNC_CHROMA_MODE", "cloudy", "chroma_mode"),
          ("MEMSYNC_WINDOW_DAYS", "-1", "window_days")],
     )
-    def test_bad_env_value_names_the_key(self, monkeypatch: pytest.MonkeyPatch, env: str, value: str, needle: str) -> None:
+    def test_bad_env_value_names_the_key(
+        self, monkeypatch: pytest.MonkeyPatch, env: str, value: str, needle: str
+    ) -> None:
         monkeypatch.setenv(env, value)
         with pytest.raises(SettingsError, match=None) as info:
             load_settings()

@@ -36,7 +36,9 @@ class RecordingSink:
     def name(self) -> str:
         return self.inner.name
 
-    def upsert(self, ids: Sequence[str], embeddings: npt.NDArray[np.float32], metadatas: Sequence[dict[str, Any]]) -> None:
+    def upsert(
+        self, ids: Sequence[str], embeddings: npt.NDArray[np.float32], metadatas: Sequence[dict[str, Any]]
+    ) -> None:
         self.inner.upsert(ids, embeddings, metadatas)
         self.upserted += ids
 
