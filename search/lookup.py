@@ -8,7 +8,9 @@ replaces this in the search issue.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from config import stores
 from config.docids import DocIdError, parse_doc_id
@@ -18,10 +20,28 @@ from config.settings import Settings
 from config.sources import open_source_db
 
 PREVIEW_SQL = {
-    Kind.OBSERVATION: "SELECT COALESCE(title, narrative, text, '') FROM observations WHERE id = ?",
-    Kind.SUMMARY: "SELECT COALESCE(request, learned, completed, '') FROM session_summaries WHERE id = ?",
+    Kind.OBSERVATION: "SELECT title, narrative, text, facts FROM observations WHERE id = ?",
+    Kind.SUMMARY: "SELECT * FROM session_summaries WHERE id = ?",
     Kind.PROMPT: "SELECT prompt_text FROM user_prompts WHERE id = ?",
 }
+
+
+def _field_text(kind: Kind, row: Any, field: str | None) -> str:
+    """The text of the field that matched, prefixed by the observation's title."""
+    if kind is Kind.PROMPT:
+        return str(row["prompt_text"] or "")
+    if kind is Kind.SUMMARY:
+        return str(row[field] or "") if field else ""  # parse_doc_id admits only real summary fields
+    title = str(row["title"] or "")
+    if field is not None and field.startswith("fact_"):
+        try:
+            facts = json.loads(row["facts"] or "[]")
+            body = str(facts[int(field[5:])]) if isinstance(facts, list) else ""
+        except (ValueError, IndexError):
+            body = ""
+    else:
+        body = str(row[field] or "") if field in ("narrative", "text") else ""
+    return f"{title}: {body}" if title and body and not body.startswith(title) else body or title
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +82,8 @@ def lookup(settings: Settings, query: str, limit: int = 5) -> list[Hit]:
         hits = []
         for (kind, sid), hit in best.items():
             found = conn.execute(PREVIEW_SQL[kind], (sid,)).fetchone()
-            preview = " ".join(str(found[0] or "").split())[:120] if found else f"(gone from {TABLES[kind]})"
+            text = _field_text(kind, found, hit.field) if found else f"(gone from {TABLES[kind]})"
+            preview = " ".join(text.split())[:160]
             hits.append(Hit(hit.kind, hit.id, hit.field, hit.score, hit.project, preview))
     finally:
         conn.close()

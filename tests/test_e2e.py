@@ -187,3 +187,28 @@ def test_server_left_by_a_killed_memsync_is_taken_over_and_stopped(managed: Sett
     assert result.returncode == 0, result.stderr
     assert not pid_alive(orphan.pid)
     assert not (managed.data_dir / INFO_FILE).exists()
+
+
+def test_ctrl_c_stops_after_the_current_batch_and_rerun_continues(settings: Settings) -> None:
+    make_db(settings.db, mixed_records(40))
+    proc = subprocess.Popen([*MEMSYNC, "resync"], env=env_for(settings, MEMSYNC_READ_BATCH_ROWS="10",
+                                                              MEMSYNC_BATCH_SIZE="4"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if '"sync_batch"' in line:
+                proc.send_signal(signal.SIGINT)
+                break
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err
+    assert "interrupted" in out and "stopping after the current batch" in err and "Traceback" not in err
+    partial = verify(settings)
+    assert partial.missing > 0 and partial.orphan == partial.stale == 0  # nothing half-recorded
+    rerun = memsync(settings, "resync", "--json")
+    assert rerun.returncode == 0 and json.loads(rerun.stdout)["unchanged"] > 0
+    assert verify(settings).clean

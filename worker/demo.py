@@ -107,7 +107,8 @@ def _observation(rng: random.Random, project: Project, session: str, prompt_no: 
          f"The root cause was in {files[0]}; we {FIXES[fix]}."]
         + [_sentence_pad(rng, comp, project) for _ in range(rng.randint(1, 4))]
     )
-    facts = [f"{files[0]} handles the {comp}", f"Root cause: {PROBLEMS[problem]}", f"Fix: {FIXES[fix]}"]
+    facts = [f"{files[0]} handles the {comp}", f"The {comp} suffered from {PROBLEMS[problem]}",
+             f"Fixed in {files[0]}: {FIXES[fix]}"]
     facts += [f"{f} was touched" for f in files[1 : rng.randint(1, len(files))]]
     return {
         "kind": "observation", "project": project.name, "session": session, "type": kind,

@@ -1,0 +1,21 @@
+"""Static checks are part of the suite: ruff on everything, mypy strict on the libraries."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+@pytest.mark.parametrize("command", [
+    [str(BIN / "ruff"), "check", "config", "worker", "search", "scripts", "tests"],
+    [str(BIN / "mypy")],
+], ids=["ruff", "mypy"])
+def test_static_checks_pass(command: list[str]) -> None:
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
