@@ -52,25 +52,30 @@ def chroma_ids(settings: Settings) -> list[str]:
         return list(col.get(include=[])["ids"])
 
 
-def test_sigkill_mid_batch_then_rerun_is_exact(settings: Settings) -> None:
-    make_db(settings.db, mixed_records(40))
+def signal_after_first_batch(settings: Settings, sig: signal.Signals) -> tuple[int, str, str]:
+    """Run `memsync resync` on small batches and send ``sig`` when the first batch is logged (the
+    next one is then in flight). Returns (exit code, stdout, stderr after the signal)."""
     proc = subprocess.Popen([*MEMSYNC, "resync"], env=env_for(settings, MEMSYNC_READ_BATCH_ROWS="10",
                                                               MEMSYNC_BATCH_SIZE="4"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert proc.stderr is not None
-        for line in proc.stderr:  # the first finished batch: the next one is in flight now
+        for line in proc.stderr:
             if '"sync_batch"' in line:
-                proc.send_signal(signal.SIGKILL)
+                proc.send_signal(sig)
                 break
-        proc.wait(timeout=60)
+        out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL
+            proc.communicate()
+    return proc.returncode, out, err
+
+
+def test_sigkill_mid_batch_then_rerun_is_exact(settings: Settings) -> None:
+    make_db(settings.db, mixed_records(40))
+    code, _, _ = signal_after_first_batch(settings, signal.SIGKILL)
+    assert code == -signal.SIGKILL
     partial = verify(settings)
     assert partial.missing > 0, "killed too late to prove anything"
     rerun = memsync(settings, "resync", "--json")
@@ -191,21 +196,8 @@ def test_server_left_by_a_killed_memsync_is_taken_over_and_stopped(managed: Sett
 
 def test_ctrl_c_stops_after_the_current_batch_and_rerun_continues(settings: Settings) -> None:
     make_db(settings.db, mixed_records(40))
-    proc = subprocess.Popen([*MEMSYNC, "resync"], env=env_for(settings, MEMSYNC_READ_BATCH_ROWS="10",
-                                                              MEMSYNC_BATCH_SIZE="4"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if '"sync_batch"' in line:
-                proc.send_signal(signal.SIGINT)
-                break
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 1, err
+    code, out, err = signal_after_first_batch(settings, signal.SIGINT)
+    assert code == 1, err
     assert "interrupted" in out and "stopping after the current batch" in err and "Traceback" not in err
     partial = verify(settings)
     assert partial.missing > 0 and partial.orphan == partial.stale == 0  # nothing half-recorded
