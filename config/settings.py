@@ -53,7 +53,10 @@ class Settings(BaseSettings):
     embedding_max_tokens: int = Field(256, ge=16, le=512, description="Token limit per text (the model's own).")
     embedding_threads: int = Field(0, ge=0, le=64, description="onnxruntime intra-op threads; 0 = one per core.")
     batch_size: int = Field(256, ge=1, le=5000, description="Documents per embed+upsert batch during sync.")
-    read_batch_rows: int = Field(500, ge=1, le=100_000, description="Source rows read per short read transaction.")
+    read_batch_rows: int = Field(
+        2000, ge=1, le=100_000,
+        description="Source rows read per short read transaction (also the window sorted by length for embedding).",
+    )
     sqlite_busy_timeout_ms: int = Field(5000, ge=0, description="SQLite busy timeout for every connection, ms.")
     window_days: int = Field(90, ge=0, description="Search recency window in days; 0 = all time.")
     candidates: int = Field(100, ge=1, le=5000, description="Semantic candidates fetched per search (top-N).")

@@ -4,8 +4,9 @@
 
 1. Generates a deterministic claude-mem database of ``--rows`` rows (the demo generator: realistic
    field lengths, three projects).
-2. (a) raw embedding rate: the same documents the resync will embed, through the same embedder, in
-   the same chunks (``batch_size``), with nothing else: the ceiling for sync.
+2. (a) raw embedding rate: the same documents the resync will embed, through the same embedder,
+   sorted by length over the whole set and cut into chunks of ``batch_size``, with nothing else:
+   the ceiling for sync (which sorts within each read batch).
 3. (b) full resync into a fresh data directory (read, derive, hash, embed, upsert, record).
 4. A second resync of the unchanged database: its time and the documents it wrote (target 0, and
    under 5 s per 100,000 rows).
@@ -55,7 +56,10 @@ def documents_of(settings: Settings) -> list[str]:
 
 
 def raw_embedding_rate(settings: Settings, texts: list[str]) -> float:
-    """Documents per second through the embedder alone, in resync's chunking."""
+    """Documents per second through the embedder alone: the same texts, sorted by length over the
+    whole set (the least padding any chunking can get, so an upper bound for sync), in chunks of
+    ``batch_size`` as resync uses."""
+    texts = sorted(texts, key=len)
     embedder = get_embedder(settings.embedding_model, settings.embedding_batch_size, settings.embedding_max_tokens,
                             settings.embedding_threads)
     embedder.embed(texts[:64])  # warm-up: the first call initialises onnxruntime's arenas

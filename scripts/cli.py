@@ -7,6 +7,7 @@ Results go to stdout (``--json`` for machines), messages and logs to stderr. Exi
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -134,7 +135,10 @@ def _progress_bar(settings: Settings, project: str | None) -> tuple[Any, Callabl
 
     from worker.resync import count_rows
 
-    bar = tqdm(total=count_rows(settings, project), unit="row", file=sys.stderr, dynamic_ncols=True)
+    # A pseudo-terminal may report a 0x0 size, with which tqdm draws nothing: assume 100x24 then.
+    size = os.get_terminal_size(sys.stderr.fileno())
+    bar = tqdm(total=count_rows(settings, project), unit="row", file=sys.stderr, dynamic_ncols=size.columns > 0,
+               ncols=None if size.columns > 0 else 100, nrows=size.lines or 24)
     embedded = [0]
 
     def progress(rows: int, docs: int) -> None:

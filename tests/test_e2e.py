@@ -204,3 +204,41 @@ def test_ctrl_c_stops_after_the_current_batch_and_rerun_continues(settings: Sett
     rerun = memsync(settings, "resync", "--json")
     assert rerun.returncode == 0 and json.loads(rerun.stdout)["unchanged"] > 0
     assert verify(settings).clean
+
+
+def test_terminal_gets_a_progress_bar_and_readable_logs(settings: Settings) -> None:
+    import pty
+
+    make_db(settings.db, mixed_records(5))
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([*MEMSYNC, "resync"], env=env_for(settings), stdin=slave, stdout=slave, stderr=slave,
+                            cwd=ROOT)
+    os.close(slave)
+    chunks = []
+    try:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait(timeout=120)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    screen = b"".join(chunks).decode(errors="replace")
+    assert proc.returncode == 0, screen
+    assert "15/15" in screen and "row/s" in screen and "embedded=" in screen  # tqdm: rows, rate, documents
+    assert "sync_batch" in screen and '{"' not in screen  # console log lines, not JSON, on a terminal
+
+
+def test_scripts_resync_wrapper(settings: Settings) -> None:
+    make_db(settings.db, mixed_records(2))
+    result = subprocess.run([str(ROOT / "scripts" / "resync"), "--json"], env=env_for(settings), capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["added"] == 14

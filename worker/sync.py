@@ -87,6 +87,7 @@ class _Plan:
     """What a batch needs: documents to embed, to re-label, to delete; rows to mark."""
 
     embed: list[Document] = field(default_factory=list)
+    new: set[str] = field(default_factory=set)  # ids in `embed` that Chroma does not hold yet
     relabel: list[Document] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
     gone_rows: list[int] = field(default_factory=list)
@@ -237,6 +238,7 @@ class Syncer:
                     tally.updated += 1
                 else:
                     tally.added += 1
+                    plan.new.add(doc.doc_id)
         plan.delete.extend(records)  # fields that vanished: a shrunk facts list, a cleared narrative
         plan.done_rows[row.id] = (rh, row.project, row.merged_into_project, len(docs))
 
@@ -257,6 +259,8 @@ class Syncer:
             tally.upsert_s += time.perf_counter() - t
             self.state.record_synced(self.collection, kind, _records(plan.relabel), model)
         rejected: dict[int, str] = {}
+        # Chunks of similar length pad less: the model's cost follows the longest text of a batch.
+        plan.embed.sort(key=lambda d: len(d.text))
         # Embedding (CPU, this thread) overlaps the previous chunk's intents + upsert + records
         # (I/O, one helper thread, so state writes never interleave). At most one chunk in flight.
         in_flight: Future[None] | None = None
@@ -264,6 +268,11 @@ class Syncer:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memsync-upsert") as pool:
             for start in range(0, len(plan.embed), self.batch_size):
                 if self.stop.is_set():
+                    # Report what was done, not what was planned: un-count the chunks left out.
+                    left = plan.embed[start:]
+                    new = sum(1 for d in left if d.doc_id in plan.new)
+                    tally.added -= new
+                    tally.updated -= len(left) - new
                     stopped = True
                     break
                 chunk = plan.embed[start : start + self.batch_size]

@@ -13,6 +13,8 @@ import numpy.typing as npt
 import pytest
 
 from config import stores
+from config.docids import parse_doc_id
+from config.schema import Kind
 from config.settings import Settings
 from tests.conftest import FakeEmbedder, make_db, mixed_records, obs
 from worker.resync import resync
@@ -201,10 +203,11 @@ class TestCrashSafety:
                                 read_batch_rows=50, batch_size=5)
                 with pytest.raises(Crash):
                     syncer.run()
-            # The first chunk (obs_1_narrative, obs_1_fact_0/1, obs_2_narrative, obs_2_fact_0) reached
-            # Chroma; no record holds its hash.
-            assert col.count() == 5
-            write(settings.db, "DELETE FROM observations WHERE id <= 2")
+            # The first chunk (5 documents) reached Chroma; no record holds its hashes. Their rows vanish.
+            landed = [parse_doc_id(i) for i in col.get(include=[])["ids"]]
+            assert len(landed) == 5 and {d.kind for d in landed} == {Kind.OBSERVATION}
+            for sid in {d.sqlite_id for d in landed}:
+                write(settings.db, "DELETE FROM observations WHERE id = ?", sid)
             result, _ = run(settings, handle.client, fake_embedder)
             assert result.deleted == 5
             assert verify(settings, handle.client).clean
@@ -247,9 +250,28 @@ class TestResyncEntryPoint:
 
         partial = resync(settings, stop=stop, progress=progress, embedder=fake_embedder)
         assert partial.interrupted and 0 < partial.added < 84 and calls[0] == 1
+        assert verify(settings).in_chroma == partial.added == fake_embedder.embedded
         rest = resync(settings, embedder=fake_embedder)
         assert rest.added == 84 - partial.added and not rest.interrupted
         assert verify(settings).clean
+
+
+def test_stop_inside_a_batch_reports_only_what_was_written(
+    settings: Settings, source_db: Path
+) -> None:
+    import threading
+
+    stop = threading.Event()
+
+    class StopAfterFirstChunk(FakeEmbedder):
+        def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+            stop.set()  # Ctrl-C while the first chunk (batch_size=5) is being embedded
+            return super().embed(texts)
+
+    embedder = StopAfterFirstChunk()
+    partial = resync(settings, stop=stop, embedder=embedder)
+    assert partial.interrupted and partial.added == embedder.embedded == 5 and partial.updated == 0
+    assert verify(settings).in_chroma == 5
 
 
 def test_model_mismatch_names_rebuild(settings: Settings, source_db: Path, fake_embedder: FakeEmbedder) -> None:
