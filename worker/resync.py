@@ -60,10 +60,10 @@ def resync(
             name = DRY_RUN_REBUILD if rebuild or active is None else active
         elif rebuild:
             collection = stores.begin_rebuild(client, settings, embedder.model_id, embedder.dimension)
-            sink, name = ChromaSink(collection), str(collection.name)
+            sink, name = ChromaSink(collection, client.get_max_batch_size()), str(collection.name)
         else:
             collection = stores.open_collection(client, settings, embedder.model_id, embedder.dimension)
-            sink, name = ChromaSink(collection), str(collection.name)
+            sink, name = ChromaSink(collection, client.get_max_batch_size()), str(collection.name)
             state.set_meta(ACTIVE_COLLECTION, name)
         syncer = Syncer(reader, sink, state, embedder, collection=name, read_batch_rows=settings.read_batch_rows,
                         batch_size=settings.batch_size, stop=stop, progress=progress)

@@ -61,6 +61,8 @@ class ChromaSink:
         self._col = collection
         limit = max_batch
         if limit is None:
+            # The collection's client knows the server's limit (5,461 on chromadb 1.5.9); callers
+            # that hold the client pass client.get_max_batch_size() instead.
             try:
                 limit = int(collection._client.get_max_batch_size())
             except Exception:
