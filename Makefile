@@ -14,7 +14,7 @@ $(BIN)/.installed: pyproject.toml
 	@touch $@
 
 run: $(BIN)/.installed
-	$(BIN)/memsync demo
+	$(BIN)/memsync worker
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest

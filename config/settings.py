@@ -58,6 +58,13 @@ class Settings(BaseSettings):
         description="Source rows read per short read transaction (also the window sorted by length for embedding).",
     )
     sqlite_busy_timeout_ms: int = Field(5000, ge=0, description="SQLite busy timeout for every connection, ms.")
+    max_row_attempts: int = Field(3, ge=1, description="Tries of a failing row before it is left as failed.")
+    poll_interval_s: float = Field(1.0, gt=0, description="Worker: how often it checks the database for new rows.")
+    reconcile_interval_s: float = Field(
+        600.0, gt=0, description="Worker: full hash comparison (edits, deletes) every this many seconds."
+    )
+    health_interval_s: float = Field(15.0, gt=0, description="Worker: how often it checks that Chroma answers.")
+    backoff_cap_s: float = Field(60.0, gt=0, description="Worker: longest wait between retries while degraded.")
     window_days: int = Field(90, ge=0, description="Search recency window in days; 0 = all time.")
     candidates: int = Field(100, ge=1, le=5000, description="Semantic candidates fetched per search (top-N).")
 

@@ -99,8 +99,11 @@ def _embedded_lock(settings: Settings) -> IO[str]:
     return fh
 
 
-def connect(settings: Settings) -> ChromaHandle:
-    """Open Chroma in the configured mode. Close the handle (or use ``with``) when done."""
+def connect(settings: Settings, server: ManagedServer | None = None) -> ChromaHandle:
+    """Open Chroma in the configured mode. Close the handle (or use ``with``) when done.
+
+    In managed mode a long-lived caller (the worker) passes its own ``server`` to keep supervising
+    it; the handle then leaves stopping it to that caller."""
     mode = settings.chroma_mode
     if mode == "embedded":
         import chromadb
@@ -118,14 +121,16 @@ def connect(settings: Settings) -> ChromaHandle:
         return ChromaHandle(
             client=_http_client(settings.chroma_host, settings.chroma_port, settings.chroma_timeout_s), mode=mode
         )
-    server = ManagedServer(settings)
+    owned = server is None
+    server = server or ManagedServer(settings)
     info = server.ensure()
     try:
         client = _http_client(info.host, info.port, settings.chroma_timeout_s)
     except Exception:
-        server.stop()
+        if owned:
+            server.stop()
         raise
-    return ChromaHandle(client=client, mode=mode, server=server)
+    return ChromaHandle(client=client, mode=mode, server=server if owned else None)
 
 
 def _pointer(client: Any, name: str) -> Any:

@@ -61,10 +61,21 @@ def settings_from(kwargs: dict[str, Any]) -> LoadedSettings:
     """Build settings from the common options; a bad value exits 2 with one line naming the key."""
     cli = {k: kwargs.pop(k, None) for k in ("db", "data_dir", "chroma_mode")}
     try:
-        return load_settings(cli=cli, config_file=kwargs.pop("config_file", None))
+        loaded = load_settings(cli=cli, config_file=kwargs.pop("config_file", None))
     except SettingsError as exc:
         fail(str(exc), EXIT_USAGE)
         raise  # unreachable
+    s = loaded.settings
+    demo = demo_db_path(s)
+    if loaded.origins["db"] == "default" and not s.db.exists() and demo.exists():
+        # Same database as `make run` used: the demo, since no real one is configured.
+        return LoadedSettings(s.model_copy(update={"db": demo}), loaded.origins, loaded.config_file)
+    return loaded
+
+
+def demo_db_path(settings: Settings) -> Path:
+    """Where `make run` keeps the demo database when no real one is configured."""
+    return settings.data_dir / "demo" / "claude-mem.db"
 
 
 @contextmanager
@@ -208,17 +219,37 @@ def _fmt_ms(ms: int | None) -> str:
 @main.command()
 @common_options
 @json_option
-def status(as_json: bool, **kwargs: Any) -> None:
-    """Per kind and project: rows in SQLite, documents synced, pending and failed rows, last sync."""
+@click.option("--check", is_flag=True, help="Exit 1 when the worker is down or the lag exceeds --max-lag.")
+@click.option("--max-lag", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds of lag that --check tolerates.")
+def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
+    """Worker state, lag, and per kind and project: rows in SQLite, documents synced, pending and
+    failed rows, last sync. With --check: a health check for scripts (exit 0 healthy, 1 not)."""
     settings = settings_from(kwargs).settings
     from worker.status import status as run_status
 
     with errors_as_exit():
         report = run_status(settings)
+    w = report.worker
+    problems = []
+    if not w.get("up"):
+        problems.append(f"worker down ({w.get('reason')})")
+    if report.lag_ms > max_lag * 1000:
+        problems.append(f"lag {report.lag_ms / 1000:.1f}s > {max_lag:g}s")
+    if check:
+        text = "unhealthy: " + "; ".join(problems) if problems else f"healthy: lag {report.lag_ms / 1000:.1f}s"
+        emit({"healthy": not problems, "problems": problems, "lag_ms": report.lag_ms, "worker": w}, as_json, text)
+        sys.exit(EXIT_FAIL if problems else EXIT_OK)
     if as_json:
         emit(report.as_dict(), True, "")
         return
-    lines = [f"collection: {report.collection or '(nothing synced yet)'}",
+    state = "up" if w.get("up") else f"down ({w.get('reason')})"
+    if w.get("up") and w.get("degraded"):
+        state += f", degraded: {w.get('last_error')}"
+    lines = [f"worker: {state}; mode {settings.chroma_mode}; chroma reachable: {w.get('chroma_reachable', False)}",
+             f"lag: {report.lag_ms / 1000:.1f}s; pending rows: {report.pending_rows}; "
+             f"failed rows: {sum(report.total(k).failed for k in report.buckets)}",
+             f"collection: {report.collection or '(nothing synced yet)'}",
              f"{'kind':<13}{'project':<24}{'rows':>8}{'synced':>8}{'docs':>8}{'pending':>8}{'failed':>8}  last sync"]
     for kind, projects in report.buckets.items():
         for project, b in sorted(projects.items()):
@@ -317,16 +348,7 @@ DEMO_QUERIES = ("database query timeout", "flaky tests and time", "dark mode in 
 @common_options
 def demo(**kwargs: Any) -> None:
     """The main job until the worker exists: demo database if none is configured, resync, a few lookups."""
-    loaded = settings_from(kwargs)
-    settings = loaded.settings
-    if not settings.db.exists():
-        if loaded.origins["db"] != "default":
-            fail(f"database not found: {settings.db}", EXIT_USAGE)
-        demo_db = settings.data_dir / "demo" / "claude-mem.db"
-        if not demo_db.exists():
-            click.echo(make_demo_db(demo_db), err=True)
-        click.echo(f"no database at {settings.db}; using the demo database {demo_db}", err=True)
-        settings = settings.model_copy(update={"db": demo_db})
+    settings = demo_or_configured(settings_from(kwargs))
     from config.chroma_server import ManagedServer
 
     # One managed server for the whole demo: resync and the lookups adopt it instead of each
@@ -340,6 +362,57 @@ def demo(**kwargs: Any) -> None:
         finally:
             if server is not None:
                 server.stop()
+
+
+def demo_or_configured(loaded: LoadedSettings) -> Settings:
+    """The configured database; when it is the default one and missing, the demo database (made on
+    first use) so that `make run` shows something on a fresh machine."""
+    settings = loaded.settings
+    if settings.db.exists():
+        return settings
+    if loaded.origins["db"] != "default":
+        fail(f"database not found: {settings.db}", EXIT_USAGE)
+    demo_db = demo_db_path(settings)
+    if not demo_db.exists():
+        click.echo(make_demo_db(demo_db), err=True)
+    click.echo(f"no database at {settings.db}; using the demo database {demo_db}", err=True)
+    return settings.model_copy(update={"db": demo_db})
+
+
+@main.command()
+@common_options
+@click.option("--once", is_flag=True, help="One full reconcile pass, then exit (for cron and scripts).")
+@click.option("--poll-interval", type=float, default=None, help="Seconds between checks for new rows [1].")
+@click.option("--reconcile-interval", type=float, default=None,
+              help="Seconds between full comparisons that find edits and deletes [600].")
+def worker(once: bool, poll_interval: float | None, reconcile_interval: float | None, **kwargs: Any) -> None:
+    """Keep Chroma in step with the database, continuously (runs in the foreground).
+
+    New rows are searchable within about a second; edits and deletes arrive at the next reconcile
+    (at start-up, every --reconcile-interval seconds, or now on SIGUSR1). Ctrl-C or SIGTERM stops
+    after the current batch (and stops the managed Chroma server it started); a second one stops
+    at once. Another terminal can watch `memsync status`.
+    """
+    loaded = settings_from(kwargs)
+    overrides = {k: v for k, v in (("poll_interval_s", poll_interval), ("reconcile_interval_s", reconcile_interval))
+                 if v is not None}
+    try:
+        settings = Settings(**{**loaded.settings.model_dump(), **overrides})
+    except ValueError as exc:
+        fail(f"invalid option: {exc}".splitlines()[0], EXIT_USAGE)
+    settings = demo_or_configured(LoadedSettings(settings, loaded.origins, loaded.config_file))
+    from worker.daemon import Worker
+
+    with errors_as_exit():
+        daemon = Worker(settings)
+        if once:
+            with graceful_stop() as stop:
+                daemon.stop = stop
+                result = daemon.once()
+            click.echo(f"{result.line()} ({result.rows} rows, {result.seconds:.1f}s)")
+            sys.exit(EXIT_FAIL if result.interrupted else EXIT_OK)
+        daemon.install_signals()
+        sys.exit(daemon.run())
 
 
 def _demo_steps(settings: Settings, stop: threading.Event) -> None:

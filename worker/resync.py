@@ -66,7 +66,8 @@ def resync(
             sink, name = ChromaSink(collection, client.get_max_batch_size()), str(collection.name)
             state.set_meta(ACTIVE_COLLECTION, name)
         syncer = Syncer(reader, sink, state, embedder, collection=name, read_batch_rows=settings.read_batch_rows,
-                        batch_size=settings.batch_size, stop=stop, progress=progress)
+                        batch_size=settings.batch_size, stop=stop, progress=progress,
+                        max_row_attempts=settings.max_row_attempts)
         result = syncer.run(project=project, dry_run=dry_run)
         if rebuild and not dry_run and not result.interrupted:
             old = stores.finish_rebuild(client, settings, name)

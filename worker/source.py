@@ -116,6 +116,13 @@ class SourceReader:
         """The highest id per kind (0 when empty): a cheap change check."""
         return {k: int(self._fetch(f"SELECT COALESCE(MAX(id), 0) AS m FROM {TABLES[k]}", {})[0]["m"]) for k in KINDS}
 
+    def oldest_after(self, kind: Kind, after_id: int) -> int | None:
+        """created_at_epoch of the oldest row of ``kind`` with id > ``after_id`` (None when none)."""
+        rows = self._fetch(f"SELECT MIN(created_at_epoch) AS m FROM {TABLES[kind]} WHERE id > :after",
+                           {"after": after_id})
+        value = rows[0]["m"] if rows else None
+        return int(value) if isinstance(value, int) else None
+
     def _fetch(self, sql: str, params: Mapping[str, object]) -> list[sqlite3.Row]:
         try:
             return fetch_all(self._conn, sql, params)

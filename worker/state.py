@@ -169,6 +169,13 @@ class SyncState:
         ).fetchone()
         return (int(row[0]), str(row[1])) if row else None
 
+    def watermarks(self, collection: str) -> dict[Kind, int]:
+        """The highest source id with a row record, per kind: new rows are those above it."""
+        cur = self._conn.execute(
+            "SELECT kind, MAX(source_id) FROM rows WHERE collection=? GROUP BY kind", (collection,)
+        )
+        return {Kind(k): int(m) for k, m in cur}
+
     def get_meta(self, key: str) -> str | None:
         """A value of memsync's own key/value table (e.g. the active collection)."""
         row = self._conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()

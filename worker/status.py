@@ -12,10 +12,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from config.chroma_server import pid_alive
 from config.schema import KINDS, Kind
 from config.settings import Settings
+from worker.daemon import read_worker_status
 from worker.source import SourceReader
-from worker.state import ACTIVE_COLLECTION, FAILED, SyncState
+from worker.state import ACTIVE_COLLECTION, FAILED, SyncState, now_ms
+from worker.tail import oldest_pending_ms
+
+WORKER_STALE_MS = 30_000  # a running worker writes its heartbeat at least every 5 s
 
 KIND_LABELS = {Kind.OBSERVATION: "observations", Kind.SUMMARY: "summaries", Kind.PROMPT: "prompts"}
 
@@ -45,6 +50,9 @@ class StatusReport:
     buckets: dict[str, dict[str, Bucket]] = field(default_factory=dict)
     failures: list[dict[str, Any]] = field(default_factory=list)
     last_run: dict[str, Any] | None = None
+    worker: dict[str, Any] = field(default_factory=dict)
+    lag_ms: int = 0
+    pending_rows: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -54,6 +62,9 @@ class StatusReport:
             "totals": {k: vars(self.total(k)) for k in self.buckets},
             "failures": self.failures,
             "last_run": self.last_run,
+            "worker": self.worker,
+            "lag_ms": self.lag_ms,
+            "pending_rows": self.pending_rows,
         }
 
     def total(self, kind: str) -> Bucket:
@@ -69,10 +80,23 @@ class StatusReport:
         return out
 
 
+def worker_state(settings: Settings) -> dict[str, Any]:
+    """The worker's own report plus ``up``: its process is alive, not stopping, heartbeat fresh."""
+    raw = read_worker_status(settings.data_dir)
+    if raw is None:
+        return {"up": False, "reason": "no worker has run for this data directory"}
+    fresh = now_ms() - int(raw.get("heartbeat_ms", 0)) < WORKER_STALE_MS
+    alive = pid_alive(int(raw.get("pid", 0)))
+    up = alive and fresh and not raw.get("stopping")
+    reason = None if up else ("stopped" if raw.get("stopping") or not alive else "heartbeat is stale")
+    return {**raw, "up": up, "reason": reason}
+
+
 def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
     """Build the status report from the source database and the sync records."""
     with SyncState(settings.state_path) as state:
         collection = state.get_meta(ACTIVE_COLLECTION)
+        marks = state.watermarks(collection) if collection else {}
         docs = state.doc_counts(collection) if collection else []
         rows = state.row_statuses(collection) if collection else []
         last = state.last_run(collection) if collection else None
@@ -100,6 +124,12 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
                     b.synced_rows += 1
                     b.add_sync_time(row[3])
             report.buckets[KIND_LABELS[kind]] = dict(per_project)
+        above = {k: marks.get(k, 0) for k in KINDS}
+        max_ids = reader.max_ids()
+        report.pending_rows = sum(max(0, max_ids[k] - above[k]) for k in KINDS)
+        oldest = oldest_pending_ms(reader, above)
+        report.lag_ms = max(0, now_ms() - oldest) if oldest is not None else 0
+    report.worker = worker_state(settings)
     if last:
         report.last_run = {"finished_at_ms": last[0], **json.loads(last[1])}
     return report

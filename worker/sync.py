@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -119,21 +119,29 @@ class Syncer:
         batch_size: int = 256,
         stop: threading.Event | None = None,
         progress: ProgressFn | None = None,
+        max_row_attempts: int = 3,
     ) -> None:
         self.reader, self.sink, self.state, self.embedder = reader, sink, state, embedder
         self.collection = collection
         self.read_batch_rows, self.batch_size = read_batch_rows, batch_size
         self.stop = stop or threading.Event()
         self.progress = progress
+        self.max_row_attempts = max_row_attempts
         self.log = logs.get_logger(collection=collection)
 
-    def run(self, kinds: Sequence[Kind] = KINDS, project: str | None = None, dry_run: bool = False) -> SyncResult:
-        """Sync every row of ``kinds`` (optionally one project); stops early when ``stop`` is set."""
+    def run(
+        self, kinds: Sequence[Kind] = KINDS, project: str | None = None, dry_run: bool = False,
+        start_after: Mapping[Kind, int] | None = None,
+    ) -> SyncResult:
+        """Sync every row of ``kinds`` (optionally one project); stops early when ``stop`` is set.
+
+        ``start_after`` limits a pass to rows above an id per kind (the worker's fast path for new
+        rows); without it every row is compared, which finds edits and deletions anywhere."""
         t0 = time.perf_counter()
         tally = _Tally()
         interrupted = False
         for kind in kinds:
-            if not self._sync_kind(kind, project, dry_run, tally):
+            if not self._sync_kind(kind, project, dry_run, tally, (start_after or {}).get(kind, 0)):
                 interrupted = True
                 break
         result = SyncResult(
@@ -148,8 +156,7 @@ class Syncer:
                       seconds=round(result.seconds, 3), dry_run=dry_run)
         return result
 
-    def _sync_kind(self, kind: Kind, project: str | None, dry_run: bool, tally: _Tally) -> bool:
-        after = 0
+    def _sync_kind(self, kind: Kind, project: str | None, dry_run: bool, tally: _Tally, after: int) -> bool:
         while True:
             if self.stop.is_set():
                 return False
@@ -191,8 +198,8 @@ class Syncer:
                     settled.add(row.id)
                     settled_docs += known.docs
                     continue
-                if known.status == FAILED:
-                    # Same values, same failure: derivation is deterministic. Retried when the row changes.
+                if known.status == FAILED and known.attempts >= self.max_row_attempts:
+                    # Poison row: tried enough with these values. Retried when the row changes.
                     tally.failed_rows += 1
                     settled.add(row.id)
                     continue
