@@ -41,7 +41,13 @@ class ChromaHandle:
     lock: IO[str] | None = None
 
     def close(self) -> None:
-        """Release the embedded lock and stop a managed server this handle started."""
+        """Close the client (its HTTP session or in-process system), release the embedded lock, and
+        stop a managed server this handle started."""
+        if self.client is not None and self.mode == "embedded":
+            with contextlib.suppress(Exception):
+                self.client.close()  # releases the in-process system (and its files)
+        # HTTP clients are shared per server for the life of the process (see _http_client).
+        self.client = None
         if self.server is not None:
             self.server.stop()
             self.server = None
@@ -63,11 +69,19 @@ def _chroma_settings() -> Any:
     return ChromaSettings(anonymized_telemetry=False, allow_reset=False)
 
 
+_http_clients: dict[tuple[str, int], Any] = {}
+
+
 def _http_client(host: str, port: int, timeout_s: float) -> Any:
+    """One client per server per process, reused across reconnects: its connection pool reconnects
+    after a server restart, and chromadb 1.5.9 offers no way to close all the sockets a client
+    opens (closing and re-creating clients leaks them)."""
     import chromadb
 
     if not heartbeat(host, port, timeout_s=min(timeout_s, 5.0)):
         raise StoreUnavailable(f"Chroma server not reachable at {host}:{port}")
+    if (host, port) in _http_clients:
+        return _http_clients[(host, port)]
     try:
         client = chromadb.HttpClient(host=host, port=port, settings=_chroma_settings())
     except Exception as exc:  # chromadb raises plain exceptions for connection problems
@@ -76,6 +90,7 @@ def _http_client(host: str, port: int, timeout_s: float) -> Any:
     session = getattr(getattr(client, "_server", None), "_session", None)
     if isinstance(session, httpx.Client):
         session.timeout = httpx.Timeout(timeout_s)
+    _http_clients[(host, port)] = client
     return client
 
 

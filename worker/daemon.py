@@ -105,6 +105,7 @@ class Worker:
         self._reader: SourceReader | None = None
         self._state: SyncState | None = None
         self._stamp: FileStamp | None = None
+        self._settled = False
         self._max_seen: dict[Kind, int] = {}
         self._lock: IO[str] | None = None
         self._status_written = 0.0
@@ -181,7 +182,10 @@ class Worker:
                 delay = self.step()
                 if self.stop.is_set():
                     break
-                self.wake.wait(delay)
+                if self.wake.wait(delay) and not self.stop.is_set():
+                    # Debounce: a burst of file events becomes one step, and the commit that caused
+                    # them has time to become visible.
+                    self.stop.wait(0.05)
                 self.wake.clear()
         finally:
             scheduler.shutdown(wait=False)
@@ -305,8 +309,11 @@ class Worker:
     def _changed(self) -> bool:
         """Cheap check first (file stamp, no SQL); then max ids. True when a tail pass is due."""
         current = stamp(self.s.db)
-        if current is not None and current == self._stamp and not self.status.pending_rows:
+        if current is not None and current == self._stamp and self._settled and not self.status.pending_rows:
             return False
+        # The WAL file changes before its commit is visible to readers, so a changed stamp gets a
+        # second look at the next check, once it is stable; only then is it trusted.
+        self._settled = current == self._stamp
         self._stamp = current
         assert self._reader is not None
         max_ids = self._reader.max_ids()

@@ -1,0 +1,288 @@
+"""The worker daemon as users run it: a real subprocess beside a writer process, real SQLite,
+real `chroma run` servers. Waits are deadlines on observable state, never fixed sleeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config.chroma_server import INFO_FILE, ServerInfo, chroma_executable, heartbeat, pid_alive
+from config.settings import Settings
+from tests.conftest import make_db, mixed_records, prompt
+from tests.test_e2e import ROOT, env_for, free_port
+from worker.daemon import read_worker_status
+from worker.importer import import_records
+from worker.verify import verify
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 120.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class WorkerProcess:
+    """`memsync worker` in a subprocess; its log lines (JSON) are collected as they come."""
+
+    def __init__(self, settings: Settings, **env: str) -> None:
+        self.settings = settings
+        self.lines: list[dict[str, Any]] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "scripts.cli", "worker"], cwd=ROOT, text=True,
+            env=env_for(settings, **{"MEMSYNC_POLL_INTERVAL_S": "0.2", "MEMSYNC_BACKOFF_CAP_S": "1",
+                                     "MEMSYNC_HEALTH_INTERVAL_S": "0.5", **env}),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            try:
+                self.lines.append(json.loads(line))
+            except ValueError:
+                self.lines.append({"event": "text", "text": line})
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in self.lines if e.get("event") == name]
+
+    def status(self) -> dict[str, Any]:
+        return read_worker_status(self.settings.data_dir) or {}
+
+    def wait_reconciles(self, n: int, timeout: float = 120.0) -> dict[str, Any]:
+        return wait_for(lambda: self.status() if self.status().get("reconciles", 0) >= n and
+                        self.status().get("pid") == self.proc.pid else None, timeout, f"{n} reconciles")
+
+    def wait_caught_up(self, timeout: float = 180.0) -> None:
+        """Until every row in the database has a sync record (judged from memsync's own state)."""
+        from worker.status import status
+
+        wait_for(lambda: status(self.settings).pending_rows == 0, timeout, "worker to catch up")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=timeout)
+        self._close()
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self._close()
+
+    def _close(self) -> None:
+        self._reader.join(timeout=10)
+        if self.proc.stderr is not None and not self._reader.is_alive():
+            self.proc.stderr.close()
+
+
+@pytest.fixture
+def managed(tmp_path: Path) -> Iterator[Settings]:
+    s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="managed",
+                 chroma_port=free_port())
+    yield s
+    info = ServerInfo.read(s.data_dir)
+    if info and pid_alive(info.pid):  # never leave a server behind, even when a test failed
+        os.kill(info.pid, signal.SIGKILL)
+
+
+def chroma_servers(path: Path | None = None) -> set[int]:
+    """Pids of running `chroma run` processes (for one store directory when given)."""
+    pattern = f"chroma run --path {path} " if path else "chroma run"
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+def write_rows(db: Path, total: int, per_txn: int, start: int = 1000) -> subprocess.Popen[str]:
+    """A separate writer process appending prompts (and some observations) in small transactions."""
+    code = (
+        "import sys, json\n"
+        "from pathlib import Path\n"
+        "from worker.importer import import_records\n"
+        "from tests.conftest import prompt, obs\n"
+        "db, total, per, start = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])\n"
+        "for base in range(start, start + total, per):\n"
+        "    recs = [obs(i) if i % 10 == 0 else prompt(i) for i in range(base, min(base + per, start + total))]\n"
+        "    import_records(db, recs)\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", code, str(db), str(total), str(per_txn), str(start)],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True)
+
+
+def test_new_rows_from_a_writer_process_are_all_synced(managed: Settings) -> None:
+    make_db(managed.db, mixed_records(2))
+    worker = WorkerProcess(managed)
+    try:
+        worker.wait_reconciles(1)
+        writer = write_rows(managed.db, total=2000, per_txn=25)
+        assert writer.wait(timeout=300) == 0
+        worker.wait_caught_up()
+        assert worker.status()["degraded"] is False
+        assert worker.stop() == 0
+    finally:
+        worker.kill()
+    assert chroma_servers(managed.chroma_dir) == set()
+    report = verify(managed)
+    assert report.clean and report.expected == 14 + 1800 + 200 * 3
+
+
+def test_first_row_arrives_within_a_second(managed: Settings) -> None:
+    make_db(managed.db, mixed_records(1))
+    worker = WorkerProcess(managed, MEMSYNC_POLL_INTERVAL_S="1.0")
+    try:
+        worker.wait_reconciles(1)
+        t0 = time.monotonic()
+        import_records(managed.db, [prompt(500)])
+        wait_for(lambda: worker.status().get("totals", {}).get("added", 0) >= 8, 30, "the new row")
+        assert time.monotonic() - t0 < 2.0  # generous for CI: measured p95 is in the README (bench_lag)
+    finally:
+        worker.stop()
+        worker.kill()
+
+
+def test_edits_deletes_and_fact_shrink_arrive_at_a_triggered_reconcile(managed: Settings) -> None:
+    make_db(managed.db, mixed_records(6))
+    worker = WorkerProcess(managed)
+    try:
+        worker.wait_reconciles(1)
+        conn = sqlite3.connect(managed.db)
+        with conn:
+            conn.execute("UPDATE observations SET narrative = 'edited while running' WHERE id = 1")
+            conn.execute("UPDATE observations SET facts = '[\"only one\"]' WHERE id = 2")
+            conn.execute("DELETE FROM session_summaries WHERE id = 3")
+        conn.close()
+        worker.proc.send_signal(signal.SIGUSR1)  # the trigger hook: reconcile now
+        worker.wait_reconciles(2)
+        totals = worker.status()["totals"]
+        assert totals["updated"] == 2 and totals["deleted"] == 1 + 3  # fact_1 of obs 2; summary 3's fields
+    finally:
+        worker.stop()
+        worker.kill()
+    assert verify(managed).clean
+
+
+def test_database_replaced_by_an_older_copy_is_detected_and_reconciled(managed: Settings, tmp_path: Path) -> None:
+    make_db(managed.db, mixed_records(4))
+    backup = tmp_path / "backup.db"
+    shutil.copy(managed.db, backup)
+    worker = WorkerProcess(managed)
+    try:
+        worker.wait_reconciles(1)
+        import_records(managed.db, [prompt(i) for i in range(100, 110)])
+        worker.wait_caught_up()
+        # Restore the older copy over the database (a new file: new inode, lower max id), and drop the
+        # old WAL with it, as a restore does (SQLite would otherwise replay the old frames onto it).
+        os.replace(backup, managed.db)
+        for suffix in ("-wal", "-shm"):
+            Path(f"{managed.db}{suffix}").unlink(missing_ok=True)
+        wait_for(lambda: worker.events("database_replaced"), 30, "replacement detected")
+        worker.wait_reconciles(2)
+        assert worker.status()["totals"]["deleted"] == 10
+    finally:
+        worker.stop()
+        worker.kill()
+    assert verify(managed).clean
+
+
+def test_sigkill_mid_batch_then_restart_is_exact_and_leaves_no_server(managed: Settings) -> None:
+    make_db(managed.db, mixed_records(60))
+    worker = WorkerProcess(managed, MEMSYNC_READ_BATCH_ROWS="10", MEMSYNC_BATCH_SIZE="4")
+    try:
+        wait_for(lambda: worker.events("sync_batch"), 120, "the first batch")
+        worker.proc.send_signal(signal.SIGKILL)
+        worker.proc.wait(timeout=30)
+    finally:
+        worker.kill()
+    orphan = ServerInfo.read(managed.data_dir)
+    assert orphan is not None and pid_alive(orphan.pid)  # the server outlived its killed owner...
+    again = WorkerProcess(managed)
+    try:
+        again.wait_reconciles(1)
+        # ...and the next worker adopted it (same process) and took over stopping it.
+        assert ServerInfo.read(managed.data_dir).pid == orphan.pid  # type: ignore[union-attr]
+        assert again.stop() == 0
+    finally:
+        again.kill()
+    assert not pid_alive(orphan.pid) and not (managed.data_dir / INFO_FILE).exists()
+    report = verify(managed)
+    assert report.clean and report.duplicates == 0 and report.expected == 60 * 7
+
+
+def test_chroma_down_during_writes_degrades_once_and_recovers_once(tmp_path: Path) -> None:
+    port = free_port()
+    path = tmp_path / "srv"
+
+    def start_server() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([chroma_executable(), "run", "--path", str(path), "--host", "127.0.0.1",
+                                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: heartbeat("127.0.0.1", port), 60, "chroma server")
+        return proc
+
+    s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http", chroma_port=port)
+    make_db(s.db, mixed_records(2))
+    server = start_server()
+    worker = WorkerProcess(s)
+    try:
+        worker.wait_reconciles(1)
+        server.terminate()
+        server.wait(timeout=30)
+        import_records(s.db, [prompt(i) for i in range(200, 240)])  # written while Chroma is down
+        wait_for(lambda: worker.status().get("degraded"), 30, "degraded state")
+        wait_for(lambda: worker.status().get("consecutive_errors", 0) >= 3, 30, "several failed attempts")
+        assert worker.status()["pending_rows"] >= 40
+        server = start_server()
+        worker.wait_caught_up()
+        wait_for(lambda: worker.events("sync_recovered"), 30, "recovery line")
+        assert len(worker.events("sync_degraded")) == 1
+        recovered = worker.events("sync_recovered")
+        assert len(recovered) == 1 and recovered[0]["errors"] >= 3
+        assert worker.stop() == 0
+    finally:
+        worker.kill()
+        try:
+            report = verify(s)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    assert report.clean and report.duplicates == 0
+
+
+def test_start_stop_cycles_leak_no_process_and_no_disk(managed: Settings) -> None:
+    make_db(managed.db, mixed_records(3))
+
+    def chroma_bytes() -> int:
+        return sum(f.stat().st_size for f in managed.chroma_dir.rglob("*") if f.is_file())
+
+    sizes = []
+    for _ in range(20):
+        worker = WorkerProcess(managed)
+        try:
+            worker.wait_reconciles(1)
+            assert worker.stop() == 0
+        finally:
+            worker.kill()
+        assert chroma_servers(managed.chroma_dir) == set()
+        sizes.append(chroma_bytes())
+    assert sizes[-1] == sizes[1], sizes  # nothing rewritten after the first sync
