@@ -385,7 +385,10 @@ def demo_or_configured(loaded: LoadedSettings) -> Settings:
 @click.option("--poll-interval", type=float, default=None, help="Seconds between checks for new rows [1].")
 @click.option("--reconcile-interval", type=float, default=None,
               help="Seconds between full comparisons that find edits and deletes [600].")
-def worker(once: bool, poll_interval: float | None, reconcile_interval: float | None, **kwargs: Any) -> None:
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+              help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics.")
+def worker(once: bool, poll_interval: float | None, reconcile_interval: float | None, metrics_port: int | None,
+           **kwargs: Any) -> None:
     """Keep Chroma in step with the database, continuously (runs in the foreground).
 
     New rows are searchable within about a second; edits and deletes arrive at the next reconcile
@@ -404,7 +407,7 @@ def worker(once: bool, poll_interval: float | None, reconcile_interval: float | 
     from worker.daemon import Worker
 
     with errors_as_exit():
-        daemon = Worker(settings)
+        daemon = Worker(settings, metrics_port=metrics_port)
         if once:
             with graceful_stop() as stop:
                 daemon.stop = stop

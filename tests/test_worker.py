@@ -43,11 +43,11 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 120.0, what: str = "
 class WorkerProcess:
     """`memsync worker` in a subprocess; its log lines (JSON) are collected as they come."""
 
-    def __init__(self, settings: Settings, **env: str) -> None:
+    def __init__(self, settings: Settings, extra_args: list[str] | None = None, **env: str) -> None:
         self.settings = settings
         self.lines: list[dict[str, Any]] = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scripts.cli", "worker"], cwd=ROOT, text=True,
+            [sys.executable, "-m", "scripts.cli", "worker", *(extra_args or [])], cwd=ROOT, text=True,
             env=env_for(settings, **{"MEMSYNC_POLL_INTERVAL_S": "0.2", "MEMSYNC_BACKOFF_CAP_S": "1",
                                      "MEMSYNC_HEALTH_INTERVAL_S": "0.5", **env}),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -160,6 +160,29 @@ def test_first_row_arrives_within_a_second(managed: Settings) -> None:
     finally:
         worker.stop()
         worker.kill()
+
+
+def test_metrics_endpoint(managed: Settings) -> None:
+    make_db(managed.db, mixed_records(2))
+    port = free_port()
+    worker = WorkerProcess(managed, extra_args=["--metrics-port", str(port)])
+    try:
+        worker.wait_reconciles(1)
+        body = wait_for(lambda: _get(f"http://127.0.0.1:{port}/metrics"), 30, "metrics")
+        assert "memsync_worker_up 1.0" in body and "memsync_lag_seconds" in body
+        assert 'memsync_documents_total{op="added"} 14.0' in body
+    finally:
+        worker.stop()
+        worker.kill()
+
+
+def _get(url: str) -> str | None:
+    import httpx
+
+    try:
+        return httpx.get(url, timeout=2).text
+    except httpx.HTTPError:
+        return None
 
 
 def test_edits_deletes_and_fact_shrink_arrive_at_a_triggered_reconcile(managed: Settings) -> None:

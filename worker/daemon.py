@@ -88,8 +88,10 @@ def read_worker_status(data_dir: Path) -> dict[str, Any] | None:
 class Worker:
     """The daemon. ``run()`` blocks until stopped; ``once()`` does one full pass and returns."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, metrics_port: int | None = None) -> None:
         self.s = settings
+        self.metrics_port = metrics_port
+        self.metrics: Any = None
         self.stop = threading.Event()
         self.wake = threading.Event()
         self.reconcile_due = threading.Event()
@@ -174,6 +176,13 @@ class Worker:
         self.log.info("worker_started", pid=os.getpid(), db=str(self.s.db), mode=self.s.chroma_mode,
                       poll_interval_s=self.s.poll_interval_s)
         try:
+            if self.metrics_port:
+                from worker.metrics import WorkerMetrics
+
+                try:
+                    self.metrics = WorkerMetrics(self.metrics_port)
+                except OSError as exc:
+                    raise ConfigError(f"metrics port {self.metrics_port}: {exc.strerror or exc}") from exc
             scheduler.start()
             with contextlib.suppress(OSError):
                 observer = watch_database(self.s.db, self.wake)
@@ -207,6 +216,10 @@ class Worker:
 
     def _shutdown(self) -> None:
         self.status.stopping = True
+        if self.metrics is not None:
+            self.metrics.update(self.status)
+            self.metrics.close()
+            self.metrics = None
         self._close_store()
         if self._server is not None:
             self._server.stop()
@@ -361,6 +374,8 @@ class Worker:
         self.status.lag_ms = max(0, now_ms() - oldest) if oldest is not None else 0
 
     def _write_status(self, force: bool = False) -> None:
+        if self.metrics is not None:
+            self.metrics.update(self.status)
         now = time.monotonic()
         # Write on news (a pass ran) or as a heartbeat; an idle worker touches the disk every 5 s.
         if not force and now - self._status_written < HEARTBEAT_EVERY_S and self.status.passes == self._passes_written:
