@@ -172,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         "worker_rss_mb": rss,
     }
     rows = [
-        ("steady lag p50 / p95 / max", f"{result['lag_p50_s']:.3f} / {result['lag_p95_s']:.3f} / "
-                                       f"{result['lag_max_s']:.3f} s  ({n} rows at {args.rate:g}/s; target p95 <= 1.0 s)"),
+        ("steady lag p50 / p95 / max",
+         f"{result['lag_p50_s']:.3f} / {result['lag_p95_s']:.3f} / {result['lag_max_s']:.3f} s  "
+         f"({n} rows at {args.rate:g}/s; target p95 <= 1.0 s)"),
         ("burst drain", f"{args.burst} rows in {burst_s:.1f} s = {drain_rate:.1f} docs/s"),
         ("raw embedding rate (same texts)", f"{raw_rate:.1f} docs/s"),
         ("burst / raw", f"{drain_rate / raw_rate:.3f}  (target >= 0.9)"),
