@@ -309,3 +309,45 @@ def test_start_stop_cycles_leak_no_process_and_no_disk(managed: Settings) -> Non
         assert chroma_servers(managed.chroma_dir) == set()
         sizes.append(chroma_bytes())
     assert sizes[-1] == sizes[1], sizes  # nothing rewritten after the first sync
+
+
+def test_managed_server_that_dies_is_restarted_and_the_backlog_drains(managed: Settings) -> None:
+    make_db(managed.db, mixed_records(2))
+    worker = WorkerProcess(managed)
+    try:
+        worker.wait_reconciles(1)
+        first = ServerInfo.read(managed.data_dir)
+        assert first is not None
+        os.kill(first.pid, signal.SIGKILL)  # the sidecar dies under the running worker
+        import_records(managed.db, [prompt(i) for i in range(300, 320)])
+        wait_for(lambda: worker.events("sync_degraded"), 60, "degraded line")
+        second = wait_for(lambda: (i := ServerInfo.read(managed.data_dir)) and i.pid != first.pid and i, 60,
+                          "a new server")
+        worker.wait_caught_up()
+        wait_for(lambda: worker.events("sync_recovered"), 30, "recovered line")
+        assert pid_alive(second.pid) and heartbeat("127.0.0.1", managed.chroma_port)
+        assert worker.stop() == 0
+    finally:
+        worker.kill()
+    assert not pid_alive(second.pid)
+    assert verify(managed).clean
+
+
+def test_second_signal_exits_at_once(managed: Settings) -> None:
+    make_db(managed.db, mixed_records(60))
+    worker = WorkerProcess(managed, MEMSYNC_READ_BATCH_ROWS="10", MEMSYNC_BATCH_SIZE="4")
+    try:
+        wait_for(lambda: worker.events("sync_batch"), 120, "the first batch")
+        worker.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: worker.events("worker_stopping"), 30, "the first signal")
+        worker.proc.send_signal(signal.SIGTERM)
+        assert worker.proc.wait(timeout=30) == 130
+    finally:
+        worker.kill()
+    info = ServerInfo.read(managed.data_dir)
+    if info is not None:  # asked to stop with the worker; adopted by the next start otherwise
+        wait_for(lambda: not pid_alive(info.pid), 30, "the server to stop")
+    again = subprocess.run([sys.executable, "-m", "scripts.cli", "worker", "--once"], env=env_for(managed),
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert verify(managed).clean

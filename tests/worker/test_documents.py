@@ -164,3 +164,18 @@ def test_reader_refuses_writes(settings: Settings) -> None:
     make_db(settings.db, mixed_records(1))
     with SourceReader(settings.db) as reader, pytest.raises(sqlite3.OperationalError):
         reader._conn.execute("DELETE FROM observations")
+
+
+def test_failing_row_is_retried_a_bounded_number_of_times(settings: Settings, fake_embedder: FakeEmbedder) -> None:
+    make_db(settings.db, mixed_records(2))
+    conn = sqlite3.connect(settings.db)
+    with conn:
+        conn.execute("UPDATE observations SET created_at_epoch = 0, created_at = 'never' WHERE id = 1")
+    conn.close()
+    bounded = settings.model_copy(update={"max_row_attempts": 2})
+    attempts = []
+    for _ in range(4):
+        result = resync(bounded, embedder=fake_embedder)
+        assert result.failed_rows == 1
+        attempts.append(status(bounded).failures[0]["attempts"])
+    assert attempts == [1, 2, 2, 2]  # tried twice, then left as failed until the row changes
