@@ -261,7 +261,9 @@ class Worker:
             self.log.info("sync_recovered", errors=ended)
         self.status.degraded, self.status.consecutive_errors = False, 0
         self._write_status()
-        return self.s.poll_interval_s
+        # A stamp that just moved gets its second look soon: the commit behind it may not have been
+        # visible yet, and waiting a whole poll interval would add up to a second of lag.
+        return self.s.poll_interval_s if self._settled else min(self.s.poll_interval_s, 0.1)
 
     def _degrade(self, exc: Exception) -> None:
         if isinstance(exc, StoreUnavailable):
