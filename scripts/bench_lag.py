@@ -28,6 +28,7 @@ from typing import Any
 
 from config.embedding import get_embedder
 from config.settings import Settings
+from scripts.benchlib import report
 from worker.demo import generate
 from worker.importer import import_records, init_db
 
@@ -182,11 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         ("idle CPU of the worker", f"{idle_cpu:.2f} %  over {args.idle_seconds:g} s (target < 1 %)"),
         ("worker RSS", f"{rss:.0f} MB"),
     ]
-    width = max(len(k) for k, _ in rows)
-    print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+    report(rows, result, args.out)
     return 0
 
 

@@ -16,7 +16,6 @@ Prints a table and writes JSON (default ``.bench/bench_sync.json``).
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import tempfile
 import time
@@ -27,6 +26,7 @@ from typing import Any
 from config.embedding import get_embedder
 from config.schema import KINDS
 from config.settings import Settings
+from scripts.benchlib import report
 from worker.demo import generate
 from worker.documents import RowError, build_documents
 from worker.importer import import_records, init_db
@@ -114,11 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         ("second resync", f"{second.seconds:.2f} s, {second.written} written, {second.embedded} embedded"),
         ("second resync per 100k rows", f"{per_100k:.2f} s  (target < 5 s, 0 written)"),
     ]
-    width = max(len(k) for k, _ in rows)
-    print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+    report(rows, result, args.out)
     return 0
 
 

@@ -229,11 +229,21 @@ def test_database_replaced_by_an_older_copy_is_detected_and_reconciled(managed: 
     assert verify(managed).clean
 
 
-def test_sigkill_mid_batch_then_restart_is_exact_and_leaves_no_server(managed: Settings) -> None:
+def worker_in_mid_sync(managed: Settings) -> WorkerProcess:
+    """A worker on 420 documents in small batches, returned once its first batch is logged."""
     make_db(managed.db, mixed_records(60))
     worker = WorkerProcess(managed, MEMSYNC_READ_BATCH_ROWS="10", MEMSYNC_BATCH_SIZE="4")
     try:
         wait_for(lambda: worker.events("sync_batch"), 120, "the first batch")
+    except BaseException:
+        worker.kill()
+        raise
+    return worker
+
+
+def test_sigkill_mid_batch_then_restart_is_exact_and_leaves_no_server(managed: Settings) -> None:
+    worker = worker_in_mid_sync(managed)
+    try:
         worker.proc.send_signal(signal.SIGKILL)
         worker.proc.wait(timeout=30)
     finally:
@@ -334,10 +344,8 @@ def test_managed_server_that_dies_is_restarted_and_the_backlog_drains(managed: S
 
 
 def test_second_signal_exits_at_once(managed: Settings) -> None:
-    make_db(managed.db, mixed_records(60))
-    worker = WorkerProcess(managed, MEMSYNC_READ_BATCH_ROWS="10", MEMSYNC_BATCH_SIZE="4")
+    worker = worker_in_mid_sync(managed)
     try:
-        wait_for(lambda: worker.events("sync_batch"), 120, "the first batch")
         worker.proc.send_signal(signal.SIGTERM)
         wait_for(lambda: worker.events("worker_stopping"), 30, "the first signal")
         worker.proc.send_signal(signal.SIGTERM)
