@@ -16,30 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from config.embedding import get_embedder
-from config.settings import Settings
-from scripts.benchlib import report
+from scripts.benchlib import report, start_worker
 from worker.demo import generate
-from worker.importer import import_records, init_db
+from worker.importer import import_records
 
-ROOT = Path(__file__).resolve().parent.parent
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -95,14 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         embedder.embed(burst_texts[start : start + 256])
     raw_rate = len(burst_texts) / (time.perf_counter() - t)
 
-    tmp = Path(tempfile.mkdtemp(prefix="memsync-lag-"))
-    s = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", chroma_mode="managed", chroma_port=free_port())
-    init_db(s.db)
-    import_records(s.db, generate(n_sessions=25, seed=5))
-    env = {**os.environ, "MEMSYNC_DB": str(s.db), "MEMSYNC_DATA_DIR": str(s.data_dir),
-           "MEMSYNC_CHROMA_PORT": str(s.chroma_port), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "scripts.cli", "worker"], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    s, proc = start_worker("memsync-lag-")
     try:
         wait(lambda: worker_status(s.data_dir).get("reconciles", 0) >= 1, 180, "the worker's first reconcile")
         import chromadb

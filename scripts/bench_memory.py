@@ -12,18 +12,13 @@ hour of a least-squares line through the samples after the first. Writes JSON
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-from config.settings import Settings
-from scripts.bench_lag import ROOT, free_port, rss_mb, wait, worker_status
-from scripts.benchlib import report
+from scripts.bench_lag import rss_mb, wait, worker_status
+from scripts.benchlib import report, start_worker
 from worker.demo import generate
-from worker.importer import import_records, init_db
+from worker.importer import import_records
 
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float:
@@ -46,14 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path(".bench/bench_memory.json"))
     args = p.parse_args(argv)
 
-    tmp = Path(tempfile.mkdtemp(prefix="memsync-mem-"))
-    s = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", chroma_mode="managed", chroma_port=free_port())
-    init_db(s.db)
-    import_records(s.db, generate(n_sessions=25, seed=5))
-    env = {**os.environ, "MEMSYNC_DB": str(s.db), "MEMSYNC_DATA_DIR": str(s.data_dir),
-           "MEMSYNC_CHROMA_PORT": str(s.chroma_port), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "scripts.cli", "worker"], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    s, proc = start_worker("memsync-mem-")
     records = [r for r in generate(n_sessions=2000, seed=9)]
     samples: list[tuple[float, float]] = []
     rows = 0

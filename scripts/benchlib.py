@@ -3,8 +3,40 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
+
+from config.settings import Settings
+from worker.demo import generate
+from worker.importer import import_records, init_db
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_worker(prefix: str) -> tuple[Settings, subprocess.Popen[bytes]]:
+    """A fresh demo database (about 200 rows) in a temporary directory and `memsync worker` on it
+    (managed Chroma on a free port) as its own process. The caller terminates the process."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    s = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", chroma_mode="managed", chroma_port=free_port())
+    init_db(s.db)
+    import_records(s.db, generate(n_sessions=25, seed=5))
+    env = {**os.environ, "MEMSYNC_DB": str(s.db), "MEMSYNC_DATA_DIR": str(s.data_dir),
+           "MEMSYNC_CHROMA_PORT": str(s.chroma_port), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.cli", "worker"], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return s, proc
 
 
 def report(rows: list[tuple[str, str]], result: dict[str, Any], out: Path) -> None:
