@@ -78,3 +78,14 @@ def parse_doc_id(doc_id: str) -> DocId:
     if m := _PROMPT.fullmatch(doc_id):
         return DocId(Kind.PROMPT, int(m.group(1)))
     raise DocIdError(f"not a document id: {doc_id!r}")
+
+
+def possible_doc_ids(kind: Kind, sqlite_id: int, n_facts: int = 0) -> list[str]:
+    """Every id a row of ``kind`` may have in the store (a superset: empty fields have none), for
+    queries restricted to given rows. ``n_facts`` is the length of an observation's facts list."""
+    if kind is Kind.PROMPT:
+        return [format_doc_id(kind, sqlite_id)]
+    if kind is Kind.SUMMARY:
+        return [format_doc_id(kind, sqlite_id, f) for f in SUMMARY_FIELDS]
+    fields = [*OBSERVATION_FIELDS, *(fact_field(i) for i in range(n_facts))]
+    return [format_doc_id(kind, sqlite_id, f) for f in fields]

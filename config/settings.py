@@ -67,6 +67,16 @@ class Settings(BaseSettings):
     backoff_cap_s: float = Field(60.0, gt=0, description="Worker: longest wait between retries while degraded.")
     window_days: int = Field(90, ge=0, description="Search recency window in days; 0 = all time.")
     candidates: int = Field(100, ge=1, le=5000, description="Semantic candidates fetched per search (top-N).")
+    search_timeout_ms: int = Field(
+        1500, ge=10, description="Search: deadline for the vector side of one query; past it, the lexical answer."
+    )
+    fts_timeout_ms: int = Field(2000, ge=10, description="Search: time limit of one SQLite/FTS5 statement, ms.")
+    filter_ids_cap: int = Field(
+        5000, ge=0, description="Search: a filter matching at most this many rows is searched exactly by id."
+    )
+    near_duplicate: float = Field(
+        0.92, gt=0, le=1, description="similar(): cosine at or above which a row is a near-duplicate."
+    )
 
     @field_validator("db", "data_dir", "chroma_path", mode="after")
     @classmethod

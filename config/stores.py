@@ -148,6 +148,17 @@ def connect(settings: Settings, server: ManagedServer | None = None) -> ChromaHa
     return ChromaHandle(client=client, mode=mode, server=server if owned else None)
 
 
+def connect_reader(settings: Settings) -> ChromaHandle:
+    """Open Chroma for reading without starting anything: in managed mode, the data directory's
+    running server (raises StoreUnavailable when none is up); otherwise as :func:`connect`."""
+    if settings.chroma_mode != "managed":
+        return connect(settings)
+    info = ServerInfo.read(settings.data_dir)
+    if info is None or not pid_alive(info.pid):
+        raise StoreUnavailable(f"no managed Chroma server running for {settings.data_dir} (is `memsync worker` up?)")
+    return ChromaHandle(client=_http_client(info.host, info.port, settings.chroma_timeout_s), mode="managed")
+
+
 def _pointer(client: Any, name: str) -> Any:
     return client.get_or_create_collection(name, embedding_function=None)
 
@@ -200,6 +211,17 @@ def open_collection(client: Any, settings: Settings, model_id: str, dimension: i
         _store_call("update pointer", pointer.modify, metadata={**meta, ACTIVE_KEY: active})
         return collection
     collection = _store_call("open collection", client.get_collection, active, embedding_function=None)
+    _check_identity(collection, model_id, dimension)
+    return collection
+
+
+def open_active(client: Any, settings: Settings, model_id: str, dimension: int) -> Any:
+    """The active generation for reading (never created here), identity-checked; raises
+    StoreUnavailable when nothing was synced yet."""
+    name = active_collection_name(client, settings)
+    if not name:
+        raise StoreUnavailable(f"collection {settings.collection!r} has no synced vectors yet")
+    collection = _store_call("open collection", client.get_collection, name, embedding_function=None)
     _check_identity(collection, model_id, dimension)
     return collection
 

@@ -46,3 +46,21 @@ def report(rows: list[tuple[str, str]], result: dict[str, Any], out: Path) -> No
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"wrote {out}")
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """Print dict rows as an aligned table (columns in first-seen order, blanks for missing)."""
+    cols: list[str] = []
+    for r in rows:
+        cols.extend(k for k in r if k not in cols)
+    width = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
+    print("  ".join(f"{c:<{width[c]}}" for c in cols))
+    for r in rows:
+        print("  ".join(f"{str(r.get(c, '')):<{width[c]}}" for c in cols))
+
+
+def write_json(result: dict[str, Any], out: Path) -> None:
+    """Write a benchmark's JSON result."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out}")

@@ -1,8 +1,15 @@
-"""memsync search library (the full hybrid search arrives with the search issue).
+"""memsync search library: hybrid semantic + FTS5 search over claude-mem memory.
 
-For now: :func:`lookup`, a minimal semantic query straight from Chroma, collapsed per row.
+A server imports :class:`Searcher` (one per process) and calls ``search``, ``find_by``,
+``timeline``, ``recent_context``, ``get`` and ``similar``. Nothing here needs the worker running:
+when the vector store cannot answer, results come from FTS5, labelled ``lexical_fallback``.
 """
 
+from search.engine import Searcher, SearchError, make_window
 from search.lookup import Hit, lookup
+from search.models import Filters, Format, Mode, Order, Response, Result, Signal, Window, parse_kinds
 
-__all__ = ["Hit", "lookup"]
+__all__ = [
+    "Filters", "Format", "Hit", "Mode", "Order", "Response", "Result", "SearchError", "Searcher", "Signal",
+    "Window", "lookup", "make_window", "parse_kinds",
+]

@@ -1,0 +1,477 @@
+"""The search engine: hybrid retrieval (Chroma + FTS5), filters before the cut, hydration, and the
+lookups built on it (timeline, recent context, get, similar).
+
+How a query is answered (``Searcher.search``):
+1. Lexical: per kind, FTS5 BM25 of an OR of quoted tokens, with every filter and the window in
+   the same SQL statement, so nothing inside the filters is cut by rows outside them.
+2. Semantic: the query embedded by the worker's model; Chroma's unfiltered top-N (fast, 2-5 ms)
+   collapsed onto rows, then SQLite says which rows pass the filters and window. When fewer than
+   the page needs pass, the filtered rows are searched exactly: by id when the filter matches at
+   most ``filter_ids_cap`` rows, else with a Chroma ``where`` on the window/project/kind
+   (design note 6: pick by cost, lose nothing).
+3. Linked signals: an observation is recorded under a user prompt (same session and
+   ``prompt_number``); when prompts are searched, observations that match vouch for their prompt.
+4. Fusion (search.fusion), then hydration with one ``IN`` query per kind in fused order. Date
+   order asks SQLite for the newest/oldest matches rather than re-sorting the top-N.
+If Chroma is down, slow, erroring or empty, the lexical answer is returned as
+``lexical_fallback`` with the reason; nothing raises to the caller for a bad query string.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from config.docids import possible_doc_ids
+from config.embedding import Embedder, get_embedder
+from config.schema import KINDS, Kind
+from config.settings import Settings
+from search import fts
+from search.fusion import (
+    LEXICAL_WEIGHT,
+    LINKED_LEXICAL_WEIGHT,
+    LINKED_SEMANTIC_WEIGHT,
+    SEMANTIC_WEIGHT,
+    Ranked,
+    fuse,
+)
+from search.models import Filters, Format, Mode, Order, Response, Result, Signal, Window
+from search.rows import SourceRows, title_of
+from search.semantic import RowHit, VectorSide, VectorUnavailable
+
+Key = tuple[Kind, int]
+EXCLUDED_CAP = 1000  # counting matches outside the window stops here (reported as a lower bound)
+ANCHOR_PREFIX = {"": Kind.OBSERVATION, "#": Kind.OBSERVATION, "s": Kind.SUMMARY, "p": Kind.PROMPT}
+DATE_ORDER_MIN_SIMILARITY = 0.35  # a semantic candidate counts as a match for date order above this
+
+
+class SearchError(ValueError):
+    """A request the engine cannot answer (bad anchor, unknown id); the message says why."""
+
+
+def make_window(days: int | None, default_days: int, date_from: datetime | None = None,
+                date_to: datetime | None = None, now: datetime | None = None) -> Window:
+    """The window applied: a date range replaces the recency window; 0 days = all time."""
+    if date_from or date_to:
+        return Window(0, int(date_from.timestamp() * 1000) if date_from else None,
+                      int(date_to.timestamp() * 1000) if date_to else None, "date_range")
+    d = default_days if days is None else days
+    if d < 0:
+        raise SearchError("window_days must be 0 (all time) or positive")
+    if d == 0:
+        return Window(0, None, None, "all_time")
+    now = now or datetime.now(UTC)
+    return Window(d, int((now - timedelta(days=d)).timestamp() * 1000), None, "window")
+
+
+@dataclass
+class _Gathered:
+    lexical: dict[Kind, list[int]] = field(default_factory=dict)
+    semantic: list[RowHit] = field(default_factory=list)
+    linked_semantic: list[int] = field(default_factory=list)
+    linked_lexical: list[int] = field(default_factory=list)
+    similarity: dict[Key, RowHit] = field(default_factory=dict)
+
+
+class Searcher:
+    """The search library's entry point; one per process (thread-safe), cheap to keep open."""
+
+    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+        self.settings = settings
+        self._embedder = embedder
+        self._vector: VectorSide | None = None
+
+    @property
+    def vector(self) -> VectorSide:
+        """The vector side (the embedding model is loaded on first use)."""
+        if self._vector is None:
+            embedder = self._embedder or get_embedder(
+                self.settings.embedding_model, self.settings.embedding_batch_size,
+                self.settings.embedding_max_tokens, self.settings.embedding_threads)
+            self._vector = VectorSide(self.settings, embedder)
+        return self._vector
+
+    def close(self) -> None:
+        """Release threads held by the vector side."""
+        if self._vector is not None:
+            self._vector.close()
+
+    def _rows(self) -> SourceRows:
+        rows = SourceRows(self.settings.db, self.settings.sqlite_busy_timeout_ms, self.settings.fts_timeout_ms)
+        if not all(rows.has_fts(k) for k in KINDS):
+            from search.lexical_index import LexicalIndex
+
+            rows.lexical_index = LexicalIndex.refreshed(self.settings, rows)
+        return rows
+
+    # -- search ----------------------------------------------------------------------------------
+    def search(self, query: str, kinds: Sequence[Kind] | None = None, filters: Filters | None = None,
+               window_days: int | None = None, limit: int = 20, offset: int = 0,
+               order: Order = Order.RELEVANCE, format: Format = Format.INDEX,
+               mode: Mode = Mode.HYBRID) -> Response:
+        """Hybrid search; see the module docstring. ``mode`` LEXICAL or SEMANTIC uses one side only."""
+        if limit < 1 or offset < 0:
+            raise SearchError("limit must be at least 1 and offset at least 0")
+        filters = filters or Filters()
+        kinds = tuple(kinds or KINDS)
+        window = make_window(window_days, self.settings.window_days, filters.date_from, filters.date_to)
+        timings: dict[str, float] = {}
+        query = query.replace("\x00", " ") if isinstance(query, str) else ""
+        rows = self._rows()
+        try:
+            t0 = time.perf_counter()
+            expr = fts.match_expression(query)
+            if expr is None and not fts.tokens(query):
+                return self._listing(rows, query, kinds, filters, window, limit, offset, order, format, timings)
+            need = offset + limit
+            depth = max(self.settings.candidates, need)
+            got = _Gathered()
+            answered, reason = mode, None
+            if mode is not Mode.SEMANTIC and expr:
+                got.lexical = {k: [i for i, _ in rows.lexical(k, expr, filters, window, depth)] for k in kinds}
+                if Kind.PROMPT in kinds and mode is Mode.HYBRID:
+                    lex_obs = got.lexical.get(Kind.OBSERVATION)
+                    if lex_obs is None:
+                        lex_obs = [i for i, _ in rows.lexical(Kind.OBSERVATION, expr, _linked_filters(filters),
+                                                               window, depth)]
+                    got.linked_lexical = self._linked(rows, lex_obs, filters, window)
+            timings["lexical"] = _ms(t0)
+            if mode is not Mode.LEXICAL:
+                t1 = time.perf_counter()
+                try:
+                    self._semantic(rows, query, kinds, filters, window, need, depth, got, timings,
+                                   linked=mode is Mode.HYBRID)
+                except VectorUnavailable as exc:
+                    if mode is Mode.SEMANTIC:
+                        return Response(Mode.LEXICAL_FALLBACK, [], window, reason=str(exc), query=query,
+                                        timings_ms=timings)
+                    answered, reason = Mode.LEXICAL_FALLBACK, str(exc)
+                timings["semantic"] = _ms(t1)
+            t2 = time.perf_counter()
+            if order is Order.RELEVANCE:
+                fused = self._fuse(got, answered)
+                total = len(fused)
+                page = fused[offset:need]
+            else:
+                page, total = self._date_order(rows, expr, kinds, filters, window, got, need, order)
+                page = page[offset:need]
+            timings["fuse"] = _ms(t2)
+            t3 = time.perf_counter()
+            excluded = self._excluded(rows, expr, kinds, filters, window, got) if window.source == "window" else 0
+            timings["window_count"] = _ms(t3)
+            t4 = time.perf_counter()
+            results = self._hydrate(rows, page, got, format)
+            timings["hydrate"] = _ms(t4)
+            timings["total"] = _ms(t0)
+            return Response(answered, results, window, excluded, reason, total, timings, query)
+        finally:
+            rows.close()
+
+    def _semantic(self, rows: SourceRows, query: str, kinds: Sequence[Kind], filters: Filters, window: Window,
+                  need: int, depth: int, got: _Gathered, timings: dict[str, float], linked: bool) -> None:
+        t = time.perf_counter()
+        vec = self.vector.embed(query)
+        timings["embed"] = _ms(t)
+        hits = self.vector.nearest(vec, depth)
+        timings["vector_query"] = _ms(t) - timings["embed"]
+        restricted = bool(filters.project or filters.types or filters.concepts or filters.files
+                          or window.start_ms is not None or window.end_ms is not None)
+        linked_kinds = (Kind.OBSERVATION,) if Kind.PROMPT in kinds and linked else ()
+        wanted = set(kinds) | set(linked_kinds)
+        if restricted:
+            hits = self._passing(rows, hits, wanted, filters, window)
+            in_kinds = [h for h in hits if h.kind in kinds]
+            if len(in_kinds) < need:
+                hits = self._exact_semantic(rows, vec, wanted, filters, window, depth)
+                timings["vector_exact"] = _ms(t) - timings["embed"] - timings["vector_query"]
+        got.semantic = [h for h in hits if h.kind in kinds]
+        got.similarity = {(h.kind, h.id): h for h in hits}
+        if linked_kinds:
+            obs = [h.id for h in hits if h.kind is Kind.OBSERVATION]
+            got.linked_semantic = self._linked(rows, obs, filters, window)
+
+    def _passing(self, rows: SourceRows, hits: list[RowHit], kinds: set[Kind], filters: Filters,
+                 window: Window) -> list[RowHit]:
+        keep: set[Key] = set()
+        for kind in kinds:
+            ids = [h.id for h in hits if h.kind is kind]
+            keep.update((kind, i) for i in rows.passing(kind, ids, filters, window))
+        return [h for h in hits if (h.kind, h.id) in keep]
+
+    def _exact_semantic(self, rows: SourceRows, vec: Any, kinds: set[Kind], filters: Filters, window: Window,
+                        depth: int) -> list[RowHit]:
+        """Nearest rows among exactly those within filters/window."""
+        doc_ids: list[str] = []
+        for kind in kinds:
+            ids = rows.filtered_ids(kind, filters, window, self.settings.filter_ids_cap)
+            if ids is None:
+                return self._where_semantic(rows, vec, kinds, filters, window, depth)
+            facts = rows.fact_counts(ids) if kind is Kind.OBSERVATION else {}
+            for i in ids:
+                doc_ids.extend(possible_doc_ids(kind, i, facts.get(i, 0)))
+        return self.vector.nearest(vec, depth * 3, ids=doc_ids)
+
+    def _where_semantic(self, rows: SourceRows, vec: Any, kinds: set[Kind], filters: Filters, window: Window,
+                        depth: int) -> list[RowHit]:
+        """Many rows pass: let Chroma filter on the metadata it has (window, project, kind), then
+        check the rest (types, concepts, files) in SQLite."""
+        clauses: list[dict[str, Any]] = []
+        if window.start_ms is not None:
+            clauses.append({"created_at_epoch": {"$gte": window.start_ms}})
+        if window.end_ms is not None:
+            clauses.append({"created_at_epoch": {"$lte": window.end_ms}})
+        doc_types = {Kind.OBSERVATION: "observation", Kind.SUMMARY: "session_summary", Kind.PROMPT: "user_prompt"}
+        if len(kinds) < len(KINDS):
+            clauses.append({"doc_type": {"$in": [doc_types[k] for k in kinds]}})
+        if filters.types:
+            clauses.append({"type": {"$in": list(filters.types)}})
+        where: dict[str, Any] | None = None
+        if len(clauses) == 1:
+            where = clauses[0]
+        elif clauses:
+            where = {"$and": clauses}
+        hits = self.vector.nearest(vec, depth * 3, where=where)
+        return self._passing(rows, hits, kinds, filters, window)
+
+    def _linked(self, rows: SourceRows, obs_ids: list[int], filters: Filters, window: Window) -> list[int]:
+        """Prompts the observations (in rank order) were recorded under, within filters/window."""
+        links = rows.prompts_of_observations(obs_ids)
+        prompts = list(dict.fromkeys(links[o] for o in obs_ids if o in links))
+        ok = rows.passing(Kind.PROMPT, prompts, filters, window)
+        return [p for p in prompts if p in ok]
+
+    def _fuse(self, got: _Gathered, answered: Mode) -> list[tuple[Key, float, bool, bool]]:
+        lists = [Ranked([(k, i) for i in ids], LEXICAL_WEIGHT, False) for k, ids in got.lexical.items()]
+        lists.append(Ranked([(h.kind, h.id) for h in got.semantic], SEMANTIC_WEIGHT, True))
+        lists.append(Ranked([(Kind.PROMPT, i) for i in got.linked_semantic], LINKED_SEMANTIC_WEIGHT, True))
+        lists.append(Ranked([(Kind.PROMPT, i) for i in got.linked_lexical], LINKED_LEXICAL_WEIGHT, False))
+        return [(_key(k), s, sem, lex) for k, s, sem, lex in fuse(lists)]
+
+    def _date_order(self, rows: SourceRows, expr: str | None, kinds: Sequence[Kind], filters: Filters,
+                    window: Window, got: _Gathered, need: int, order: Order
+                    ) -> tuple[list[tuple[Key, float, bool, bool]], int]:
+        """The newest (oldest) matches: SQLite's own date-ordered lexical matches, merged with the
+        semantic candidates that are real matches, by date."""
+        direction = "newest" if order is Order.NEWEST else "oldest"
+        dated: dict[Key, tuple[int, bool, bool]] = {}
+        for kind in kinds:
+            if expr:
+                ids = [i for i, _ in rows.lexical(kind, expr, filters, window, need, order=direction)]
+                for i, epoch in rows.epochs(kind, ids).items():
+                    dated[(kind, i)] = (epoch, False, True)
+        sem = [h for h in got.semantic if h.similarity >= DATE_ORDER_MIN_SIMILARITY]
+        for kind in kinds:
+            ids = [h.id for h in sem if h.kind is kind]
+            for i, epoch in rows.epochs(kind, ids).items():
+                prev = dated.get((kind, i))
+                dated[(kind, i)] = (epoch, True, prev is not None)
+        keys = sorted(dated, key=lambda k: (dated[k][0], k[1]), reverse=order is Order.NEWEST)
+        out = [(k, got.similarity[k].similarity if k in got.similarity else 1.0, dated[k][1], dated[k][2])
+               for k in keys]
+        return out, len(out)
+
+    def _excluded(self, rows: SourceRows, expr: str | None, kinds: Sequence[Kind], filters: Filters,
+                  window: Window, got: _Gathered) -> int:
+        """Rows that match (lexically, or among the semantic candidates) but fall outside the window."""
+        outside = Window(0, None, window.start_ms, "before_window") if window.start_ms is not None else None
+        if outside is None:
+            return 0
+        n = 0
+        for kind in kinds:
+            if expr:
+                n += rows.lexical_count(kind, expr, filters, outside, EXCLUDED_CAP)
+        return min(n, EXCLUDED_CAP)
+
+    def _hydrate(self, rows: SourceRows, page: list[tuple[Key, float, bool, bool]], got: _Gathered,
+                 format: Format) -> list[Result]:
+        by_kind: dict[Kind, list[int]] = {}
+        for (kind, i), *_ in page:
+            by_kind.setdefault(kind, []).append(i)
+        records = {k: rows.hydrate(k, ids) for k, ids in by_kind.items()}
+        out: list[Result] = []
+        for (kind, i), score, sem, lex in page:
+            row = records.get(kind, {}).get(i)
+            if row is None:
+                continue  # deleted since it was indexed
+            hit = got.similarity.get((kind, i))
+            out.append(_result(kind, row, score, sem, lex, hit, format))
+        return out
+
+    def _listing(self, rows: SourceRows, query: str, kinds: Sequence[Kind], filters: Filters, window: Window,
+                 limit: int, offset: int, order: Order, format: Format, timings: dict[str, float]) -> Response:
+        """No words in the query: the newest (or oldest) rows within the filters."""
+        t = time.perf_counter()
+        newest = order is not Order.OLDEST
+        dated: list[tuple[int, Key]] = []
+        for kind in kinds:
+            dated.extend((e, (kind, i)) for i, e in rows.recent(kind, filters, window, offset + limit, 0, newest))
+        dated.sort(key=lambda x: (x[0], x[1][1]), reverse=newest)
+        page = [(k, 1.0, False, True) for _, k in dated[offset:offset + limit]]
+        results = self._hydrate(rows, page, _Gathered(), format)
+        timings["total"] = _ms(t)
+        return Response(Mode.LEXICAL, results, window, 0, "no words in the query: newest records listed",
+                        len(dated), timings, query)
+
+    # -- lookups ---------------------------------------------------------------------------------
+    def find_by(self, filters: Filters, query: str = "", kinds: Sequence[Kind] | None = None,
+                window_days: int | None = None, limit: int = 20, offset: int = 0,
+                format: Format = Format.INDEX) -> Response:
+        """Filter first in SQLite (concept, file or type), then rank the matches by meaning of
+        ``query`` when one is given (recency breaks ties), else newest first. The filter is applied
+        before any cut, so no match is lost to rows outside it."""
+        order = Order.RELEVANCE if fts.tokens(query) else Order.NEWEST
+        return self.search(query, kinds, filters, window_days, limit, offset, order, format)
+
+    def get(self, kind: Kind, ids: Sequence[int]) -> tuple[list[dict[str, Any]], list[int]]:
+        """Full records in the requested order, and the ids that do not exist."""
+        rows = self._rows()
+        try:
+            found = rows.hydrate(kind, list(ids))
+        finally:
+            rows.close()
+        return [found[i] for i in ids if i in found], [i for i in ids if i not in found]
+
+    def recent_context(self, project: str | None = None, limit: int = 10,
+                       kinds: Sequence[Kind] = (Kind.SUMMARY, Kind.OBSERVATION)) -> list[Result]:
+        """The newest summaries and observations (of a project), newest first."""
+        return self.search("", kinds, Filters(project=project), 0, limit, order=Order.NEWEST).results
+
+    def timeline(self, anchor: str, depth_before: int = 5, depth_after: int = 5,
+                 project: str | None = None, format: Format = Format.INDEX) -> tuple[list[Result], Key]:
+        """Records around an anchor, chronological, counted in records; returns them and the
+        anchor's key (also marked with ``field='anchor'``). Anchor: ``123``/``#123`` (observation),
+        ``S123`` (summary), ``P123`` (prompt), an ISO timestamp, or a query (its best match)."""
+        if depth_before < 0 or depth_after < 0:
+            raise SearchError("depths must be 0 or more")
+        rows = self._rows()
+        try:
+            key, epoch = self._anchor(rows, anchor, project)
+            candidates: dict[Key, int] = {}
+            for kind in KINDS:
+                for i, e in rows.around(kind, epoch, project, True, depth_before + 1, inclusive=True):
+                    candidates[(kind, i)] = e
+                for i, e in rows.around(kind, epoch, project, False, depth_after + 1, inclusive=True):
+                    candidates[(kind, i)] = e
+            kind_order = {Kind.PROMPT: 0, Kind.OBSERVATION: 1, Kind.SUMMARY: 2}
+            ordered = sorted(candidates, key=lambda k: (candidates[k], kind_order[k[0]], k[1]))
+            if key is not None and key not in candidates:
+                candidates[key] = epoch
+                ordered = sorted(candidates, key=lambda k: (candidates[k], kind_order[k[0]], k[1]))
+            if key is None:  # a timestamp: the anchor is the first record at or after it
+                after = [k for k in ordered if candidates[k] >= epoch]
+                key = after[0] if after else (ordered[-1] if ordered else None)
+            if key is None:
+                return [], (Kind.OBSERVATION, 0)
+            pos = ordered.index(key)
+            window_keys = ordered[max(0, pos - depth_before):pos + depth_after + 1]
+            page = [(k, 1.0, False, False) for k in window_keys]
+            results = self._hydrate(rows, page, _Gathered(), format)
+            for r in results:
+                r.signals = Signal.LEXICAL
+                if r.key == key:
+                    r.field = "anchor"
+            return results, key
+        finally:
+            rows.close()
+
+    def _anchor(self, rows: SourceRows, anchor: str, project: str | None) -> tuple[Key | None, int]:
+        text = anchor.strip()
+        m = re.fullmatch(r"([#SsPp]?)\s*(\d+)", text)
+        if m:
+            kind = ANCHOR_PREFIX[m.group(1).lower()]
+            i = int(m.group(2))
+            epochs = rows.epochs(kind, [i])
+            if i not in epochs:
+                raise SearchError(f"no {kind.value} with id {i}")
+            return (kind, i), epochs[i]
+        try:
+            when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+            return None, int(when.timestamp() * 1000)
+        except ValueError:
+            pass
+        found = self.search(text, None, Filters(project=project), 0, 1)
+        if not found.results:
+            raise SearchError(f"nothing matches {text[:80]!r}")
+        best = found.results[0]
+        return best.key, int(best.created_at_epoch or 0)
+
+    def similar(self, observation_id: int, limit: int = 10, window_days: int | None = 0
+                ) -> tuple[list[Result], Mode, str | None]:
+        """Past rows most like an observation, best first; ``field == 'near_duplicate'`` marks rows
+        at or above the near-duplicate cosine (settings.near_duplicate). Falls back to a lexical
+        search on the observation's own text when Chroma cannot answer."""
+        rows = self._rows()
+        try:
+            found = rows.hydrate(Kind.OBSERVATION, [observation_id])
+            if observation_id not in found:
+                raise SearchError(f"no observation with id {observation_id}")
+            row = found[observation_id]
+            facts = row.get("facts") if isinstance(row.get("facts"), list) else []
+            doc_ids = possible_doc_ids(Kind.OBSERVATION, observation_id, len(facts or []))
+        finally:
+            rows.close()
+        text = " ".join(str(row.get(k) or "") for k in ("title", "subtitle", "narrative", "text"))
+        try:
+            vectors = self.vector.vectors(doc_ids)
+            if not vectors:
+                raise VectorUnavailable(f"observation {observation_id} is not synced yet")
+            import numpy as np
+
+            mean = np.mean(list(vectors.values()), axis=0)
+            mean /= float(np.linalg.norm(mean)) or 1.0
+            hits = self.vector.nearest(mean.astype(np.float32), self.settings.candidates)
+        except VectorUnavailable as exc:
+            resp = self.search(text, None, None, window_days, limit + 1, mode=Mode.LEXICAL)
+            results = [r for r in resp.results if r.key != (Kind.OBSERVATION, observation_id)][:limit]
+            return results, Mode.LEXICAL_FALLBACK, str(exc)
+        hits = [h for h in hits if (h.kind, h.id) != (Kind.OBSERVATION, observation_id)]
+        window = make_window(window_days, self.settings.window_days)
+        rows = self._rows()
+        try:
+            if window.start_ms is not None:
+                hits = self._passing(rows, hits, set(KINDS), Filters(), window)
+            page = [((h.kind, h.id), h.similarity, True, False) for h in hits[:limit]]
+            got = _Gathered(similarity={(h.kind, h.id): h for h in hits})
+            results = self._hydrate(rows, page, got, Format.INDEX)
+        finally:
+            rows.close()
+        for r in results:
+            if r.similarity is not None and r.similarity >= self.settings.near_duplicate:
+                r.field = "near_duplicate"
+        return results, Mode.SEMANTIC, None
+
+
+def _linked_filters(filters: Filters) -> Filters:
+    """Observations used as evidence for prompts: only project and dates carry over."""
+    return Filters(project=filters.project, date_from=filters.date_from, date_to=filters.date_to)
+
+
+def _key(key: Hashable) -> Key:
+    assert isinstance(key, tuple)
+    return (Kind(key[0]), int(key[1]))
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000
+
+
+def _result(kind: Kind, row: dict[str, Any], score: float, sem: bool, lex: bool, hit: RowHit | None,
+            format: Format) -> Result:
+    signal = Signal.BOTH if sem and lex else Signal.SEMANTIC if sem else Signal.LEXICAL
+    return Result(
+        kind=kind, id=int(row["id"]), score=float(score), signals=signal,
+        similarity=hit.similarity if hit else None,
+        created_at_epoch=int(row["created_at_epoch"]) if row.get("created_at_epoch") is not None else None,
+        project=row.get("project"), type=row.get("type") if kind is Kind.OBSERVATION else None,
+        title=title_of(kind, row), field=hit.field if hit else None,
+        record=row if format is Format.FULL else None,
+    )
+
+
+SearchFn = Callable[..., Response]

@@ -1,0 +1,55 @@
+"""Weighted reciprocal-rank fusion of ranked lists of rows, with a score normalised to 0..1.
+
+The weights and k were chosen on the LoCoMo dev set (scripts/bench_quality.py; the README has the
+table of what was tried). Lexical ranks count fully, semantic ranks half: BM25 alone is the
+strongest single signal on conversational memory, and equal-weight RRF with k=60 is worse than
+BM25 alone. A small k (10) lets a first place in one list outweigh middling places in several.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+RRF_K = 10
+LEXICAL_WEIGHT = 1.0
+SEMANTIC_WEIGHT = 0.5
+# Observations recorded under a prompt vouch for that prompt (see engine: linked signals).
+LINKED_SEMANTIC_WEIGHT = 0.5
+LINKED_LEXICAL_WEIGHT = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """One input list: keys best first, its weight, and whether it is a semantic signal."""
+
+    keys: Sequence[Hashable]
+    weight: float
+    semantic: bool
+
+
+def fuse(lists: Sequence[Ranked], k: int = RRF_K) -> list[tuple[Hashable, float, bool, bool]]:
+    """(key, score in 0..1, found semantically, found lexically), best first. The score is the
+    fused value over the most any key could get from the lists that had something."""
+    score: dict[Hashable, float] = defaultdict(float)
+    sem: set[Hashable] = set()
+    lex: set[Hashable] = set()
+    best_possible = 0.0
+    first_seen: dict[Hashable, int] = {}
+    for li, ranked in enumerate(lists):
+        if not ranked.keys:
+            continue
+        best_possible += ranked.weight / (k + 1)
+        seen: set[Hashable] = set()
+        for rank, key in enumerate(ranked.keys):
+            if key in seen:
+                continue
+            seen.add(key)
+            score[key] += ranked.weight / (k + rank + 1)
+            first_seen.setdefault(key, li * 1_000_000 + rank)
+            (sem if ranked.semantic else lex).add(key)
+    if not score:
+        return []
+    order = sorted(score, key=lambda key: (-score[key], first_seen[key]))
+    return [(key, min(1.0, score[key] / best_possible), key in sem, key in lex) for key in order]

@@ -1,0 +1,123 @@
+"""memsync's own FTS5 index, for databases that have no FTS tables (older files, or SQLite built
+without FTS5 when the app created them). Lives in ``DATA_DIR/lexical.db``; the agent's database is
+only read.
+
+Porter tokenizer (the better of the two on the LoCoMo dev set: BM25 recall@10 0.610 vs 0.586).
+Kept current on use: when the database files changed since the last look, each table's
+fingerprint (row count, max id, total text length) is compared; only-new rows are appended, any
+other change rebuilds that table's index. A file lock serialises refreshes across processes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+from config.schema import FTS_TABLES, KINDS, TABLES, Kind
+from config.settings import Settings
+from search.rows import ALIAS, SourceRows
+
+INDEX_FILE = "lexical.db"
+_last_stamp: dict[str, tuple[float, ...]] = {}
+_stamp_lock = threading.Lock()
+
+
+def _stamp(db: Path) -> tuple[float, ...]:
+    out: list[float] = []
+    for p in (db, Path(str(db) + "-wal")):
+        try:
+            st = os.stat(p)
+            out.extend((st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.extend((0, 0, 0))
+    return tuple(out)
+
+
+class LexicalIndex:
+    """Read side: BM25 matches by kind. Build side: :meth:`refreshed`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def refreshed(cls, settings: Settings, rows: SourceRows) -> LexicalIndex:
+        """The index, brought up to date with the source if its files changed since last time."""
+        path = settings.data_dir / INDEX_FILE
+        stamp = _stamp(settings.db)
+        with _stamp_lock:
+            if _last_stamp.get(str(path)) == stamp and path.exists():
+                return cls(path)
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(settings.data_dir / (INDEX_FILE + ".lock"), "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                conn = sqlite3.connect(str(path), timeout=30)
+                try:
+                    _refresh(conn, rows)
+                finally:
+                    conn.close()
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        with _stamp_lock:
+            _last_stamp[str(path)] = stamp
+        return cls(path)
+
+    def match(self, kind: Kind, expr: str, limit: int | None = None) -> list[tuple[int, float]]:
+        """(id, score) best first for a MATCH expression (higher = better)."""
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+        try:
+            table = _index_table(kind)
+            sql = f"SELECT rowid, rank FROM {table} WHERE {table} MATCH ? ORDER BY rank"
+            params: list[object] = [expr]
+            if limit is not None:
+                sql += " LIMIT ?"
+                params.append(limit)
+            return [(int(r[0]), -float(r[1])) for r in conn.execute(sql, params)]
+        except sqlite3.OperationalError:
+            return []
+        finally:
+            conn.close()
+
+
+def _index_table(kind: Kind) -> str:
+    return f"idx_{TABLES[kind]}"
+
+
+def _text_columns(rows: SourceRows, kind: Kind) -> list[str]:
+    return [c for c in FTS_TABLES[kind][1] if rows.schema.column(TABLES[kind], c)]
+
+
+def _refresh(conn: sqlite3.Connection, rows: SourceRows) -> None:
+    conn.execute("CREATE TABLE IF NOT EXISTS fingerprint (kind TEXT PRIMARY KEY, n INTEGER, max_id INTEGER, "
+                 "chars INTEGER)")
+    for kind in KINDS:
+        cols = _text_columns(rows, kind)
+        table = _index_table(kind)
+        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5({', '.join(cols)}, "
+                     "tokenize='porter unicode61')")
+        lengths = " + ".join(f"coalesce(length({ALIAS}.\"{rows.schema.column(TABLES[kind], c)}\"), 0)" for c in cols)
+        n, max_id, chars = rows.query(
+            f"SELECT count(*), coalesce(max({ALIAS}.id), 0), coalesce(sum({lengths}), 0) FROM {TABLES[kind]} {ALIAS}"
+        )[0]
+        old = conn.execute("SELECT n, max_id, chars FROM fingerprint WHERE kind = ?", (kind.value,)).fetchone()
+        if old == (n, max_id, chars):
+            continue
+        select = ", ".join(f"{ALIAS}.\"{rows.schema.column(TABLES[kind], c)}\"" for c in cols)
+        if old is not None and max_id > old[1]:
+            new = rows.query(f"SELECT {ALIAS}.id, {select} FROM {TABLES[kind]} {ALIAS} WHERE {ALIAS}.id > ?", [old[1]])
+            appended_only = old[0] + len(new) == n and old[2] + sum(len(str(v or "")) for r in new for v in
+                                                                      list(r)[1:]) == chars
+        else:
+            new, appended_only = [], False
+        with conn:
+            if not appended_only:
+                conn.execute(f"DELETE FROM {table}")
+                new = rows.query(f"SELECT {ALIAS}.id, {select} FROM {TABLES[kind]} {ALIAS}")
+            conn.executemany(
+                f"INSERT INTO {table}(rowid, {', '.join(cols)}) VALUES (?, {', '.join('?' * len(cols))})",
+                [tuple(r) for r in new],
+            )
+            conn.execute("INSERT OR REPLACE INTO fingerprint VALUES (?, ?, ?, ?)", (kind.value, n, max_id, chars))

@@ -1,0 +1,166 @@
+"""The search library's types: what a caller asks (filters, window, order) and what it gets back.
+
+Every result names its kind and id together (ids are unique only within a kind), a score in 0..1
+and the signals that found it; every response names the mode that answered and why, the window
+applied, how many matches the window excluded, and per-stage timings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from config.schema import KINDS, Kind
+
+
+class Mode(StrEnum):
+    """Which retrieval answered."""
+
+    HYBRID = "hybrid"
+    SEMANTIC = "semantic"
+    LEXICAL = "lexical"
+    LEXICAL_FALLBACK = "lexical_fallback"
+
+
+class Order(StrEnum):
+    """Result order: fused relevance, or by date."""
+
+    RELEVANCE = "relevance"
+    NEWEST = "newest"
+    OLDEST = "oldest"
+
+
+class Format(StrEnum):
+    """``index``: compact lines; ``full``: the hydrated row."""
+
+    INDEX = "index"
+    FULL = "full"
+
+
+class Signal(StrEnum):
+    """Which retrieval found a result."""
+
+    SEMANTIC = "semantic"
+    LEXICAL = "lexical"
+    BOTH = "both"
+
+
+# Names accepted on the command line and in servers for the kinds (plural forms included).
+KIND_ALIASES: dict[str, Kind] = {
+    "observation": Kind.OBSERVATION, "observations": Kind.OBSERVATION, "obs": Kind.OBSERVATION,
+    "summary": Kind.SUMMARY, "summaries": Kind.SUMMARY, "session": Kind.SUMMARY, "sessions": Kind.SUMMARY,
+    "prompt": Kind.PROMPT, "prompts": Kind.PROMPT, "user_prompts": Kind.PROMPT,
+}
+
+
+def parse_kinds(names: str | list[str] | tuple[str, ...] | None) -> tuple[Kind, ...]:
+    """Kinds from names (``None``/``"all"`` = all three); raises ValueError naming the bad one."""
+    if names is None:
+        return KINDS
+    items = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    if not items or items == ["all"]:
+        return KINDS
+    out: list[Kind] = []
+    for name in items:
+        kind = KIND_ALIASES.get(name.lower())
+        if kind is None:
+            raise ValueError(f"unknown kind {name!r}; use observations, sessions or prompts")
+        if kind not in out:
+            out.append(kind)
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Restrictions applied before any top-N cut. Empty means no restriction.
+
+    ``project`` matches ``project`` or ``merged_into_project``; ``types`` are observation types;
+    ``concepts`` and ``files`` are substrings of the JSON lists (any of the given values);
+    ``date_from``/``date_to`` (aware datetimes) replace the recency window when given."""
+
+    project: str | None = None
+    types: tuple[str, ...] = ()
+    concepts: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    date_from: datetime | None = None
+    date_to: datetime | None = None
+
+    @property
+    def observation_only(self) -> bool:
+        """Types, concepts and files exist on observations (files also on summaries)."""
+        return bool(self.types or self.concepts)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The epoch-millisecond range applied: ``days`` = 0 means all time."""
+
+    days: int
+    start_ms: int | None
+    end_ms: int | None
+    source: str  # "window" | "date_range" | "all_time"
+
+
+@dataclass(slots=True)
+class Result:
+    """One row found."""
+
+    kind: Kind
+    id: int
+    score: float
+    signals: Signal
+    similarity: float | None = None  # cosine of the best field document, when semantic found it
+    created_at_epoch: int | None = None
+    project: str | None = None
+    type: str | None = None
+    title: str | None = None
+    field: str | None = None  # the field document that matched best (semantic)
+    record: dict[str, Any] | None = None  # the full row (format=full)
+
+    @property
+    def key(self) -> tuple[Kind, int]:
+        """(kind, id): the identity of a row outside SQLite."""
+        return (self.kind, self.id)
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable JSON shape of a result (see README, "search --json")."""
+        out = {k: v for k, v in asdict(self).items() if v is not None or k in ("score", "similarity")}
+        out["kind"] = self.kind.value
+        out["signals"] = self.signals.value
+        out["score"] = round(self.score, 4)
+        if self.similarity is not None:
+            out["similarity"] = round(self.similarity, 4)
+        if self.created_at_epoch is not None:
+            out["date"] = datetime.fromtimestamp(self.created_at_epoch / 1000).astimezone().isoformat(
+                timespec="seconds")
+        return out
+
+
+@dataclass(slots=True)
+class Response:
+    """A search answer: results plus how it was produced."""
+
+    mode: Mode
+    results: list[Result]
+    window: Window
+    excluded_by_window: int = 0
+    reason: str | None = None  # why the mode is degraded (lexical_fallback)
+    total: int | None = None  # matches known before offset/limit (a lower bound for relevance order)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    query: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable JSON contract: ``{"mode", "results": [...], ...}``."""
+        return {
+            "query": self.query,
+            "mode": self.mode.value,
+            "reason": self.reason,
+            "window": {"days": self.window.days, "start_ms": self.window.start_ms, "end_ms": self.window.end_ms,
+                       "source": self.window.source},
+            "excluded_by_window": self.excluded_by_window,
+            "total": self.total,
+            "results": [r.to_json() for r in self.results],
+            "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
+        }

@@ -1,0 +1,151 @@
+"""The vector side of search: the query embedded by the worker's model, Chroma's nearest documents
+collapsed onto their rows by (kind, id), every call under a deadline.
+
+Chroma is reached without starting anything (``stores.connect_reader``); a search that finds it
+down, slow, erroring or empty raises :class:`VectorUnavailable` with a reason, and the engine
+answers from FTS5 instead. A failed connection is retried at most every few seconds, so a server
+that is down costs each query nothing but a check of the clock.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from config import stores
+from config.docids import DocIdError, parse_doc_id
+from config.embedding import Embedder
+from config.errors import ConfigError, StoreUnavailable
+from config.schema import Kind
+from config.settings import Settings
+
+RETRY_AFTER_S = 3.0
+
+
+class VectorUnavailable(RuntimeError):
+    """The vector store cannot answer this query; the message is the reason shown to callers."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowHit:
+    """The best document of one row: its cosine similarity and field."""
+
+    kind: Kind
+    id: int
+    similarity: float
+    field: str | None
+
+
+def collapse(ids: Sequence[str], distances: Sequence[float]) -> list[RowHit]:
+    """Field documents → rows, best first; a row's similarity is its best document's (cosine
+    distance → similarity). Keys are (kind, id), never the id alone."""
+    best: dict[tuple[Kind, int], RowHit] = {}
+    for doc_id, dist in zip(ids, distances, strict=True):
+        try:
+            key = parse_doc_id(doc_id)
+        except DocIdError:
+            continue
+        row = (key.kind, key.sqlite_id)
+        sim = max(0.0, min(1.0, 1.0 - float(dist)))
+        if row not in best or sim > best[row].similarity:
+            best[row] = RowHit(key.kind, key.sqlite_id, sim, key.field)
+    return sorted(best.values(), key=lambda h: -h.similarity)
+
+
+class VectorSide:
+    """One per engine: lazily connected, thread-safe, with a per-query deadline."""
+
+    def __init__(self, settings: Settings, embedder: Embedder) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self._lock = threading.Lock()
+        self._collection: Any = None
+        self._handle: stores.ChromaHandle | None = None
+        self._failed_at = 0.0
+        self._failure = ""
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="memsync-vector")
+
+    def close(self) -> None:
+        """Release the worker threads (a call stuck past its deadline is abandoned)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            if self._handle is not None:
+                self._handle.close()
+            self._handle, self._collection = None, None
+
+    def _open(self) -> Any:
+        with self._lock:
+            if self._collection is not None:
+                return self._collection
+            if self._failed_at and time.monotonic() - self._failed_at < RETRY_AFTER_S:
+                raise VectorUnavailable(self._failure)
+            try:
+                if self._handle is None:
+                    self._handle = stores.connect_reader(self.settings)
+                self._collection = stores.open_active(self._handle.client, self.settings, self.embedder.model_id,
+                                                      self.embedder.dimension)
+                self._failed_at = 0.0
+                return self._collection
+            except (StoreUnavailable, ConfigError) as exc:
+                self._failed_at, self._failure = time.monotonic(), str(exc)
+                raise VectorUnavailable(str(exc)) from exc
+            except Exception as exc:  # chromadb raises plain exceptions for transport problems
+                self._failed_at, self._failure = time.monotonic(), f"Chroma error: {exc}"
+                raise VectorUnavailable(self._failure) from exc
+
+    def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
+        collection = self._open()
+        future = self._pool.submit(getattr(collection, fn), **kwargs)
+        try:
+            return future.result(timeout=self.settings.search_timeout_ms / 1000)
+        except concurrent.futures.TimeoutError:
+            raise VectorUnavailable(f"Chroma {what} exceeded {self.settings.search_timeout_ms} ms") from None
+        except Exception as exc:
+            with self._lock:  # reconnect next time: the server may have been restarted or replaced
+                self._collection = None
+                self._failed_at, self._failure = time.monotonic(), f"Chroma {what} failed: {exc}"
+            raise VectorUnavailable(self._failure) from exc
+
+    def embed(self, text: str) -> npt.NDArray[np.float32]:
+        """The query's unit vector."""
+        vec: npt.NDArray[np.float32] = self.embedder.embed([text])[0]
+        return vec
+
+    def nearest(self, vector: npt.NDArray[np.float32], n: int, ids: list[str] | None = None,
+                where: dict[str, Any] | None = None) -> list[RowHit]:
+        """The rows of the ``n`` nearest documents (optionally among ``ids`` or matching ``where``)."""
+        kwargs: dict[str, Any] = {"query_embeddings": [vector.tolist()], "n_results": max(1, n),
+                                  "include": ["distances"]}
+        if ids is not None:
+            # A restricted query fails on ids the store does not have ("Error finding id"), and a
+            # row's possible ids are a superset: ask which exist first.
+            ids = list(self._call("get", "get", ids=ids, include=[])["ids"]) if ids else []
+            if not ids:
+                return []
+            kwargs["ids"] = ids
+            kwargs["n_results"] = max(1, min(n, len(ids)))
+        if where:
+            kwargs["where"] = where
+        got = self._call("query", "query", **kwargs)
+        if not got["ids"] or not got["ids"][0]:
+            if ids is None and where is None:
+                count = self._call("count", "count")
+                if not count:
+                    raise VectorUnavailable("the vector store is empty (nothing synced yet)")
+            return []
+        return collapse(got["ids"][0], got["distances"][0])
+
+    def vectors(self, doc_ids: list[str]) -> dict[str, npt.NDArray[np.float32]]:
+        """Stored vectors of the given documents (missing ones are absent)."""
+        got = self._call("get", "get", ids=doc_ids, include=["embeddings"])
+        embs = got.get("embeddings")
+        if embs is None:
+            return {}
+        return {i: np.asarray(e, dtype=np.float32) for i, e in zip(got["ids"], embs, strict=True)}
