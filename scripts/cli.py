@@ -260,25 +260,146 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     click.echo("\n".join(lines))
 
 
-def hit_line(h: Any) -> str:
-    """One lookup result as a line: score, kind, id, project, preview."""
-    return f"{h.score:.3f}  {h.kind:<11} #{h.id:<6} [{h.project}] {h.preview}"
+def result_line(r: Any) -> str:
+    """One search result as a line: score, signals, kind and id, date, project, type, title."""
+    tag = {"observation": "#", "summary": "#S", "prompt": "#P"}[r.kind.value]
+    when = datetime.fromtimestamp((r.created_at_epoch or 0) / 1000).strftime("%Y-%m-%d %H:%M")
+    kind_type = r.type or r.kind.value
+    mark = "  <- anchor" if r.field == "anchor" else "  (near-duplicate)" if r.field == "near_duplicate" else ""
+    ident = f"{tag}{r.id}"
+    return f"{r.score:.3f} {r.signals.value:<8} {ident:<8} {when}  [{r.project or ''}] {kind_type}: {r.title}{mark}"
+
+
+def response_text(resp: Any) -> str:
+    """A response for people: a header with mode, window and exclusions, then one line per result."""
+    w = resp.window
+    window = "all time" if w.source == "all_time" else f"last {w.days} days" if w.source == "window" else "date range"
+    head = f"mode {resp.mode.value}" + (f" ({resp.reason})" if resp.reason else "") + f" · {window}"
+    if resp.excluded_by_window:
+        head += f" · {resp.excluded_by_window} older matches outside the window (--window-days 0 shows them)"
+    lines = [head, *(result_line(r) for r in resp.results)]
+    if resp.results and resp.results[0].record is not None:
+        lines += ["", *(json.dumps(r.record, default=str, ensure_ascii=False) for r in resp.results)]
+    return "\n".join(lines) if resp.results else head + "\n(no results)"
+
+
+def _date(value: str | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        d = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        fail(f"{name} must be an ISO date like 2026-11-01 or 2026-11-01T10:00:00Z, got {value!r}", EXIT_USAGE)
+        raise
+    return d if d.tzinfo else d.replace(tzinfo=UTC)
+
+
+KIND_CHOICE = click.Choice(["all", "observations", "sessions", "prompts"])
+
+
+def _batch_request(searcher: Any, line: str, defaults: dict[str, Any]) -> dict[str, Any]:
+    """One line of `search --batch`: a JSON request in, the JSON contract (or an error) out."""
+    from search import Filters, SearchError, parse_kinds
+
+    try:
+        req = json.loads(line)
+        if not isinstance(req, dict) or not isinstance(req.get("query"), str):
+            raise ValueError('each line must be a JSON object with a string "query"')
+        kinds = parse_kinds(req.get("kind") or defaults["kind"])
+        limit = int(req.get("limit") or defaults["limit"])
+        wd = req.get("window_days", defaults["window_days"])
+        resp = searcher.search(req["query"], kinds, Filters(project=req.get("project") or defaults["project"]),
+                               None if wd is None else int(wd), limit)
+        return resp.to_json()  # type: ignore[no-any-return]
+    except (ValueError, TypeError, SearchError) as exc:
+        return {"error": str(exc)}
 
 
 @main.command()
 @common_options
 @json_option
-@click.argument("query")
-@click.option("--limit", type=click.IntRange(1, 100), default=5, show_default=True, help="Rows to show.")
-def search(as_json: bool, query: str, limit: int, **kwargs: Any) -> None:
-    """Minimal semantic lookup straight from Chroma (the full hybrid search comes later)."""
-    settings = settings_from(kwargs).settings
-    from search import lookup
+@click.argument("query", required=False, default="")
+@click.option("--project", default=None, help="Only this project (merged projects included).")
+@click.option("--kind", type=KIND_CHOICE, default="all", show_default=True, help="Which records to search.")
+@click.option("--type", "types", multiple=True, help="Observation type (repeatable), e.g. bugfix.")
+@click.option("--concept", "concepts", multiple=True, help="Observation concept (repeatable).")
+@click.option("--file", "files", multiple=True, help="Substring of a file read or modified (repeatable).")
+@click.option("--since", default=None, help="Only records at or after this ISO date (replaces the window).")
+@click.option("--until", default=None, help="Only records at or before this ISO date.")
+@click.option("--limit", type=click.IntRange(1, 500), default=10, show_default=True, help="Results to show.")
+@click.option("--offset", type=click.IntRange(0, 100_000), default=0, show_default=True, help="Results to skip.")
+@click.option("--window-days", type=click.IntRange(0, None), default=None,
+              help="Recency window in days; 0 = all time [settings: 90].")
+@click.option("--order", type=click.Choice(["relevance", "newest", "oldest"]), default="relevance", show_default=True)
+@click.option("--full", is_flag=True, help="Include each full record.")
+@click.option("--batch", type=click.File("r"), default=None,
+              help='Run one search per JSON line of FILE ("-" = stdin): {"query", "project", "kind", "limit", '
+                   '"window_days"}; one JSON response per line, in order.')
+def search(as_json: bool, query: str, project: str | None, kind: str, types: tuple[str, ...],
+           concepts: tuple[str, ...], files: tuple[str, ...], since: str | None, until: str | None, limit: int,
+           offset: int, window_days: int | None, order: str, full: bool, batch: Any, **kwargs: Any) -> None:
+    """Search memory by meaning and by words (hybrid), newest 90 days by default.
 
-    with errors_as_exit():
-        hits = lookup(settings, query, limit)
-    text = "\n".join(hit_line(h) for h in hits) or "(no results)"
-    emit({"query": query, "results": [asdict(h) for h in hits]}, as_json, text)
+    Results are observations (#id), session summaries (#S id) and user prompts (#P id), each with a
+    score in 0..1 and the signals that found it. When the vector store is not reachable the answer
+    comes from full-text search and says so (mode lexical_fallback). With --json the output is the
+    documented contract: {"mode", "results": [{"kind", "id", "score", ...}], ...}.
+    """
+    settings = settings_from(kwargs).settings
+    from search import Filters, Format, Order, Searcher, SearchError, parse_kinds
+
+    searcher = Searcher(settings)
+    try:
+        with errors_as_exit():
+            if batch is not None:
+                defaults = {"kind": None if kind == "all" else kind, "limit": limit, "window_days": window_days,
+                            "project": project}
+                for line in batch:
+                    if line.strip():
+                        click.echo(json.dumps(_batch_request(searcher, line, defaults), default=str))
+                return
+            filters = Filters(project=project, types=types, concepts=concepts, files=files,
+                              date_from=_date(since, "--since"), date_to=_date(until, "--until"))
+            try:
+                resp = searcher.search(query, parse_kinds(kind), filters, window_days, limit, offset, Order(order),
+                                       Format.FULL if full else Format.INDEX)
+            except SearchError as exc:
+                fail(str(exc), EXIT_USAGE)
+            emit(resp.to_json(), as_json, response_text(resp))
+    finally:
+        searcher.close()
+
+
+@main.command()
+@common_options
+@json_option
+@click.argument("anchor")
+@click.option("--before", "depth_before", type=click.IntRange(0, 200), default=5, show_default=True,
+              help="Records before the anchor.")
+@click.option("--after", "depth_after", type=click.IntRange(0, 200), default=5, show_default=True,
+              help="Records after the anchor.")
+@click.option("--project", default=None, help="Only this project.")
+def timeline(as_json: bool, anchor: str, depth_before: int, depth_after: int, project: str | None,
+             **kwargs: Any) -> None:
+    """What happened around ANCHOR, in order: observations, summaries and prompts mixed.
+
+    ANCHOR is an observation id (123 or #123), S123 for a summary, P123 for a prompt, an ISO
+    timestamp, or a query (the anchor is then its best match).
+    """
+    settings = settings_from(kwargs).settings
+    from search import Searcher, SearchError
+
+    searcher = Searcher(settings)
+    try:
+        with errors_as_exit():
+            try:
+                results, key = searcher.timeline(anchor, depth_before, depth_after, project)
+            except SearchError as exc:
+                fail(str(exc), EXIT_USAGE)
+            data = {"anchor": {"kind": key[0].value, "id": key[1]}, "results": [r.to_json() for r in results]}
+            emit(data, as_json, "\n".join(result_line(r) for r in results) or "(no records)")
+    finally:
+        searcher.close()
 
 
 @main.group()
@@ -419,15 +540,19 @@ def worker(once: bool, poll_interval: float | None, reconcile_interval: float | 
 
 
 def _demo_steps(settings: Settings, stop: threading.Event) -> None:
-    from search import lookup
+    from search import Searcher
     from worker.resync import resync as run_resync
 
     result = run_resync(settings, stop=stop)
     click.echo(f"resync {settings.db}: {result.line()} ({result.rows} rows, {result.seconds:.1f}s)")
-    for query in DEMO_QUERIES:
-        click.echo(f"\nsearch: {query}")
-        for h in lookup(settings, query, 3):
-            click.echo("  " + hit_line(h))
+    searcher = Searcher(settings)
+    try:
+        for query in DEMO_QUERIES:
+            click.echo(f"\nsearch: {query}")
+            resp = searcher.search(query, window_days=0, limit=3)
+            click.echo("  " + "\n  ".join(result_line(r) for r in resp.results))
+    finally:
+        searcher.close()
 
 
 if __name__ == "__main__":

@@ -6,10 +6,9 @@ when the vector store cannot answer, results come from FTS5, labelled ``lexical_
 """
 
 from search.engine import Searcher, SearchError, make_window
-from search.lookup import Hit, lookup
 from search.models import Filters, Format, Mode, Order, Response, Result, Signal, Window, parse_kinds
 
 __all__ = [
-    "Filters", "Format", "Hit", "Mode", "Order", "Response", "Result", "SearchError", "Searcher", "Signal",
-    "Window", "lookup", "make_window", "parse_kinds",
+    "Filters", "Format", "Mode", "Order", "Response", "Result", "SearchError", "Searcher", "Signal",
+    "Window", "make_window", "parse_kinds",
 ]

@@ -12,8 +12,8 @@ from config.settings import Settings
 from scripts.cli import main
 from tests.conftest import make_db, mixed_records
 
-COMMANDS = [["settings"], ["resync"], ["verify"], ["status"], ["search"], ["demo"], ["db"], ["db", "init"],
-            ["db", "import"], ["db", "demo"]]
+COMMANDS = [["settings"], ["resync"], ["verify"], ["status"], ["search"], ["timeline"], ["demo"], ["db"],
+            ["db", "init"], ["db", "import"], ["db", "demo"]]
 
 
 def invoke(*args: str) -> tuple[int, str, str]:

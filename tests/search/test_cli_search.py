@@ -1,0 +1,77 @@
+"""`memsync search` / `memsync timeline` on the command line: the JSON contract, batches, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from config.settings import Settings
+from scripts.cli import main
+from tests.search.test_search import build, o, p, s
+
+
+@pytest.fixture(scope="module")
+def opts(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    tmp = tmp_path_factory.mktemp("cli")
+    settings: Settings = build(tmp, [o("The retry budget for uploads was too small", 2),
+                                     o("Dark mode colors fixed in the dashboard", 1, project="beta"),
+                                     p("why do uploads fail after three retries", 2), s("Uploads session", 2)])
+    return ["--db", str(settings.db), "--data-dir", str(settings.data_dir), "--chroma-mode", "embedded"]
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_search_json_contract(opts: list[str]) -> None:
+    code, out, _ = run("search", "upload retries", *opts, "--json", "--window-days", "0")
+    data = json.loads(out)
+    assert code == 0 and data["mode"] == "hybrid"
+    assert {"mode", "results", "window", "excluded_by_window", "timings_ms", "reason"} <= set(data)
+    first = data["results"][0]
+    assert first["kind"] in ("observation", "summary", "prompt") and isinstance(first["id"], int)
+    assert 0 <= first["score"] <= 1 and first["signals"] in ("semantic", "lexical", "both")
+
+
+def test_search_kind_and_project(opts: list[str]) -> None:
+    code, out, _ = run("search", "uploads", *opts, "--json", "--kind", "prompts", "--window-days", "0")
+    assert code == 0 and {r["kind"] for r in json.loads(out)["results"]} == {"prompt"}
+    code, out, _ = run("search", "colors", *opts, "--json", "--project", "beta", "--window-days", "0")
+    assert {r["project"] for r in json.loads(out)["results"]} == {"beta"}
+
+
+def test_search_text_output(opts: list[str]) -> None:
+    code, out, _ = run("search", "dark mode", *opts, "--window-days", "0")
+    assert code == 0 and out.startswith("mode hybrid") and "#2" in out
+
+
+def test_batch_one_response_per_line_in_order(opts: list[str], tmp_path: Path) -> None:
+    lines = [{"query": "upload retries", "window_days": 0, "limit": 2},
+             {"query": "dark mode", "project": "beta", "kind": "observations", "window_days": 0},
+             "not json", {"query": "x", "kind": "bogus"}, {"query": ""}]
+    f = tmp_path / "q.jsonl"
+    f.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
+    code, out, _ = run("search", *opts, "--batch", str(f))
+    got = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(got) == 5
+    assert len(got[0]["results"]) <= 2 and got[0]["mode"] == "hybrid"
+    assert {r["project"] for r in got[1]["results"]} == {"beta"}
+    assert "error" in got[2] and "unknown kind" in got[3]["error"]
+    assert got[4]["mode"] == "lexical"
+
+
+def test_bad_date_is_usage_error(opts: list[str]) -> None:
+    code, _, err = run("search", "x", *opts, "--since", "yesterday")
+    assert code == 2 and "--since" in err and "Traceback" not in err
+
+
+def test_timeline_cli(opts: list[str]) -> None:
+    code, out, _ = run("timeline", "P1", *opts, "--json", "--before", "1", "--after", "1")
+    data = json.loads(out)
+    assert code == 0 and data["anchor"] == {"kind": "prompt", "id": 1}
+    code, _, err = run("timeline", "S42", *opts)
+    assert code == 2 and "no summary with id 42" in err

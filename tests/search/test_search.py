@@ -1,0 +1,264 @@
+"""The search library against real SQLite files and a real (embedded) Chroma, with the shipped model.
+
+Each upstream defect of the schema notes (items 5-9) has a test built to fail on the naive design.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config.schema import Era, Kind
+from config.settings import Settings
+from search import Filters, Mode, Order, Searcher, SearchError, Signal
+from tests.conftest import make_db
+from worker.resync import resync
+
+DAY_MS = 86_400_000
+NOW_MS = int(time.time() * 1000)
+
+
+def o(text: str, days_ago: float, project: str = "alpha", **extra: Any) -> dict[str, Any]:
+    rec = {"kind": "observation", "project": project, "session": f"{project}-{int(days_ago)}", "type": "discovery",
+           "title": text[:40], "narrative": text, "facts": [], "concepts": ["how-it-works"],
+           "files_read": ["src/app.py"], "files_modified": [], "prompt_number": 1,
+           "created_at_epoch": int(NOW_MS - days_ago * DAY_MS)}
+    rec.update(extra)
+    return rec
+
+
+def p(text: str, days_ago: float, project: str = "alpha", number: int = 1) -> dict[str, Any]:
+    return {"kind": "prompt", "project": project, "session": f"{project}-{int(days_ago)}", "prompt_number": number,
+            "prompt_text": text, "created_at_epoch": int(NOW_MS - days_ago * DAY_MS)}
+
+
+def s(text: str, days_ago: float, project: str = "alpha") -> dict[str, Any]:
+    return {"kind": "summary", "project": project, "session": f"{project}-{int(days_ago)}", "request": text,
+            "learned": text, "created_at_epoch": int(NOW_MS - days_ago * DAY_MS)}
+
+
+OLD_NEAR = [o(f"Database connection pool timeout number {i} in the billing service", 200 + i) for i in range(130)]
+RECENT_FAR = o("Requests to Postgres stalled because every pooled connection was busy", 3, type="bugfix")
+
+
+def corpus() -> list[dict[str, Any]]:
+    return [
+        *OLD_NEAR,
+        RECENT_FAR,
+        o("Deep dive into the layout engine and CSS grid", 10, type="feature", concepts=["pattern"],
+          files_modified=["web/grid.css"]),
+        o("Unrelated note about cooking pasta", 5, project="beta"),
+        o("Merged project observation about caching", 4, project="old-name", merged_into_project="alpha"),
+        p("how do I configure the retry budget for flaky uploads", 2),
+        s("Session about dark mode colors in the dashboard", 1),
+    ]
+
+
+def build(tmp: Path, records: list[dict[str, Any]], **kw: Any) -> Settings:
+    settings = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", **{"chroma_mode": "embedded", **kw})
+    make_db(settings.db, records)
+    resync(settings)
+    return settings
+
+
+@pytest.fixture(scope="module")
+def searcher(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    # Top-N of 20 with 130 older near-matches: the corpus that breaks "filter after the cut".
+    settings = build(tmp_path_factory.mktemp("search"), corpus(), candidates=20)
+    engine = Searcher(settings)
+    yield engine
+    engine.close()
+
+
+# -- defect 5: window and filters before the cut, offset honoured ---------------------------------
+def test_window_applied_before_the_cut(searcher: Searcher) -> None:
+    # 130 older rows outrank the recent one semantically; with the window after the top-100 cut
+    # (upstream) the recent match vanishes. Semantic only: lexical cannot rescue it here.
+    naive = searcher.vector.nearest(searcher.vector.embed("database connection pool timeout"), 20)
+    assert (Kind.OBSERVATION, 131) not in [(h.kind, h.id) for h in naive]  # the trap is set
+    resp = searcher.search("database connection pool timeout", mode=Mode.SEMANTIC, limit=5)
+    assert resp.mode is Mode.SEMANTIC
+    assert resp.results, resp
+    assert resp.results[0].id == 131 and resp.results[0].kind is Kind.OBSERVATION
+    assert all(r.created_at_epoch and r.created_at_epoch >= NOW_MS - 90 * DAY_MS for r in resp.results)
+
+
+def test_window_reports_what_it_excluded(searcher: Searcher) -> None:
+    resp = searcher.search("database connection pool timeout", window_days=90)
+    assert resp.window.days == 90 and resp.window.source == "window"
+    assert resp.excluded_by_window >= 100
+    everything = searcher.search("database connection pool timeout", window_days=0, limit=200)
+    assert everything.excluded_by_window == 0 and len(everything.results) >= 131
+
+
+def test_filters_before_the_cut(searcher: Searcher) -> None:
+    resp = searcher.search("database connection pool timeout", filters=Filters(types=("bugfix",)), window_days=0,
+                           mode=Mode.SEMANTIC)
+    assert [r.id for r in resp.results] == [131]
+    by_file = searcher.find_by(Filters(files=("grid.css",)), window_days=0)
+    assert [r.id for r in by_file.results] == [132]
+    by_concept = searcher.find_by(Filters(concepts=("pattern",)), "layout", window_days=0)
+    assert [r.id for r in by_concept.results] == [132]
+
+
+def test_offset_pages_through_results(searcher: Searcher) -> None:
+    two = searcher.search("connection pool timeout", window_days=0, limit=2)
+    second = searcher.search("connection pool timeout", window_days=0, limit=1, offset=1)
+    assert [r.key for r in second.results] == [two.results[1].key]
+
+
+def test_project_includes_merged_projects(searcher: Searcher) -> None:
+    resp = searcher.search("caching", filters=Filters(project="alpha"), window_days=0)
+    assert 134 in [r.id for r in resp.results if r.kind is Kind.OBSERVATION]
+    beta = searcher.search("caching pasta", filters=Filters(project="beta"), window_days=0)
+    assert {r.project for r in beta.results} == {"beta"}
+
+
+# -- defect 6: relevance order survives hydration ------------------------------------------------
+def test_relevance_order_is_not_resorted_by_date(searcher: Searcher) -> None:
+    resp = searcher.search("layout engine CSS grid", window_days=0, limit=5)
+    assert resp.results[0].id == 132  # 10 days old, yet first: newer rows match less
+    dates = [r.created_at_epoch for r in resp.results]
+    assert dates != sorted(dates, reverse=True)
+    newest = searcher.search("layout engine CSS grid pool", window_days=0, limit=5, order=Order.NEWEST)
+    ndates = [r.created_at_epoch for r in newest.results]
+    assert ndates == sorted(ndates, reverse=True)
+
+
+# -- defect 8: kinds never confused -----------------------------------------------------------------
+def test_id_spaces_are_separate(tmp_path: Path) -> None:
+    records = [o(f"observation text {i}", 1) for i in range(1, 6)]
+    records += [s(f"summary text {i}", 1) for i in range(1, 6)]
+    records += [p(f"prompt text {i}", 1, number=i) for i in range(1, 6)]
+    records[4]["narrative"] = "zebra crossing observation"
+    records[9]["learned"] = records[9]["request"] = "giraffe summary"
+    records[14]["prompt_text"] = "okapi prompt"
+    engine = Searcher(build(tmp_path, records))
+    try:
+        for word, kind, text_key in (("zebra", Kind.OBSERVATION, "narrative"), ("giraffe", Kind.SUMMARY, "learned"),
+                                     ("okapi", Kind.PROMPT, "prompt_text")):
+            resp = engine.search(word, window_days=0, limit=3)
+            top = resp.results[0]
+            assert (top.kind, top.id) == (kind, 5)
+            rows, missing = engine.get(kind, [5])
+            assert word in rows[0][text_key] and not missing
+        rows, missing = engine.get(Kind.PROMPT, [3, 5, 99])
+        assert [r["id"] for r in rows] == [3, 5] and missing == [99]
+    finally:
+        engine.close()
+
+
+# -- defect 9: epoch milliseconds --------------------------------------------------------------------
+def test_window_uses_milliseconds(searcher: Searcher) -> None:
+    resp = searcher.search("billing service pool", window_days=90, limit=50)
+    assert all(r.created_at_epoch and r.created_at_epoch > NOW_MS - 90 * DAY_MS for r in resp.results)
+    assert resp.window.start_ms is not None and abs(resp.window.start_ms - (NOW_MS - 90 * DAY_MS)) < 600_000
+
+
+# -- degradation (defect 7) ------------------------------------------------------------------------
+def test_managed_server_down_falls_back_to_lexical(tmp_path: Path) -> None:
+    settings = build(tmp_path, corpus()[125:], chroma_mode="managed", chroma_port=_free_port())
+    # resync started and stopped its own managed server: nothing is running now.
+    engine = Searcher(settings)
+    try:
+        resp = engine.search("postgres pooled connection stalled", window_days=0)
+        assert resp.mode is Mode.LEXICAL_FALLBACK
+        assert resp.reason and "Chroma" in resp.reason
+        assert resp.results and resp.results[0].signals is Signal.LEXICAL
+    finally:
+        engine.close()
+
+
+def test_real_server_up_then_stopped(tmp_path: Path) -> None:
+    from config.chroma_server import ManagedServer
+
+    settings = build(tmp_path, corpus()[125:], chroma_mode="managed", chroma_port=_free_port())
+    server = ManagedServer(settings)
+    server.ensure()
+    engine = Searcher(settings)
+    try:
+        up = engine.search("postgres pooled connection stalled", window_days=0)
+        assert up.mode is Mode.HYBRID and up.results
+        server.stop()
+        down = engine.search("postgres pooled connection stalled", window_days=0)
+        assert down.mode is Mode.LEXICAL_FALLBACK and down.results
+        assert [r.key for r in down.results][:1] == [r.key for r in up.results][:1]
+    finally:
+        engine.close()
+        server.stop()
+
+
+# -- timeline -----------------------------------------------------------------------------------------
+def test_timeline_around_each_anchor_type(searcher: Searcher) -> None:
+    for anchor, key in (("131", (Kind.OBSERVATION, 131)), ("#132", (Kind.OBSERVATION, 132)),
+                        ("S1", (Kind.SUMMARY, 1)), ("P1", (Kind.PROMPT, 1))):
+        results, got = searcher.timeline(anchor, 2, 2)
+        assert got == key
+        marked = [r.key for r in results if r.field == "anchor"]
+        assert marked == [key]
+        dates = [r.created_at_epoch for r in results]
+        assert dates == sorted(dates)
+        assert len(results) <= 5
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((NOW_MS - 4.5 * DAY_MS) / 1000))
+    results, key = searcher.timeline(when, 1, 1)
+    assert key == (Kind.OBSERVATION, 134)  # the first record at or after the timestamp
+
+
+def test_timeline_query_anchor_is_the_best_match_not_the_newest(searcher: Searcher) -> None:
+    results, key = searcher.timeline("CSS grid layout engine", 1, 1)
+    assert key == (Kind.OBSERVATION, 132)
+
+
+def test_timeline_bad_anchor(searcher: Searcher) -> None:
+    with pytest.raises(SearchError, match="no summary with id 999"):
+        searcher.timeline("S999")
+
+
+def test_similar_flags_near_duplicates(tmp_path: Path) -> None:
+    records = [o("The cache key ignored the locale so French users saw English pages", 2),
+               o("The cache key ignored the locale so French users saw English pages.", 1),
+               o("Bumped the linter version", 1)]
+    engine = Searcher(build(tmp_path, records))
+    try:
+        results, mode, _ = engine.similar(1)
+        assert mode is Mode.SEMANTIC
+        assert results[0].key == (Kind.OBSERVATION, 2) and results[0].field == "near_duplicate"
+        assert all(r.key != (Kind.OBSERVATION, 1) for r in results)
+        assert results[-1].field != "near_duplicate"
+    finally:
+        engine.close()
+
+
+def test_recent_context_newest_first(searcher: Searcher) -> None:
+    recent = searcher.recent_context("alpha", 3)
+    assert [r.kind for r in recent][0] is Kind.SUMMARY
+    dates = [r.created_at_epoch for r in recent]
+    assert dates == sorted(dates, reverse=True)
+
+
+def test_database_without_fts_uses_own_index(tmp_path: Path) -> None:
+    settings = Settings(db=tmp_path / "legacy.db", data_dir=tmp_path / "data", chroma_mode="embedded")
+    make_db(settings.db, [o("legacy zebra crossing note", 1), p("legacy okapi prompt", 1)], era=Era.LEGACY,
+            fts=False)
+    engine = Searcher(settings)
+    try:
+        resp = engine.search("zebra crossings", window_days=0, mode=Mode.LEXICAL)
+        assert [(r.kind, r.id) for r in resp.results] == [(Kind.OBSERVATION, 1)]
+        from worker.importer import import_records
+
+        import_records(settings.db, [o("a later zebra sighting", 0.5)])
+        again = engine.search("zebra", window_days=0, mode=Mode.LEXICAL)
+        assert {r.id for r in again.results} == {1, 2}
+        assert engine.search("anything", window_days=0).mode is Mode.LEXICAL_FALLBACK  # nothing synced
+    finally:
+        engine.close()
+    assert (settings.data_dir / "lexical.db").exists()
+
+
+def _free_port() -> int:
+    from scripts.benchlib import free_port
+
+    return free_port()
