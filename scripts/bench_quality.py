@@ -17,6 +17,7 @@ import argparse
 import math
 import time
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 
 from config.schema import Kind
@@ -24,6 +25,7 @@ from config.settings import Settings
 from scripts.benchlib import ROOT, print_table, write_json
 from scripts.locomo import DEFAULT_DATA, Question, load
 from search import Filters, Mode, Searcher
+from search.fusion import Weights
 from worker.importer import import_records, init_db
 from worker.resync import resync
 
@@ -77,11 +79,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, default=DEFAULT_DATA)
     p.add_argument("--work", type=Path, default=ROOT / ".bench" / "quality")
     p.add_argument("--out", type=Path, default=ROOT / ".bench" / "bench_quality.json")
+    p.add_argument("--weights", default=None, metavar="K,LEX,SEM,LINKED_SEM,LINKED_LEX",
+                   help="fusion constants to try instead of the shipped ones, e.g. 10,1,0.5,0.5,0.5")
+    p.add_argument("--only-hybrid", action="store_true", help="skip the lexical and semantic runs")
     args = p.parse_args(argv)
     settings, questions = build(args.data, args.work)
-    searcher = Searcher(settings)
+    weights = Weights()
+    if args.weights:
+        k, *ws = (float(x) for x in args.weights.split(","))
+        weights = Weights(int(k), *ws)
+    print(f"fusion: {weights}")
+    searcher = Searcher(settings, weights=weights)
     turn_ids = evidence_ids(searcher, questions)
     modes = {"lexical": Mode.LEXICAL, "semantic": Mode.SEMANTIC, "hybrid": Mode.HYBRID}
+    if args.only_hybrid:
+        modes = {"hybrid": Mode.HYBRID}
     sums: dict[str, dict[str, dict[str, list[float]]]] = {m: defaultdict(lambda: defaultdict(list)) for m in modes}
     latency: dict[str, list[float]] = defaultdict(list)
     for q in questions:
@@ -114,10 +126,13 @@ def main(argv: list[str] | None = None) -> int:
         table.append({"group": "latency", "retriever": name, "n": len(lat),
                       "p50_ms": round(lat[len(lat) // 2], 1), "p95_ms": round(lat[int(len(lat) * 0.95)], 1)})
     r10 = {(row["group"], row["retriever"]): row.get("recall@10") for row in table}
+    if args.only_hybrid:
+        print_table(table)
+        return 0
     bar = all(r10[(g, "hybrid")] > max(r10[(g, "lexical")], r10[(g, "semantic")]) for g in groups)  # type: ignore[operator]
     ok = bar and float(r10[("all", "hybrid")]) >= 0.70  # type: ignore[arg-type]
     print_table(table)
-    write_json({"questions": len(questions), "bar_met": ok, "table": table}, args.out)
+    write_json({"questions": len(questions), "bar_met": ok, "fusion": asdict(weights), "table": table}, args.out)
     print("bar (hybrid beats both on recall@10 everywhere, overall >= 0.70):", "MET" if ok else "MISSED")
     return 0 if ok else 1
 

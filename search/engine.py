@@ -19,6 +19,7 @@ If Chroma is down, slow, erroring or empty, the lexical answer is returned as
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -31,20 +32,14 @@ from config.embedding import Embedder, get_embedder
 from config.schema import KINDS, Kind
 from config.settings import Settings
 from search import fts
-from search.fusion import (
-    LEXICAL_WEIGHT,
-    LINKED_LEXICAL_WEIGHT,
-    LINKED_SEMANTIC_WEIGHT,
-    SEMANTIC_WEIGHT,
-    Ranked,
-    fuse,
-)
+from search.fusion import Ranked, Weights, fuse
 from search.models import Filters, Format, Mode, Order, Response, Result, Signal, Window
-from search.rows import SourceRows, title_of
+from search.rows import QueryTimeout, SourceRows, title_of
 from search.semantic import RowHit, VectorSide, VectorUnavailable
 
 Key = tuple[Kind, int]
-EXCLUDED_CAP = 1000  # counting matches outside the window stops here (reported as a lower bound)
+EXCLUDED_CAP = 100  # counting matches outside the window stops here per kind (then: "at least")
+OVERFETCH = 5  # second, deeper look before searching the filtered rows exactly
 ANCHOR_PREFIX = {"": Kind.OBSERVATION, "#": Kind.OBSERVATION, "s": Kind.SUMMARY, "p": Kind.PROMPT}
 DATE_ORDER_MIN_SIMILARITY = 0.35  # a semantic candidate counts as a match for date order above this
 
@@ -68,6 +63,19 @@ def make_window(days: int | None, default_days: int, date_from: datetime | None 
     return Window(d, int((now - timedelta(days=d)).timestamp() * 1000), None, "window")
 
 
+class _Expressions:
+    """The query's MATCH expression per kind, built on first use (terms depend on each table)."""
+
+    def __init__(self, rows: SourceRows, text: str) -> None:
+        self._rows, self._text = rows, text
+        self._cache: dict[Kind, str | None] = {}
+
+    def __getitem__(self, kind: Kind) -> str | None:
+        if kind not in self._cache:
+            self._cache[kind] = self._rows.expression(kind, self._text)
+        return self._cache[kind]
+
+
 @dataclass
 class _Gathered:
     lexical: dict[Kind, list[int]] = field(default_factory=dict)
@@ -80,9 +88,11 @@ class _Gathered:
 class Searcher:
     """The search library's entry point; one per process (thread-safe), cheap to keep open."""
 
-    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+    def __init__(self, settings: Settings, embedder: Embedder | None = None, weights: Weights | None = None) -> None:
         self.settings = settings
+        self.weights = weights or Weights()
         self._embedder = embedder
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="memsync-search")
         self._vector: VectorSide | None = None
 
     @property
@@ -96,7 +106,8 @@ class Searcher:
         return self._vector
 
     def close(self) -> None:
-        """Release threads held by the vector side."""
+        """Release the threads held by the engine and its vector side."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
         if self._vector is not None:
             self._vector.close()
 
@@ -124,70 +135,114 @@ class Searcher:
         rows = self._rows()
         try:
             t0 = time.perf_counter()
-            expr = fts.match_expression(query)
-            if expr is None and not fts.tokens(query):
+            if not fts.tokens(query):
                 return self._listing(rows, query, kinds, filters, window, limit, offset, order, format, timings)
             need = offset + limit
             depth = max(self.settings.candidates, need)
             got = _Gathered()
-            answered, reason = mode, None
-            if mode is not Mode.SEMANTIC and expr:
-                got.lexical = {k: [i for i, _ in rows.lexical(k, expr, filters, window, depth)] for k in kinds}
-                if Kind.PROMPT in kinds and mode is Mode.HYBRID:
-                    lex_obs = got.lexical.get(Kind.OBSERVATION)
-                    if lex_obs is None:
-                        lex_obs = [i for i, _ in rows.lexical(Kind.OBSERVATION, expr, _linked_filters(filters),
-                                                               window, depth)]
-                    got.linked_lexical = self._linked(rows, lex_obs, filters, window)
-            timings["lexical"] = _ms(t0)
+            answered, notes = mode, []
+            # The two sides run at once: the vector side (embedding, Chroma, its own SQLite
+            # connection) on a pool thread, the lexical side here; both mostly wait outside the GIL.
+            sem_future = None
             if mode is not Mode.LEXICAL:
-                t1 = time.perf_counter()
+                sem_future = self._pool.submit(self._semantic_side, query, kinds, filters, window, need, depth,
+                                               mode is Mode.HYBRID)
+            exprs = _Expressions(rows, query)
+            if mode is not Mode.SEMANTIC:
                 try:
-                    self._semantic(rows, query, kinds, filters, window, need, depth, got, timings,
-                                   linked=mode is Mode.HYBRID)
+                    self._lexical(rows, exprs, kinds, filters, window, depth, got, linked=mode is Mode.HYBRID)
+                except QueryTimeout as exc:  # keep what was gathered; say that the rest is missing
+                    notes.append(f"full-text search incomplete: {exc}")
+            timings["lexical"] = _ms(t0)
+            if sem_future is not None:
+                try:
+                    sem, sem_timings = sem_future.result()
+                    got.semantic, got.similarity = sem.semantic, sem.similarity
+                    got.linked_semantic = sem.linked_semantic
+                    timings.update(sem_timings)
                 except VectorUnavailable as exc:
                     if mode is Mode.SEMANTIC:
                         return Response(Mode.LEXICAL_FALLBACK, [], window, reason=str(exc), query=query,
                                         timings_ms=timings)
-                    answered, reason = Mode.LEXICAL_FALLBACK, str(exc)
-                timings["semantic"] = _ms(t1)
+                    answered = Mode.LEXICAL_FALLBACK
+                    notes.insert(0, str(exc))
+                except QueryTimeout as exc:
+                    notes.append(f"semantic filtering incomplete: {exc}")
             t2 = time.perf_counter()
             if order is Order.RELEVANCE:
                 fused = self._fuse(got, answered)
                 total = len(fused)
                 page = fused[offset:need]
             else:
-                page, total = self._date_order(rows, expr, kinds, filters, window, got, need, order)
+                page, total = self._date_order(rows, exprs, kinds, filters, window, got, need, order)
                 page = page[offset:need]
             timings["fuse"] = _ms(t2)
             t3 = time.perf_counter()
-            excluded = self._excluded(rows, expr, kinds, filters, window, got) if window.source == "window" else 0
+            try:
+                excluded = self._excluded(rows, exprs, kinds, filters, window) if window.source == "window" else 0
+            except QueryTimeout:
+                excluded = 0
             timings["window_count"] = _ms(t3)
             t4 = time.perf_counter()
             results = self._hydrate(rows, page, got, format)
             timings["hydrate"] = _ms(t4)
             timings["total"] = _ms(t0)
-            return Response(answered, results, window, excluded, reason, total, timings, query)
+            return Response(answered, results, window, excluded, "; ".join(notes) or None, total, timings, query)
+        except QueryTimeout as exc:
+            raise SearchError(f"the database did not answer in time ({exc}); try again") from exc
         finally:
             rows.close()
+
+    def _lexical(self, rows: SourceRows, exprs: _Expressions, kinds: Sequence[Kind], filters: Filters,
+                 window: Window, depth: int, got: _Gathered, linked: bool) -> None:
+        for kind in kinds:
+            expr = exprs[kind]
+            got.lexical[kind] = [i for i, _ in rows.lexical(kind, expr, filters, window, depth)] if expr else []
+        if Kind.PROMPT in kinds and linked:
+            lex_obs = got.lexical.get(Kind.OBSERVATION)
+            expr = exprs[Kind.OBSERVATION]
+            if lex_obs is None and expr:
+                lex_obs = [i for i, _ in rows.lexical(Kind.OBSERVATION, expr, _linked_filters(filters), window, depth)]
+            got.linked_lexical = self._linked(rows, lex_obs or [], filters, window)
+
+    def _semantic_side(self, query: str, kinds: Sequence[Kind], filters: Filters, window: Window, need: int,
+                       depth: int, linked: bool) -> tuple[_Gathered, dict[str, float]]:
+        t = time.perf_counter()
+        got, timings = _Gathered(), dict[str, float]()
+        self.vector.ensure()  # before opening anything: a down store costs nothing more
+        rows = self._rows()
+        try:
+            self._semantic(rows, query, kinds, filters, window, need, depth, got, timings, linked)
+        finally:
+            rows.close()
+        timings["semantic"] = _ms(t)
+        return got, timings
 
     def _semantic(self, rows: SourceRows, query: str, kinds: Sequence[Kind], filters: Filters, window: Window,
                   need: int, depth: int, got: _Gathered, timings: dict[str, float], linked: bool) -> None:
         t = time.perf_counter()
+        self.vector.ensure()
         vec = self.vector.embed(query)
         timings["embed"] = _ms(t)
-        hits = self.vector.nearest(vec, depth)
+        hits, exhaustive = self.vector.nearest_docs(vec, depth)
         timings["vector_query"] = _ms(t) - timings["embed"]
         restricted = bool(filters.project or filters.types or filters.concepts or filters.files
                           or window.start_ms is not None or window.end_ms is not None)
         linked_kinds = (Kind.OBSERVATION,) if Kind.PROMPT in kinds and linked else ()
         wanted = set(kinds) | set(linked_kinds)
         if restricted:
-            hits = self._passing(rows, hits, wanted, filters, window)
-            in_kinds = [h for h in hits if h.kind in kinds]
-            if len(in_kinds) < need:
-                hits = self._exact_semantic(rows, vec, wanted, filters, window, depth)
+            # Filters before the cut: the filtered rows of the unfiltered top-N are the true
+            # filtered top rows as far as they go; when too few pass, look deeper (over-fetch),
+            # then search exactly the rows that pass (by id, or with a Chroma where).
+            passing = self._passing(rows, hits, wanted, filters, window)
+            if not exhaustive and sum(h.kind in kinds for h in passing) < need:
+                hits, exhaustive = self.vector.nearest_docs(vec, depth * OVERFETCH)
+                passing = self._passing(rows, hits, wanted, filters, window)
+                timings["vector_overfetch"] = _ms(t) - timings["embed"] - timings["vector_query"]
+            if not exhaustive and sum(h.kind in kinds for h in passing) < need:
+                passing = self._exact_semantic(rows, vec, wanted, filters, window, depth)
                 timings["vector_exact"] = _ms(t) - timings["embed"] - timings["vector_query"]
+            hits = passing
         got.semantic = [h for h in hits if h.kind in kinds]
         got.similarity = {(h.kind, h.id): h for h in hits}
         if linked_kinds:
@@ -229,6 +284,8 @@ class Searcher:
             clauses.append({"doc_type": {"$in": [doc_types[k] for k in kinds]}})
         if filters.types:
             clauses.append({"type": {"$in": list(filters.types)}})
+        if filters.project:
+            clauses.append({"$or": [{"project": filters.project}, {"merged_into_project": filters.project}]})
         where: dict[str, Any] | None = None
         if len(clauses) == 1:
             where = clauses[0]
@@ -245,13 +302,14 @@ class Searcher:
         return [p for p in prompts if p in ok]
 
     def _fuse(self, got: _Gathered, answered: Mode) -> list[tuple[Key, float, bool, bool]]:
-        lists = [Ranked([(k, i) for i in ids], LEXICAL_WEIGHT, False) for k, ids in got.lexical.items()]
-        lists.append(Ranked([(h.kind, h.id) for h in got.semantic], SEMANTIC_WEIGHT, True))
-        lists.append(Ranked([(Kind.PROMPT, i) for i in got.linked_semantic], LINKED_SEMANTIC_WEIGHT, True))
-        lists.append(Ranked([(Kind.PROMPT, i) for i in got.linked_lexical], LINKED_LEXICAL_WEIGHT, False))
-        return [(_key(k), s, sem, lex) for k, s, sem, lex in fuse(lists)]
+        w = self.weights
+        lists = [Ranked([(k, i) for i in ids], w.lexical, False) for k, ids in got.lexical.items()]
+        lists.append(Ranked([(h.kind, h.id) for h in got.semantic], w.semantic, True))
+        lists.append(Ranked([(Kind.PROMPT, i) for i in got.linked_semantic], w.linked_semantic, True))
+        lists.append(Ranked([(Kind.PROMPT, i) for i in got.linked_lexical], w.linked_lexical, False))
+        return [(_key(k), s, sem, lex) for k, s, sem, lex in fuse(lists, w.k)]
 
-    def _date_order(self, rows: SourceRows, expr: str | None, kinds: Sequence[Kind], filters: Filters,
+    def _date_order(self, rows: SourceRows, exprs: _Expressions, kinds: Sequence[Kind], filters: Filters,
                     window: Window, got: _Gathered, need: int, order: Order
                     ) -> tuple[list[tuple[Key, float, bool, bool]], int]:
         """The newest (oldest) matches: SQLite's own date-ordered lexical matches, merged with the
@@ -259,6 +317,7 @@ class Searcher:
         direction = "newest" if order is Order.NEWEST else "oldest"
         dated: dict[Key, tuple[int, bool, bool]] = {}
         for kind in kinds:
+            expr = exprs[kind]
             if expr:
                 ids = [i for i, _ in rows.lexical(kind, expr, filters, window, need, order=direction)]
                 for i, epoch in rows.epochs(kind, ids).items():
@@ -274,14 +333,15 @@ class Searcher:
                for k in keys]
         return out, len(out)
 
-    def _excluded(self, rows: SourceRows, expr: str | None, kinds: Sequence[Kind], filters: Filters,
-                  window: Window, got: _Gathered) -> int:
+    def _excluded(self, rows: SourceRows, exprs: _Expressions, kinds: Sequence[Kind], filters: Filters,
+                  window: Window) -> int:
         """Rows that match (lexically, or among the semantic candidates) but fall outside the window."""
         outside = Window(0, None, window.start_ms, "before_window") if window.start_ms is not None else None
         if outside is None:
             return 0
         n = 0
         for kind in kinds:
+            expr = exprs[kind]
             if expr:
                 n += rows.lexical_count(kind, expr, filters, outside, EXCLUDED_CAP)
         return min(n, EXCLUDED_CAP)

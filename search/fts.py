@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
+from collections.abc import Sequence
 
 MAX_QUERY_CHARS = 2000  # longer input is cut: the first 2000 characters say what the user wants
 MAX_TOKENS = 32
@@ -88,17 +89,31 @@ def _quote(token: str) -> str:
     return '"' + token.replace('"', '""') + '"'
 
 
-def match_expression(text: str, prefix_stems: bool = True) -> str | None:
-    """An FTS5 MATCH expression for free text, or None when it has no word at all."""
-    parts = []
+def match_expression(text: str) -> str | None:
+    """An FTS5 MATCH expression for free text (each word also matched by its Porter stem as a
+    prefix), or None when it has no word at all. The engine prefers per-table word forms
+    (``SourceRows.expression``); this is the table-independent form."""
+    groups = []
     for tok in tokens(text):
-        if prefix_stems:
-            s = stem(tok)
-            if s != tok and len(s) >= MIN_STEM:
-                parts.append(f"({_quote(tok)} OR {_quote(s)}*)")
-                continue
-        parts.append(_quote(tok))
+        s = prefix_stem(tok)
+        groups.append((tok, s + "*") if s else (tok,))
+    return expression_for(groups)
+
+
+def expression_for(groups: Sequence[tuple[str, ...]]) -> str | None:
+    """OR of groups of alternative forms, each form quoted (a trailing ``*`` is kept as a prefix
+    operator), or None when there is nothing to match."""
+    parts = []
+    for forms in groups:
+        quoted = [_quote(f[:-1]) + "*" if f.endswith("*") and len(f) > 1 else _quote(f) for f in forms]
+        parts.append(quoted[0] if len(quoted) == 1 else "(" + " OR ".join(quoted) + ")")
     return " OR ".join(parts) if parts else None
+
+
+def prefix_stem(token: str) -> str | None:
+    """The stem a token is also matched by as a prefix, or None when it is matched only as itself."""
+    s = stem(token)
+    return s if s != token and len(s) >= MIN_STEM else None
 
 
 def phrase_expression(text: str) -> str | None:

@@ -21,6 +21,17 @@ LINKED_LEXICAL_WEIGHT = 0.5
 
 
 @dataclass(frozen=True, slots=True)
+class Weights:
+    """The fusion constants (the defaults are the shipped choice; benchmarks vary them)."""
+
+    k: int = RRF_K
+    lexical: float = LEXICAL_WEIGHT
+    semantic: float = SEMANTIC_WEIGHT
+    linked_semantic: float = LINKED_SEMANTIC_WEIGHT
+    linked_lexical: float = LINKED_LEXICAL_WEIGHT
+
+
+@dataclass(frozen=True, slots=True)
 class Ranked:
     """One input list: keys best first, its weight, and whether it is a semantic signal."""
 

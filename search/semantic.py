@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import numpy as np
 import numpy.typing as npt
 
@@ -27,6 +28,8 @@ from config.schema import Kind
 from config.settings import Settings
 
 RETRY_AFTER_S = 3.0
+ID_CHUNK = 2000
+COUNT_TTL_S = 5.0
 
 
 class VectorUnavailable(RuntimeError):
@@ -70,6 +73,7 @@ class VectorSide:
         self._handle: stores.ChromaHandle | None = None
         self._failed_at = 0.0
         self._failure = ""
+        self._count_value, self._count_at = 0, -1e9
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="memsync-vector")
 
     def close(self) -> None:
@@ -108,10 +112,16 @@ class VectorSide:
         except concurrent.futures.TimeoutError:
             raise VectorUnavailable(f"Chroma {what} exceeded {self.settings.search_timeout_ms} ms") from None
         except Exception as exc:
-            with self._lock:  # reconnect next time: the server may have been restarted or replaced
-                self._collection = None
-                self._failed_at, self._failure = time.monotonic(), f"Chroma {what} failed: {exc}"
-            raise VectorUnavailable(self._failure) from exc
+            if isinstance(exc, (httpx.TransportError, ConnectionError, OSError)):
+                with self._lock:  # reconnect later: the server may be restarting or replaced
+                    self._collection = None
+                    self._failed_at, self._failure = time.monotonic(), f"Chroma {what} failed: {exc}"
+            # Other errors concern this request only; the next query tries again.
+            raise VectorUnavailable(f"Chroma {what} failed: {exc}") from exc
+
+    def ensure(self) -> None:
+        """Raise VectorUnavailable now (before embedding the query) when the store is not reachable."""
+        self._open()
 
     def embed(self, text: str) -> npt.NDArray[np.float32]:
         """The query's unit vector."""
@@ -121,14 +131,20 @@ class VectorSide:
     def nearest(self, vector: npt.NDArray[np.float32], n: int, ids: list[str] | None = None,
                 where: dict[str, Any] | None = None) -> list[RowHit]:
         """The rows of the ``n`` nearest documents (optionally among ``ids`` or matching ``where``)."""
+        return self.nearest_docs(vector, n, ids, where)[0]
+
+    def nearest_docs(self, vector: npt.NDArray[np.float32], n: int, ids: list[str] | None = None,
+                     where: dict[str, Any] | None = None) -> tuple[list[RowHit], bool]:
+        """Like :meth:`nearest`, plus whether the store had fewer than ``n`` documents to offer
+        (then the answer is exhaustive: no row beyond it exists)."""
         kwargs: dict[str, Any] = {"query_embeddings": [vector.tolist()], "n_results": max(1, n),
                                   "include": ["distances"]}
         if ids is not None:
             # A restricted query fails on ids the store does not have ("Error finding id"), and a
             # row's possible ids are a superset: ask which exist first.
-            ids = list(self._call("get", "get", ids=ids, include=[])["ids"]) if ids else []
+            ids = self._existing(ids)
             if not ids:
-                return []
+                return [], True
             kwargs["ids"] = ids
             kwargs["n_results"] = max(1, min(n, len(ids)))
         if where:
@@ -139,8 +155,29 @@ class VectorSide:
                 count = self._call("count", "count")
                 if not count:
                     raise VectorUnavailable("the vector store is empty (nothing synced yet)")
-            return []
-        return collapse(got["ids"][0], got["distances"][0])
+            return [], True
+        docs = got["ids"][0]
+        if ids is not None:
+            return collapse(docs, got["distances"][0]), True
+        # Fewer documents than asked is not proof of the end: Chroma's HNSW search returns at most
+        # about its ef_search candidates (177 of 500 asked, measured at 313k documents). Only a
+        # store that holds no more than was asked is exhausted.
+        exhaustive = len(docs) < kwargs["n_results"] and self._count() <= kwargs["n_results"]
+        return collapse(docs, got["distances"][0]), exhaustive
+
+    def _count(self) -> int:
+        now = time.monotonic()
+        if now - self._count_at > COUNT_TTL_S:
+            self._count_value = int(self._call("count", "count"))
+            self._count_at = now
+        return self._count_value
+
+    def _existing(self, ids: list[str]) -> list[str]:
+        """The ids the store has, asked in chunks (Chroma's own SQLite limits bound variables)."""
+        out: list[str] = []
+        for i in range(0, len(ids), ID_CHUNK):
+            out.extend(self._call("get", "get", ids=ids[i:i + ID_CHUNK], include=[])["ids"])
+        return out
 
     def vectors(self, doc_ids: list[str]) -> dict[str, npt.NDArray[np.float32]]:
         """Stored vectors of the given documents (missing ones are absent)."""

@@ -66,8 +66,9 @@ def build(tmp: Path, records: list[dict[str, Any]], **kw: Any) -> Settings:
 
 @pytest.fixture(scope="module")
 def searcher(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    # Top-N of 20 with 130 older near-matches: the corpus that breaks "filter after the cut".
-    settings = build(tmp_path_factory.mktemp("search"), corpus(), candidates=20)
+    # Top-N of 5 (25 when over-fetched) with 130 older near-matches: the corpus that breaks
+    # "filter after the cut".
+    settings = build(tmp_path_factory.mktemp("search"), corpus(), candidates=5)
     engine = Searcher(settings)
     yield engine
     engine.close()
@@ -77,10 +78,10 @@ def searcher(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def test_window_applied_before_the_cut(searcher: Searcher) -> None:
     # 130 older rows outrank the recent one semantically; with the window after the top-100 cut
     # (upstream) the recent match vanishes. Semantic only: lexical cannot rescue it here.
-    naive = searcher.vector.nearest(searcher.vector.embed("database connection pool timeout"), 20)
+    naive = searcher.vector.nearest(searcher.vector.embed("database connection pool timeout"), 25)
     assert (Kind.OBSERVATION, 131) not in [(h.kind, h.id) for h in naive]  # the trap is set
     resp = searcher.search("database connection pool timeout", mode=Mode.SEMANTIC, limit=5)
-    assert resp.mode is Mode.SEMANTIC
+    assert resp.mode is Mode.SEMANTIC and "vector_exact" in resp.timings_ms
     assert resp.results, resp
     assert resp.results[0].id == 131 and resp.results[0].kind is Kind.OBSERVATION
     assert all(r.created_at_epoch and r.created_at_epoch >= NOW_MS - 90 * DAY_MS for r in resp.results)

@@ -1,0 +1,173 @@
+"""Search latency at 100,000 rows: hybrid, lexical-only and the fallback path, against the raw
+Chroma top-100 query measured in the same run.
+
+    .venv/bin/python scripts/bench_search.py [--rows 100000] [--queries 60] [--out FILE]
+
+Builds a deterministic synthetic claude-mem database (the demo generator, spread over a year, so
+the 90-day window holds about a quarter of it) and syncs it into a managed Chroma server with the
+real sync code. To keep the build within minutes, document vectors come from a pool: 2,000 real
+MiniLM embeddings of demo texts, each document taking the pool vector chosen by a hash of its
+text plus a little noise (clustered like real embeddings; meaningless for quality, which
+bench_quality measures). Queries are embedded by the real model inside every timed search.
+Variants: no window, the 90-day window, window + project filter; hybrid, lexical only, and the
+fallback (Chroma unreachable). Writes JSON (default ``.bench/bench_search.json``). The built data
+is kept in ``--work`` and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from config.chroma_server import ManagedServer
+from config.embedding import get_embedder
+from config.settings import Settings
+from scripts.benchlib import ROOT, free_port, print_table, write_json
+from search import Filters, Mode, Searcher
+from worker.demo import PROJECTS, generate
+from worker.importer import import_records, init_db
+from worker.resync import resync
+
+QUERIES = (
+    "connection pool exhausted under load", "refund endpoint returns 500", "flaky test timing",
+    "dark mode colors", "webhook signature validation", "retry queue backoff", "JWT expiry bug",
+    "migration failed on deploy", "slow dashboard render", "invoice PDF export fonts", "memory leak in worker",
+    "why was the cache invalidated", "currency rounding error", "idempotency key collision",
+    "vite build config", "react state update loop", "database index missing", "rate limiting strategy",
+)
+
+
+class PoolEmbedder:
+    """Real vectors from a small pool, assigned by text hash (see module docstring)."""
+
+    def __init__(self, pool: npt.NDArray[np.float32]) -> None:
+        self.pool = pool
+        self.model_id = "all-MiniLM-L6-v2-int8"
+        self.dimension = pool.shape[1]
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for i, t in enumerate(texts):
+            h = int.from_bytes(hashlib.blake2b(t.encode("utf-8", "replace"), digest_size=8).digest(), "little")
+            rng = np.random.default_rng(h)
+            v = self.pool[h % len(self.pool)] + rng.standard_normal(self.dimension).astype(np.float32) * 0.02
+            out[i] = v / np.linalg.norm(v)
+        return out
+
+
+def build(work: Path, rows: int) -> Settings:
+    """Database + synced managed Chroma in ``work`` (reused when present)."""
+    settings = Settings(db=work / "claude-mem.db", data_dir=work / "data", chroma_mode="managed",
+                        chroma_port=free_port())
+    if not settings.db.exists():
+        init_db(settings.db)
+        records = []
+        for rec in generate(n_sessions=rows // 8 + 1, seed=11, end_ms=int(time.time() * 1000), span_days=365,
+                            projects=len(PROJECTS)):
+            records.append(rec)
+            if len(records) >= rows:
+                break
+        import_records(settings.db, records)
+        real = get_embedder(settings.embedding_model, 32, 256, 0)
+        texts = [str(r.get("narrative") or r.get("prompt_text") or r.get("learned") or "") for r in records[:2000]]
+        pool = real.embed(texts)
+        t = time.monotonic()
+        result = resync(settings, embedder=PoolEmbedder(pool))
+        print(f"built: {rows} rows, {result.written} documents in {time.monotonic() - t:.0f} s")
+    return settings
+
+
+def timed(fn: Callable[[], object], n: int) -> tuple[list[float], dict[str, float]]:
+    """Milliseconds of n calls, and the median of each stage the responses report."""
+    out = []
+    stages: dict[str, list[float]] = {}
+    for _ in range(n):
+        t = time.perf_counter()
+        resp = fn()
+        out.append((time.perf_counter() - t) * 1000)
+        for stage, ms in getattr(resp, "timings_ms", {}).items():
+            stages.setdefault(stage, []).append(ms)
+    return out, {k: round(statistics.median(v), 1) for k, v in stages.items() if k != "total"}
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile (nearest rank)."""
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; returns the exit code."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=100_000)
+    p.add_argument("--queries", type=int, default=3, help="rounds over the query list")
+    p.add_argument("--work", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=ROOT / ".bench" / "bench_search.json")
+    args = p.parse_args(argv)
+    work = args.work or ROOT / ".bench" / f"search-{args.rows}"
+    settings = build(work, args.rows)
+    server = ManagedServer(settings)
+    server.ensure()
+    searcher = Searcher(settings)
+    down = Searcher(settings.model_copy(update={"chroma_mode": "http", "chroma_port": free_port()}))
+    project = PROJECTS[0].name
+    try:
+        deadline = time.monotonic() + 300
+        # The server loads the index on the first query (seconds at this size; searches meanwhile
+        # answer lexical_fallback): wait until a hybrid answer comes.
+        while searcher.search("warm up").mode is not Mode.HYBRID:
+            if time.monotonic() > deadline:
+                raise SystemExit("Chroma did not answer within 300 s")
+            time.sleep(1)
+        vectors = {q: searcher.vector.embed(q) for q in QUERIES}
+        queries = list(QUERIES) * args.queries
+        it = iter(range(10**9))
+
+        def nxt() -> str:
+            return queries[next(it) % len(queries)]
+
+        variants: dict[str, Callable[[], object]] = {
+            "raw Chroma top-100 (baseline)": lambda: searcher.vector.nearest(vectors[nxt()], 100),
+            "hybrid, all time": lambda: searcher.search(nxt(), window_days=0),
+            "hybrid, 90-day window": lambda: searcher.search(nxt()),
+            "hybrid, window + project": lambda: searcher.search(nxt(), filters=Filters(project=project)),
+            "lexical only, all time": lambda: searcher.search(nxt(), window_days=0, mode=Mode.LEXICAL),
+            "lexical only, window + project": lambda: searcher.search(nxt(), filters=Filters(project=project),
+                                                                      mode=Mode.LEXICAL),
+            "fallback (Chroma down), all time": lambda: down.search(nxt(), window_days=0),
+            "fallback (Chroma down), 90-day window": lambda: down.search(nxt()),
+            "fallback, window + project": lambda: down.search(nxt(), filters=Filters(project=project)),
+        }
+        assert down.search("x").mode is Mode.LEXICAL_FALLBACK
+        table = []
+        for name, fn in variants.items():
+            fn()
+            ms, stages = timed(fn, len(queries))
+            table.append({"variant": name, "n": len(ms), "p50_ms": round(statistics.median(ms), 1),
+                          "p95_ms": round(pct(ms, 0.95), 1), "max_ms": round(max(ms), 1),
+                          "stages_p50": " ".join(f"{k}={v}" for k, v in stages.items())})
+        base = table[0]["p50_ms"]
+        for row in table:
+            row["p50_vs_raw"] = round(float(row["p50_ms"]) / float(base), 1)  # type: ignore[arg-type]
+    finally:
+        searcher.close()
+        down.close()
+        server.stop()
+    print_table(table)
+    hybrid_p95 = max(float(r["p95_ms"]) for r in table if str(r["variant"]).startswith("hybrid"))  # type: ignore[arg-type]
+    fallback_p95 = max(float(r["p95_ms"]) for r in table if str(r["variant"]).startswith("fallback"))  # type: ignore[arg-type]
+    print(f"targets: hybrid p95 {hybrid_p95:.1f} ms (<= 60), fallback p95 {fallback_p95:.1f} ms (<= 15)")
+    write_json({"rows": args.rows, "table": table, "hybrid_p95_ms": hybrid_p95, "fallback_p95_ms": fallback_p95},
+               args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
