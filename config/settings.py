@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     search_timeout_ms: int = Field(
         1500, ge=10, description="Search: deadline for the vector side of one query; past it, the lexical answer."
     )
+    search_embedding_threads: int = Field(
+        1, ge=0, le=64, description="Search: onnxruntime threads to embed a query (1 leaves other cores to SQLite)."
+    )
     fts_timeout_ms: int = Field(2000, ge=10, description="Search: time limit of one SQLite/FTS5 statement, ms.")
     filter_ids_cap: int = Field(
         1000, ge=0, description="Search: a filter matching at most this many rows is searched exactly by id."

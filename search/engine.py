@@ -101,7 +101,7 @@ class Searcher:
         if self._vector is None:
             embedder = self._embedder or get_embedder(
                 self.settings.embedding_model, self.settings.embedding_batch_size,
-                self.settings.embedding_max_tokens, self.settings.embedding_threads)
+                self.settings.embedding_max_tokens, self.settings.search_embedding_threads)
             self._vector = VectorSide(self.settings, embedder)
         return self._vector
 
