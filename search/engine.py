@@ -386,6 +386,21 @@ class Searcher:
         order = Order.RELEVANCE if fts.tokens(query) else Order.NEWEST
         return self.search(query, kinds, filters, window_days, limit, offset, order, format)
 
+    def find_by_concept(self, concept: str, query: str = "", **kw: Any) -> Response:
+        """Observations tagged with ``concept`` (substring of the concepts list), ranked by ``query``."""
+        return self.find_by(Filters(project=kw.pop("project", None), concepts=(concept,)), query,
+                            (Kind.OBSERVATION,), **kw)
+
+    def find_by_file(self, path: str, query: str = "", **kw: Any) -> Response:
+        """Observations and summaries whose files read/modified contain ``path``, ranked by ``query``."""
+        return self.find_by(Filters(project=kw.pop("project", None), files=(path,)), query,
+                            (Kind.OBSERVATION, Kind.SUMMARY), **kw)
+
+    def find_by_type(self, types: str | Sequence[str], query: str = "", **kw: Any) -> Response:
+        """Observations of the given type(s) (e.g. bugfix, feature), ranked by ``query``."""
+        wanted = (types,) if isinstance(types, str) else tuple(types)
+        return self.find_by(Filters(project=kw.pop("project", None), types=wanted), query, (Kind.OBSERVATION,), **kw)
+
     def get(self, kind: Kind, ids: Sequence[int]) -> tuple[list[dict[str, Any]], list[int]]:
         """Full records in the requested order, and the ids that do not exist."""
         rows = self._rows()

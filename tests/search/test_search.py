@@ -103,6 +103,10 @@ def test_filters_before_the_cut(searcher: Searcher) -> None:
     assert [r.id for r in by_file.results] == [132]
     by_concept = searcher.find_by(Filters(concepts=("pattern",)), "layout", window_days=0)
     assert [r.id for r in by_concept.results] == [132]
+    assert [r.id for r in searcher.find_by_concept("pattern", window_days=0).results] == [132]
+    assert [r.id for r in searcher.find_by_file("grid.css", "anything", window_days=0).results] == [132]
+    bugfixes = searcher.find_by_type("bugfix", window_days=0)
+    assert [r.id for r in bugfixes.results] == [131] and bugfixes.total == 1
 
 
 def test_offset_pages_through_results(searcher: Searcher) -> None:
