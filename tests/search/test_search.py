@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from config.schema import Era, Kind
 from config.settings import Settings
@@ -267,3 +270,35 @@ def _free_port() -> int:
     from scripts.benchlib import free_port
 
     return free_port()
+
+
+@given(text=st.text(max_size=200))
+@hyp_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_query_string_lexical_and_hybrid(searcher: Searcher, text: str) -> None:
+    for mode in (Mode.LEXICAL, Mode.HYBRID):
+        resp = searcher.search(text, mode=mode, window_days=0, limit=5)
+        assert resp.mode in (mode, Mode.LEXICAL)  # LEXICAL: no words, newest rows listed
+        assert all(0.0 <= r.score <= 1.0 for r in resp.results)
+
+
+@pytest.mark.parametrize("text", ["", '"', "AND OR NOT", "NEAR(a b)", "title:x", "a*", "^x", "(((", "\x00",
+                                  "x" * 100_000, "🚀 日本語", "connection\x00pool"])
+def test_hostile_queries_hybrid(searcher: Searcher, text: str) -> None:
+    resp = searcher.search(text, window_days=0)
+    assert resp.mode in (Mode.HYBRID, Mode.LEXICAL)
+
+
+def test_hybrid_on_a_legacy_database(tmp_path: Path) -> None:
+    records = [p("legacy question about the okapi migration", 1, project="old"),
+               o("the okapi migration finished", 1, project="old")]
+    settings = Settings(db=tmp_path / "legacy.db", data_dir=tmp_path / "data", chroma_mode="embedded")
+    make_db(settings.db, records, era=Era.LEGACY, fts=False)
+    resync(settings)
+    engine = Searcher(settings)
+    try:
+        resp = engine.search("okapi migration", filters=Filters(project="old"), window_days=0)
+        assert resp.mode is Mode.HYBRID
+        assert {(r.kind, r.project) for r in resp.results} == {(Kind.PROMPT, "old"), (Kind.OBSERVATION, "old")}
+        assert all(r.signals is Signal.BOTH for r in resp.results)
+    finally:
+        engine.close()
