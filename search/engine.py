@@ -67,12 +67,12 @@ class _Expressions:
     """The query's MATCH expression per kind, built on first use (terms depend on each table)."""
 
     def __init__(self, rows: SourceRows, text: str) -> None:
-        self._rows, self._text = rows, text
+        self._rows, self.text = rows, text
         self._cache: dict[Kind, str | None] = {}
 
     def __getitem__(self, kind: Kind) -> str | None:
         if kind not in self._cache:
-            self._cache[kind] = self._rows.expression(kind, self._text)
+            self._cache[kind] = self._rows.expression(kind, self.text)
         return self._cache[kind]
 
 
@@ -92,7 +92,7 @@ class Searcher:
         self.settings = settings
         self.weights = weights or Weights()
         self._embedder = embedder
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="memsync-search")
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=6, thread_name_prefix="memsync-search")
         self._vector: VectorSide | None = None
 
     @property
@@ -195,15 +195,32 @@ class Searcher:
 
     def _lexical(self, rows: SourceRows, exprs: _Expressions, kinds: Sequence[Kind], filters: Filters,
                  window: Window, depth: int, got: _Gathered, linked: bool) -> None:
+        # One table per thread (each with its own connection; SQLite runs outside the GIL): the
+        # largest table here, the others on the pool.
+        tasks: list[tuple[Kind, Filters]] = [(k, filters) for k in kinds]
+        if Kind.PROMPT in kinds and linked and Kind.OBSERVATION not in kinds:
+            tasks.append((Kind.OBSERVATION, _linked_filters(filters)))
+        first, rest = tasks[0], tasks[1:]
+        futures = [self._pool.submit(self._lexical_one, None, exprs.text, k, f, window, depth) for k, f in rest]
+        results = {first[0]: self._lexical_one(rows, exprs.text, first[0], first[1], window, depth)}
+        for (kind, _), future in zip(rest, futures, strict=True):
+            results[kind] = future.result()
         for kind in kinds:
-            expr = exprs[kind]
-            got.lexical[kind] = [i for i, _ in rows.lexical(kind, expr, filters, window, depth)] if expr else []
+            got.lexical[kind] = results[kind]
         if Kind.PROMPT in kinds and linked:
-            lex_obs = got.lexical.get(Kind.OBSERVATION)
-            expr = exprs[Kind.OBSERVATION]
-            if lex_obs is None and expr:
-                lex_obs = [i for i, _ in rows.lexical(Kind.OBSERVATION, expr, _linked_filters(filters), window, depth)]
+            lex_obs = results.get(Kind.OBSERVATION)
             got.linked_lexical = self._linked(rows, lex_obs or [], filters, window)
+
+    def _lexical_one(self, rows: SourceRows | None, text: str, kind: Kind, filters: Filters, window: Window,
+                     depth: int) -> list[int]:
+        own = rows is None
+        rows = rows or self._rows()
+        try:
+            expr = rows.expression(kind, text)
+            return [i for i, _ in rows.lexical(kind, expr, filters, window, depth)] if expr else []
+        finally:
+            if own:
+                rows.close()
 
     def _semantic_side(self, query: str, kinds: Sequence[Kind], filters: Filters, window: Window, need: int,
                        depth: int, linked: bool) -> tuple[_Gathered, dict[str, float]]:

@@ -27,7 +27,7 @@ ALIAS = "t"
 # out changes no ranking while sparing the scoring of its long posting list.
 COMMON_FRACTION = 0.5
 MIN_TERMS = 2
-RANK_CAP = 2000  # BM25 ranks at most the newest this many matches per kind (see _rank_bound)
+RANK_CAP = 1000  # BM25 ranks at most the newest this many matches per kind (see _rank_bound)
 _first_id_cache: dict[tuple[str, Kind, int], tuple[int, float]] = {}
 _forms_cache: dict[tuple[str, Kind, str], tuple[tuple[tuple[str, ...], int], float]] = {}
 
