@@ -75,7 +75,7 @@ class Settings(BaseSettings):
     )
     fts_timeout_ms: int = Field(2000, ge=10, description="Search: time limit of one SQLite/FTS5 statement, ms.")
     filter_ids_cap: int = Field(
-        1000, ge=0, description="Search: a filter matching at most this many rows is searched exactly by id."
+        10000, ge=0, description="Search: a filter matching at most this many rows is searched exactly by id."
     )
     near_duplicate: float = Field(
         0.92, gt=0, le=1, description="similar(): cosine at or above which a row is a near-duplicate."

@@ -28,7 +28,7 @@ from config.schema import Kind
 from config.settings import Settings
 
 RETRY_AFTER_S = 3.0
-ID_CHUNK = 2000
+ID_CHUNK = 8000  # ids per existence check: 35k ids cost ~640 ms in chunks of 2,000, ~240 ms in 8,000
 COUNT_TTL_S = 5.0
 
 
