@@ -129,12 +129,17 @@ class VectorSide:
         return vec
 
     def nearest(self, vector: npt.NDArray[np.float32], n: int, ids: list[str] | None = None,
-                where: dict[str, Any] | None = None) -> list[RowHit]:
-        """The rows of the ``n`` nearest documents (optionally among ``ids`` or matching ``where``)."""
-        return self.nearest_docs(vector, n, ids, where)[0]
+                where: dict[str, Any] | None = None, verified: bool = False) -> list[RowHit]:
+        """The rows of the ``n`` nearest documents (optionally among ``ids`` or matching ``where``).
+        ``verified``: the ids are known to exist (else they are checked first)."""
+        return self.nearest_docs(vector, n, ids, where, verified)[0]
+
+    def collection_name(self) -> str:
+        """The name of the active generation (connecting if needed)."""
+        return str(self._open().name)
 
     def nearest_docs(self, vector: npt.NDArray[np.float32], n: int, ids: list[str] | None = None,
-                     where: dict[str, Any] | None = None) -> tuple[list[RowHit], bool]:
+                     where: dict[str, Any] | None = None, verified: bool = False) -> tuple[list[RowHit], bool]:
         """Like :meth:`nearest`, plus whether the store had fewer than ``n`` documents to offer
         (then the answer is exhaustive: no row beyond it exists)."""
         kwargs: dict[str, Any] = {"query_embeddings": [vector.tolist()], "n_results": max(1, n),
@@ -142,7 +147,7 @@ class VectorSide:
         if ids is not None:
             # A restricted query fails on ids the store does not have ("Error finding id"), and a
             # row's possible ids are a superset: ask which exist first.
-            ids = self._existing(ids)
+            ids = ids if verified else self._existing(ids)
             if not ids:
                 return [], True
             kwargs["ids"] = ids

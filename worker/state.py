@@ -18,46 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from config.schema import Kind
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS docs (
-  collection TEXT NOT NULL,
-  doc_id TEXT NOT NULL,
-  kind TEXT NOT NULL,
-  source_id INTEGER NOT NULL,
-  text_hash TEXT,
-  content_hash TEXT,
-  model TEXT NOT NULL,
-  synced_at INTEGER,
-  PRIMARY KEY (collection, doc_id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS docs_by_source ON docs(collection, kind, source_id);
-CREATE TABLE IF NOT EXISTS rows (
-  collection TEXT NOT NULL,
-  kind TEXT NOT NULL,
-  source_id INTEGER NOT NULL,
-  project TEXT NOT NULL DEFAULT '',
-  merged_into_project TEXT NOT NULL DEFAULT '',
-  row_hash TEXT,
-  status TEXT NOT NULL,
-  docs INTEGER NOT NULL DEFAULT 0,
-  reason TEXT,
-  attempts INTEGER NOT NULL DEFAULT 0,
-  updated_at INTEGER NOT NULL,
-  PRIMARY KEY (collection, kind, source_id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS meta (
-  key TEXT PRIMARY KEY,
-  value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS runs (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  collection TEXT NOT NULL,
-  started_at INTEGER NOT NULL,
-  finished_at INTEGER NOT NULL,
-  summary TEXT NOT NULL
-);
-"""
+from config.syncstate import STATE_DDL
 
 ACTIVE_COLLECTION = "active_collection"  # meta key: the generation resync last wrote
 SYNCED = "synced"
@@ -101,7 +62,7 @@ class SyncState:
         self._conn = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(_DDL)
+        self._conn.executescript(STATE_DDL)
 
     def close(self) -> None:
         """Close the database."""

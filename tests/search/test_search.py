@@ -302,3 +302,22 @@ def test_hybrid_on_a_legacy_database(tmp_path: Path) -> None:
         assert all(r.signals is Signal.BOTH for r in resp.results)
     finally:
         engine.close()
+
+
+def test_exact_filtered_path_with_and_without_sync_records(tmp_path: Path) -> None:
+    from config.syncstate import synced_doc_ids
+
+    records = [*OLD_NEAR[:40], RECENT_FAR]
+    settings = build(tmp_path, records, candidates=2)
+    engine = Searcher(settings)
+    try:
+        collection = engine.vector.collection_name()
+        assert synced_doc_ids(settings.state_path, collection, Kind.OBSERVATION, [41]) == ["obs_41_narrative"]
+        first = engine.search("database connection pool timeout", mode=Mode.SEMANTIC, limit=2)
+        assert "vector_exact" in first.timings_ms and first.results[0].id == 41
+        settings.state_path.rename(tmp_path / "moved.db")  # a search server on another machine
+        assert synced_doc_ids(settings.state_path, collection, Kind.OBSERVATION, [41]) is None
+        second = engine.search("database connection pool timeout", mode=Mode.SEMANTIC, limit=2)
+        assert [r.key for r in second.results] == [r.key for r in first.results]
+    finally:
+        engine.close()
