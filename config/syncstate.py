@@ -66,7 +66,10 @@ def synced_doc_ids(path: Path, collection: str, kind: Kind, source_ids: Sequence
         ids = list(source_ids)
         for i in range(0, len(ids), 900):
             chunk = ids[i:i + 900]
-            sql = ("SELECT doc_id FROM docs WHERE collection = ? AND kind = ? AND content_hash IS NOT NULL "
+            # INDEXED BY: without statistics the planner prefers the primary key's collection prefix
+            # (a scan of every document: 120 ms per 900 rows at 313k documents, 1 ms by source).
+            sql = ("SELECT doc_id FROM docs INDEXED BY docs_by_source WHERE collection = ? AND kind = ? "
+                   "AND content_hash IS NOT NULL "
                    f"AND source_id IN ({','.join('?' * len(chunk))})")
             out.extend(str(r[0]) for r in conn.execute(sql, [collection, kind.value, *chunk]))
         return out
