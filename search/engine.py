@@ -145,14 +145,19 @@ class Searcher:
             answered, notes = mode, []
             # The two sides run at once: the vector side (embedding, Chroma, its own SQLite
             # connection) on a pool thread, the lexical side here; both mostly wait outside the GIL.
+            # Linked evidence (observations vouching for the prompt they were recorded under) only
+            # when prompts are searched without observations: with both, each observation is a
+            # result of its own, and boosting its prompt too would count the same evidence twice
+            # (prompts then crowded observations out of mixed results).
+            linked = mode is Mode.HYBRID and Kind.PROMPT in kinds and Kind.OBSERVATION not in kinds
             sem_future = None
             if mode is not Mode.LEXICAL:
                 sem_future = self._pool.submit(self._semantic_side, query, kinds, filters, window, need, depth,
-                                               mode is Mode.HYBRID)
+                                               linked)
             exprs = _Expressions(rows, query)
             if mode is not Mode.SEMANTIC:
                 try:
-                    self._lexical(rows, exprs, kinds, filters, window, depth, got, linked=mode is Mode.HYBRID)
+                    self._lexical(rows, exprs, kinds, filters, window, depth, got, linked=linked)
                 except QueryTimeout as exc:  # keep what was gathered; say that the rest is missing
                     notes.append(f"full-text search incomplete: {exc}")
             timings["lexical"] = _ms(t0)
