@@ -321,3 +321,18 @@ def test_exact_filtered_path_with_and_without_sync_records(tmp_path: Path) -> No
         assert [r.key for r in second.results] == [r.key for r in first.results]
     finally:
         engine.close()
+
+
+def test_linked_evidence_only_for_prompts_alone(tmp_path: Path) -> None:
+    records = [o("zebra crossing repainted on the main road", 1, session="day", prompt_number=1),
+               {**p("what should we have for lunch", 1, number=1), "session": "day"},
+               p("another unrelated question about taxes", 1, number=2)]
+    engine = Searcher(build(tmp_path, records))
+    try:
+        mixed = engine.search("zebra crossing", window_days=0)
+        assert mixed.results[0].key == (Kind.OBSERVATION, 1)
+        assert (Kind.PROMPT, 1) not in [r.key for r in mixed.results if r.signals is not Signal.SEMANTIC]
+        prompts = engine.search("zebra crossing", kinds=[Kind.PROMPT], window_days=0)
+        assert prompts.results[0].key == (Kind.PROMPT, 1)  # vouched for by its observation
+    finally:
+        engine.close()
