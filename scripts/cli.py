@@ -468,11 +468,11 @@ DEMO_QUERIES = ("database query timeout", "flaky tests and time", "dark mode in 
 @main.command()
 @common_options
 def demo(**kwargs: Any) -> None:
-    """The main job until the worker exists: demo database if none is configured, resync, a few lookups."""
+    """One-shot demo: the demo database if none is configured, a resync, then three searches."""
     settings = demo_or_configured(settings_from(kwargs))
     from config.chroma_server import ManagedServer
 
-    # One managed server for the whole demo: resync and the lookups adopt it instead of each
+    # One managed server for the whole demo: resync and the searches adopt it instead of each
     # starting and stopping their own.
     server = ManagedServer(settings) if settings.chroma_mode == "managed" else None
     with errors_as_exit(), graceful_stop() as stop:
