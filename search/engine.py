@@ -22,7 +22,7 @@ from __future__ import annotations
 import concurrent.futures
 import re
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -592,5 +592,3 @@ def _result(kind: Kind, row: dict[str, Any], score: float, sem: bool, lex: bool,
         record=row if format is Format.FULL else None,
     )
 
-
-SearchFn = Callable[..., Response]

@@ -399,10 +399,6 @@ class SourceRows:
                f"ORDER BY {ALIAS}.created_at_epoch {sort}, {ALIAS}.id {sort} LIMIT ? OFFSET ?")
         return [(int(r[0]), int(r[1])) for r in self.query(sql, [*params, limit, offset])]
 
-    def count(self, kind: Kind) -> int:
-        """Rows of ``kind``."""
-        return int(self.query(f"SELECT count(*) FROM {TABLES[kind]}")[0][0])
-
 
 def title_of(kind: Kind, row: dict[str, Any]) -> str:
     """A one-line title: the observation's title, or the first line of the main text."""
