@@ -48,6 +48,9 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+TOKENS_PER_TEXT = 32  # padded tokens per sub-batch = batch_size x this (see MiniLMOnnx._sub_batches)
+
+
 class EmbeddingError(RuntimeError):
     """The model cannot be loaded or run (a configuration problem, not a transient one)."""
 
@@ -89,6 +92,23 @@ class MiniLMOnnx:
         """Vector length (384)."""
         return self._spec.dimension
 
+    def _sub_batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
+        """Consecutive runs of ``order`` (sorted by length) of at most batch_size texts and at most
+        batch_size x TOKENS_PER_TEXT padded tokens. onnxruntime's memory arena keeps the largest
+        batch shape it has seen (32 texts of 256 tokens: ~100 MB for one attention tensor), so long
+        texts go in smaller batches: the same work, a lower peak and so less resident memory."""
+        budget = max(self._batch_size * TOKENS_PER_TEXT, max(lengths, default=1))
+        out: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            if current and (len(current) >= self._batch_size or (len(current) + 1) * lengths[i] > budget):
+                out.append(current)
+                current = []
+            current.append(i)
+        if current:
+            out.append(current)
+        return out
+
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Unit vectors for ``texts``, in input order. Sorting by length inside the call keeps
         padding small (mixed lengths unsorted are about 7x slower on 2 cores)."""
@@ -98,8 +118,7 @@ class MiniLMOnnx:
         encodings = self._tokenizer.encode_batch([t if t else " " for t in texts])
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         with self._lock:
-            for start in range(0, len(order), self._batch_size):
-                idx = order[start : start + self._batch_size]
+            for idx in self._sub_batches(order, [len(e.ids) for e in encodings]):
                 width = max(len(encodings[i].ids) for i in idx)
                 ids = np.zeros((len(idx), width), dtype=np.int64)
                 mask = np.zeros((len(idx), width), dtype=np.int64)

@@ -33,3 +33,22 @@ def test_one_instance_per_process(embedder) -> None:  # type: ignore[no-untyped-
     assert get_embedder("all-MiniLM-L6-v2-int8") is embedder
     with pytest.raises(EmbeddingError, match="unknown embedding model"):
         get_embedder("bge-huge")
+
+
+def test_sub_batches_bound_padded_tokens(embedder) -> None:  # type: ignore[no-untyped-def]
+    from config.embedding import TOKENS_PER_TEXT
+
+    lengths = [3] * 40 + [60] * 10 + [256] * 9 + [500]
+    batches = embedder._sub_batches(list(range(len(lengths))), lengths)
+    budget = embedder._batch_size * TOKENS_PER_TEXT
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))  # each text once, in order
+    assert [i for b in batches for i in b] == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) <= embedder._batch_size
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= budget
+    assert len(batches[0]) == embedder._batch_size  # short texts still go 32 at a time
+    # Long texts embed the same whatever their batch: the budget changes memory, not vectors.
+    long_texts = [f"text number {i} " + "word " * 300 for i in range(6)]
+    together = embedder.embed(long_texts)
+    alone = np.vstack([embedder.embed([t]) for t in long_texts])
+    assert np.allclose(together, alone, atol=1e-4)
