@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "MEMSYNC_"
@@ -80,6 +80,12 @@ class Settings(BaseSettings):
     near_duplicate: float = Field(
         0.92, gt=0, le=1, description="similar(): cosine at or above which a row is a near-duplicate."
     )
+    serve_host: str = Field("127.0.0.1", description="memsync serve / mcp --http: address to listen on.")
+    serve_port: int = Field(8787, ge=1, le=65535, description="memsync serve: HTTP port.")
+    api_token: SecretStr | None = Field(
+        None, description="Bearer token the HTTP servers require; mandatory when listening beyond loopback."
+    )
+    max_query_chars: int = Field(4000, ge=16, le=1_000_000, description="Servers: longest query string accepted.")
 
     @field_validator("db", "data_dir", "chroma_path", mode="after")
     @classmethod

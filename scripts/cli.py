@@ -402,6 +402,56 @@ def timeline(as_json: bool, anchor: str, depth_before: int, depth_after: int, pr
         searcher.close()
 
 
+def existing_db(settings: Settings) -> Settings:
+    """The settings, after checking that the database exists (servers fail at start, not per request)."""
+    if not settings.db.exists():
+        fail(f"database not found: {settings.db} (set --db or MEMSYNC_DB; `make run` creates a demo database)",
+             EXIT_USAGE)
+    return settings
+
+
+@main.command()
+@common_options
+@click.option("--http-port", type=click.IntRange(1, 65535), default=None,
+              help="Serve MCP over streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio.")
+def mcp(http_port: int | None, **kwargs: Any) -> None:
+    """Serve memsync's search to agents over the Model Context Protocol (stdio by default).
+
+    Tools: search, search_observations, search_sessions, search_user_prompts, find_by_concept,
+    find_by_file, find_by_type, timeline, recent_context, get_observations, find_similar. Works
+    without the worker: when the vector store is not reachable, answers come from full-text
+    search and say so. Register with Claude Code: claude mcp add memsync -- memsync mcp
+    """
+    settings = existing_db(settings_from(kwargs).settings)
+    from servers.mcp_tools import serve as serve_mcp
+
+    with errors_as_exit():
+        serve_mcp(settings, http_port)
+
+
+@main.command()
+@common_options
+@click.option("--host", default=None, help="Address to listen on [settings serve_host: 127.0.0.1]; anything but "
+                                            "loopback needs MEMSYNC_API_TOKEN.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port [settings serve_port: 8787].")
+def serve(host: str | None, port: int | None, **kwargs: Any) -> None:
+    """The HTTP API and search page: http://127.0.0.1:8787/ (API under /api, OpenAPI at /openapi.json).
+
+    GET /api/search, /api/timeline, /api/records/{kind}/{id}, /api/similar/{id}, /api/status,
+    /healthz, /metrics. With a token set (MEMSYNC_API_TOKEN), requests need
+    "Authorization: Bearer <token>".
+    """
+    settings = existing_db(settings_from(kwargs).settings)
+    from servers.http_api import check_binding
+    from servers.http_api import serve as serve_http
+
+    with errors_as_exit():
+        check_binding(host or settings.serve_host, settings)
+        click.echo(f"memsync: serving http://{host or settings.serve_host}:{port or settings.serve_port}/ "
+                   f"on {settings.db}", err=True)
+        serve_http(settings, host, port)
+
+
 @main.group()
 def db() -> None:
     """Create and fill claude-mem databases (for people without claude-mem, the demo and tests)."""

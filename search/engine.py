@@ -417,8 +417,9 @@ class Searcher:
         page = [(k, 1.0, False, True) for _, k in dated[offset:offset + limit]]
         results = self._hydrate(rows, page, _Gathered(), format)
         timings["total"] = _ms(t)
+        total = sum(rows.count(kind, filters, window) for kind in kinds)
         return Response(Mode.LEXICAL, results, window, 0, "no words in the query: newest records listed",
-                        len(dated), timings, query)
+                        total, timings, query)
 
     # -- lookups ---------------------------------------------------------------------------------
     def find_by(self, filters: Filters, query: str = "", kinds: Sequence[Kind] | None = None,
@@ -453,6 +454,22 @@ class Searcher:
         finally:
             rows.close()
         return [found[i] for i in ids if i in found], [i for i in ids if i not in found]
+
+    def observation_types(self) -> list[str]:
+        """The observation types this database uses (for validating a type filter)."""
+        rows = self._rows()
+        try:
+            return rows.distinct(Kind.OBSERVATION, "type")
+        finally:
+            rows.close()
+
+    def projects(self) -> list[str]:
+        """The projects that have observations or summaries, sorted."""
+        rows = self._rows()
+        try:
+            return sorted(set(rows.distinct(Kind.OBSERVATION, "project")) | set(rows.distinct(Kind.SUMMARY, "project")))
+        finally:
+            rows.close()
 
     def recent_context(self, project: str | None = None, limit: int = 10,
                        kinds: Sequence[Kind] = (Kind.SUMMARY, Kind.OBSERVATION)) -> list[Result]:

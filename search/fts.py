@@ -113,7 +113,7 @@ def expression_for(groups: Sequence[tuple[str, ...]]) -> str | None:
 def prefix_stem(token: str) -> str | None:
     """The stem a token is also matched by as a prefix, or None when it is matched only as itself."""
     s = stem(token)
-    return s if s != token and len(s) >= MIN_STEM else None
+    return s if len(s) >= MIN_STEM else None
 
 
 def phrase_expression(text: str) -> str | None:

@@ -375,6 +375,16 @@ class SourceRows:
                 out.setdefault(int(r["oid"]), int(r["pid"]))
         return out
 
+    # -- vocabulary of filters -----------------------------------------------------------------
+    def distinct(self, kind: Kind, logical: str, limit: int = 1000) -> list[str]:
+        """Distinct non-empty values of one column (observation types, projects), sorted."""
+        column = self.col(kind, logical)
+        if column is None:
+            return []
+        sql = (f"SELECT DISTINCT {column} AS v FROM {TABLES[kind]} {ALIAS} "
+               f"WHERE {column} IS NOT NULL AND {column} != '' ORDER BY v LIMIT ?")
+        return [str(r[0]) for r in self.query(sql, [limit])]
+
     # -- timeline ------------------------------------------------------------------------------
     def around(self, kind: Kind, epoch: int, project: str | None, before: bool, limit: int,
                inclusive: bool = False) -> list[tuple[int, int]]:
@@ -387,6 +397,13 @@ class SourceRows:
                f"WHERE {ALIAS}.created_at_epoch {op} ? AND {cond} "
                f"ORDER BY {ALIAS}.created_at_epoch {sort}, {ALIAS}.id {sort} LIMIT ?")
         return [(int(r[0]), int(r[1])) for r in self.query(sql, [epoch, *params, limit])]
+
+    def count(self, kind: Kind, filters: Filters, window: Window | None) -> int:
+        """Rows of ``kind`` within the filters and window."""
+        if not self.applicable(kind, filters):
+            return 0
+        cond, params = self.where(kind, filters, window)
+        return int(self.query(f"SELECT COUNT(*) FROM {TABLES[kind]} {ALIAS} WHERE {cond}", params)[0][0])
 
     def recent(self, kind: Kind, filters: Filters, window: Window | None, limit: int,
                offset: int = 0, newest: bool = True) -> list[tuple[int, int]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -124,3 +125,10 @@ def chroma(settings: Settings) -> Iterator[Any]:
         yield handle.client
     finally:
         handle.close()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,18 +15,12 @@ import pytest
 from config.chroma_server import INFO_FILE, ServerInfo, chroma_executable, heartbeat, pid_alive
 from config.errors import ConfigError
 from config.settings import Settings
-from tests.conftest import make_db, mixed_records
+from tests.conftest import free_port, make_db, mixed_records
 from worker.verify import verify
 
 pytestmark = pytest.mark.slow
 MEMSYNC = [sys.executable, "-m", "scripts.cli"]
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def env_for(settings: Settings, **extra: str) -> dict[str, str]:

@@ -1,0 +1,218 @@
+"""The HTTP API and the search page (FastAPI on uvicorn).
+
+FastAPI because it validates typed query parameters (a 422 naming the parameter) and serves the
+OpenAPI document that tools and the API fuzz read, with no hand-written schema; uvicorn is
+already what the MCP SDK runs on. Endpoints call ``servers.params`` and return the search
+library's JSON contract; the page at ``/`` is one static HTML file with a little JavaScript.
+
+Errors: a refused value is 400 ``{"detail": message}``; the database or store being unavailable is
+503 with the reason; anything unexpected is a 500 with a fixed message (the details go to the
+log, never to the client). Listening beyond loopback needs ``api_token``; when a token is set,
+every endpoint but ``/``, ``/healthz`` and the OpenAPI document needs ``Authorization: Bearer``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from importlib.metadata import version
+from importlib.resources import files
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+
+from config.errors import ConfigError, MemsyncError
+from config.schema import Kind, SchemaError
+from config.settings import Settings
+from search import Searcher
+from search.rows import QueryTimeout
+from search.semantic import VectorUnavailable
+from servers.params import MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, BadRequest, Requests, SearchArgs, ref
+
+log = logging.getLogger("memsync.http")
+
+KindName = Literal["all", "observations", "sessions", "prompts"]
+RecordKind = Literal["observation", "summary", "prompt"]
+OPEN_PATHS = frozenset({"/", "/healthz", "/openapi.json"})
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_binding(host: str, settings: Settings) -> None:
+    """Refuse to listen beyond loopback without a token (raises ConfigError, exit 2 in the CLI)."""
+    if not is_loopback(host) and settings.api_token is None:
+        raise ConfigError(f"refusing to listen on {host} without a token: anyone who can reach it could read "
+                          "the agent's memory. Set MEMSYNC_API_TOKEN (or api_token in the config file), or "
+                          "listen on 127.0.0.1.")
+
+
+class Metrics:
+    """The server's own Prometheus figures, in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("memsync_http_requests", "HTTP requests by route and status.",
+                                ["route", "status"], registry=self.registry)
+        self.seconds = Histogram("memsync_http_request_seconds", "HTTP request latency by route.", ["route"],
+                                 registry=self.registry,
+                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+        self.modes = Counter("memsync_search_answers", "Search answers by the mode that produced them.",
+                             ["mode"], registry=self.registry)
+
+
+def create_app(settings: Settings, searcher: Searcher | None = None) -> FastAPI:
+    """The FastAPI application on one shared Searcher (closed when the app shuts down)."""
+    searcher = searcher or Searcher(settings)
+    requests = Requests(searcher, settings.max_query_chars)
+    metrics = Metrics()
+    page = files("servers").joinpath("page/index.html").read_text(encoding="utf-8")
+    token = settings.api_token.get_secret_value() if settings.api_token else None
+
+    app = FastAPI(title="memsync", version=version("memsync"), docs_url=None, redoc_url=None,
+                  description="Search an AI coding agent's memory (claude-mem): hybrid semantic + full-text "
+                              "search, timelines, records and status. JSON in the `memsync search --json` contract.")
+    app.router.on_shutdown.append(searcher.close)
+
+    def authorized(request: Request) -> None:
+        if token is None:
+            return
+        given = request.headers.get("authorization", "")
+        if not (given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), token.encode())):
+            raise HTTPException(401, "missing or wrong token: send Authorization: Bearer <token>",
+                                headers={"WWW-Authenticate": "Bearer"})
+
+    guarded = [Depends(authorized)]
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        t = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        name = getattr(route, "path", "unmatched")
+        metrics.requests.labels(name, str(response.status_code)).inc()
+        metrics.seconds.labels(name).observe(time.perf_counter() - t)
+        return response
+
+    @app.exception_handler(BadRequest)
+    async def bad_request(request: Request, exc: BadRequest) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=400)
+
+    @app.exception_handler(MemsyncError)
+    async def unavailable(request: Request, exc: MemsyncError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(SchemaError)
+    async def bad_database(request: Request, exc: SchemaError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(QueryTimeout)
+    async def too_slow(request: Request, exc: QueryTimeout) -> JSONResponse:
+        return JSONResponse({"detail": f"the database did not answer in time ({exc})"}, status_code=503)
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s", request.url.path)
+        return JSONResponse({"detail": "internal error (details are in the server's log)"}, status_code=500)
+
+    @app.get("/", include_in_schema=False)
+    def index() -> HTMLResponse:
+        return HTMLResponse(page)
+
+    @app.get("/healthz", summary="Liveness: the server answers")
+    def healthz() -> dict[str, bool]:
+        return {"ok": True}
+
+    @app.get("/metrics", dependencies=guarded, summary="Prometheus metrics of this server")
+    def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api/search", dependencies=guarded, summary="Hybrid search over observations, summaries and prompts")
+    def api_search(
+        q: Annotated[str, Query(description="Query text; empty lists the newest records.")] = "",
+        kind: Annotated[KindName, Query(description="Which records.")] = "all",
+        project: Annotated[str | None, Query(description="Only this project (merged projects included).")] = None,
+        type: Annotated[list[str] | None, Query(description="Observation type(s).")] = None,
+        concept: Annotated[list[str] | None, Query(description="Observation concept(s).")] = None,
+        file: Annotated[list[str] | None, Query(description="Substring of a file read or modified.")] = None,
+        date_from: Annotated[str | None, Query(description="ISO date/time; replaces the window.")] = None,
+        date_to: Annotated[str | None, Query(description="ISO date/time, inclusive.")] = None,
+        window_days: Annotated[int | None, Query(ge=0, le=36_500, description="Recency window; 0 = all time.")] = None,
+        order: Annotated[Literal["relevance", "newest", "oldest"], Query()] = "relevance",
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 10,
+        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+        full: Annotated[bool, Query(description="Include each full record.")] = False,
+    ) -> dict[str, Any]:
+        resp = requests.search(SearchArgs(q, kind, project, type, concept, file, date_from, date_to, window_days, order,
+                                          limit, offset, full))
+        metrics.modes.labels(resp.mode.value).inc()
+        return {**resp.to_json(), "limit": limit, "offset": offset}
+
+    @app.get("/api/timeline", dependencies=guarded, summary="Records around an anchor, oldest first")
+    def api_timeline(
+        anchor: Annotated[str | None, Query(description="123 / S12 / P5 / ISO time.")] = None,
+        q: Annotated[str | None, Query(description="Instead of an anchor: its best match.")] = None,
+        before: Annotated[int, Query(ge=0, le=MAX_DEPTH)] = 5,
+        after: Annotated[int, Query(ge=0, le=MAX_DEPTH)] = 5,
+        project: Annotated[str | None, Query()] = None,
+    ) -> dict[str, Any]:
+        results, key = requests.timeline(anchor, q, before, after, project)
+        return {"anchor": {"kind": key[0].value, "id": key[1], "ref": ref(*key)},
+                "results": [r.to_json() for r in results]}
+
+    @app.get("/api/records/{kind}/{record_id}", dependencies=guarded, summary="One full record")
+    def api_record(kind: Annotated[RecordKind, Path()],
+                   record_id: Annotated[int, Path(ge=1, le=2**63 - 1)]) -> dict[str, Any]:
+        records, _ = searcher.get(Kind(kind), [record_id])
+        if not records:
+            raise HTTPException(404, f"no {kind} with id {record_id}")
+        return records[0]
+
+    @app.get("/api/similar/{observation_id}", dependencies=guarded, summary="Past work like an observation")
+    def api_similar(observation_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+                    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 10,
+                    window_days: Annotated[int, Query(ge=0, le=36_500)] = 0) -> dict[str, Any]:
+        try:
+            results, mode, reason = requests.similar(observation_id, limit, window_days)
+        except BadRequest as exc:
+            if str(exc).startswith("no observation"):
+                raise HTTPException(404, str(exc)) from None
+            raise
+        return {"observation": observation_id, "mode": mode, "reason": reason,
+                "near_duplicate_threshold": settings.near_duplicate, "results": [r.to_json() for r in results]}
+
+    @app.get("/api/status", dependencies=guarded, summary="Worker state, lag, Chroma reachability, counts")
+    def api_status() -> dict[str, Any]:
+        from worker.status import status
+
+        report = status(settings).as_dict()
+        try:
+            searcher.vector.ensure()
+            reachable, reason = True, None
+        except VectorUnavailable as exc:
+            reachable, reason = False, str(exc)
+        return {**report, "chroma": {"reachable": reachable, "reason": reason, "mode": settings.chroma_mode}}
+
+    return app
+
+
+def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
+    """Run the API with uvicorn until interrupted."""
+    import uvicorn
+
+    host = host or settings.serve_host
+    check_binding(host, settings)
+    uvicorn.run(create_app(settings), host=host, port=port or settings.serve_port, log_level="warning",
+                limit_concurrency=64, timeout_graceful_shutdown=5)

@@ -1,0 +1,162 @@
+"""Compact markdown for agents: what the MCP tools return.
+
+The ``index`` form is one table row per result (printed id, type, date, score and signals, title), about 50-100 tokens each, under a header that says honestly how the answer
+was produced: the mode (and why it is degraded), the window and how many matches it excluded.
+The ``full`` form renders each record's fields as a short section.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from config.schema import Kind
+from search import Response, Result
+from servers.params import ref
+
+FIELD_CHARS = 4000  # one field of a full record; longer text is cut with a note
+
+# Fields of a full record, in reading order; anything else the row has follows them.
+_SKIP = {"id", "kind", "created_at_epoch", "created_at", "discovery_tokens", "content_hash"}
+_FIRST = ("project", "type", "title", "subtitle", "request", "prompt_text", "narrative", "text", "facts",
+          "investigated", "learned", "completed", "next_steps", "notes", "concepts", "files_read",
+          "files_modified", "files_edited")
+
+
+def one_line(text: Any, limit: int) -> str:
+    """Whitespace collapsed, table pipes escaped, cut at ``limit`` characters."""
+    line = " ".join(str(text or "").split()).replace("|", "\\|")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def when(epoch_ms: int | None) -> str:
+    """A record's local date and time, minutes precision."""
+    return datetime.fromtimestamp((epoch_ms or 0) / 1000).astimezone().strftime("%Y-%m-%d %H:%M") if epoch_ms else "?"
+
+
+def window_text(resp: Response) -> str:
+    """The window applied, in words."""
+    w = resp.window
+    if w.source == "all_time":
+        return "all time"
+    if w.source == "window":
+        return f"last {w.days} days"
+    start = when(w.start_ms)[:10] if w.start_ms else "…"
+    end = when(w.end_ms)[:10] if w.end_ms else "now"
+    return f"{start} to {end}"
+
+
+def header(resp: Response, offset: int) -> str:
+    """Mode, window, exclusions and the page shown."""
+    mode = resp.mode.value
+    if resp.reason:
+        mode += f" ({resp.reason})"
+    parts = [f"mode: {mode}", f"window: {window_text(resp)}"]
+    if resp.results:
+        total = f" of {resp.total}" if resp.total is not None else ""
+        parts.append(f"results {offset + 1}-{offset + len(resp.results)}{total}")
+    if resp.excluded_by_window:
+        parts.append(f"{resp.excluded_by_window} older matches outside the window (window_days=0 includes them)")
+    return " · ".join(parts)
+
+
+def table(results: Sequence[Result], scored: bool = True) -> list[str]:
+    """Index rows: id, type, date, then score and signals (searches) or project (listings), title."""
+    middle = "score | found by" if scored else "project"
+    lines = [f"| id | type | date | {middle} | title |", "|---|---|---|---|---|" + ("---|" if scored else "")]
+    for r in results:
+        mark = ""
+        if r.field == "anchor":
+            mark = " **◀ anchor**"
+        elif r.field == "near_duplicate":
+            mark = " **(near-duplicate)**"
+        if scored:
+            score = f"{r.score:.2f}" if r.similarity is None else f"{r.score:.2f} (cos {r.similarity:.2f})"
+            cells = f"{score} | {r.signals.value}"
+        else:
+            cells = one_line(r.project, 40)
+        lines.append(f"| {ref(r.kind, r.id)} | {r.type or r.kind.value} | {when(r.created_at_epoch)} | {cells} | "
+                     f"{one_line(r.title, 120)}{mark} |")
+    return lines
+
+
+def search_markdown(resp: Response, offset: int, full: bool) -> str:
+    """A search response for an agent."""
+    head = header(resp, offset)
+    if not resp.results:
+        return f"{head}\n\nNo results. Try fewer or other words, another kind, or window_days=0."
+    if full:
+        return "\n\n".join([head, *(record_markdown(r.record or {}, r) for r in resp.results)])
+    more = ""
+    if resp.total is None or offset + len(resp.results) < resp.total:
+        more = f" More: offset={offset + len(resp.results)}."
+    return "\n".join([head, "", *table(resp.results), "",
+                      f"Full records: get_observations(ids=[\"{ref(resp.results[0].kind, resp.results[0].id)}\", …]).{more}"])
+
+
+def value_text(value: Any) -> str:
+    """A field's value: lists as comma-separated or bullets, long text cut."""
+    if isinstance(value, list):
+        items = [str(v) for v in value if str(v).strip()]
+        if sum(len(i) for i in items) < 200:
+            return ", ".join(items)
+        return "\n" + "\n".join(f"- {one_line(i, 600)}" for i in items)
+    if isinstance(value, dict):
+        value = json.dumps(value, ensure_ascii=False)
+    text = str(value).strip()
+    return text if len(text) <= FIELD_CHARS else text[:FIELD_CHARS] + f"… ({len(text) - FIELD_CHARS} more characters)"
+
+
+def record_markdown(record: dict[str, Any], result: Result | None = None) -> str:
+    """One full record as a short markdown section."""
+    kind = Kind(record.get("kind", Kind.OBSERVATION.value))
+    head = f"## {ref(kind, int(record.get('id', 0)))} · {record.get('type') or kind.value} · " \
+           f"{when(record.get('created_at_epoch'))}"
+    if result is not None:
+        head += f" · score {result.score:.2f} ({result.signals.value})"
+    keys = [k for k in _FIRST if k in record] + [k for k in record if k not in _FIRST and k not in _SKIP]
+    lines = [head]
+    for key in keys:
+        value = record[key]
+        if value is None or value == "" or value == []:
+            continue
+        lines.append(f"**{key}**: {value_text(value)}")
+    return "\n".join(lines)
+
+
+def records_markdown(records: Sequence[dict[str, Any]], missing: Sequence[str]) -> str:
+    """Full records in the requested order, then the ids that do not exist."""
+    parts = [record_markdown(r) for r in records]
+    if missing:
+        parts.append(f"Not found: {', '.join(missing)}")
+    return "\n\n".join(parts) if parts else "Nothing found."
+
+
+def timeline_markdown(results: Sequence[Result], anchor: tuple[Kind, int]) -> str:
+    """Chronological records around the anchor, the anchor marked."""
+    if not results:
+        return "No records around that anchor."
+    return "\n".join([f"Timeline around {ref(*anchor)} ({len(results)} records, oldest first)", "",
+                      *table(results, scored=False)])
+
+
+def similar_markdown(observation: str, results: Sequence[Result], mode: str, reason: str | None,
+                     threshold: float) -> str:
+    """Past work like an observation, near-duplicates flagged."""
+    head = f"Similar to {observation} · mode: {mode}" + (f" ({reason})" if reason else "")
+    dupes = sum(1 for r in results if r.field == "near_duplicate")
+    if dupes:
+        head += f" · {dupes} near-duplicate(s) at cosine ≥ {threshold:.2f}"
+    if not results:
+        return head + "\n\nNothing similar found."
+    return "\n".join([head, "", *table(results)])
+
+
+def recent_markdown(results: Sequence[Result], project: str | None) -> str:
+    """The newest summaries and observations, newest first."""
+    head = f"Recent context{f' for {project}' if project else ''} ({len(results)} records, newest first)"
+    if not results:
+        return head + "\n\nNo records yet."
+    return "\n".join([head, "", *table(results, scored=False)])

@@ -1,0 +1,198 @@
+"""The MCP server: memsync's search as tools an agent calls (official ``mcp`` SDK, MCPServer).
+
+Every tool validates through ``servers.params`` and answers in compact markdown
+(``servers.markdown``). A refused value comes back as a tool error whose text says what to
+change; nothing else of an exception reaches the agent. The tools work without the worker: when
+the vector store cannot be reached the answer is full-text only and its header says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib.metadata import version
+from typing import Annotated, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from config.errors import MemsyncError
+from config.schema import SchemaError
+from config.settings import Settings
+from search import Searcher
+from search.rows import QueryTimeout
+from servers import markdown
+from servers.params import MAX_DEPTH, MAX_IDS, MAX_LIMIT, BadRequest, Requests, SearchArgs, parse_ref, ref
+
+INSTRUCTIONS = """memsync searches this project's memory: past observations (#123), session
+summaries (#S12) and user prompts (#P5) recorded by the coding agent. Search by meaning and by
+words at once. Short queries of a few key words work best. Start with a small limit (5-10),
+read the one-line results, then open the ones you need with get_observations. Results cover the
+last 90 days unless you pass window_days (0 = all time) or a date range; the header says how many
+older matches the window left out."""
+
+Query = Annotated[str, Field(description="A few key words or a short question; empty lists the newest records.")]
+Project = Annotated[str | None, Field(description="Only this project (merged projects included).")]
+Types = Annotated[str | list[str] | None, Field(
+    description="Observation type(s), e.g. bugfix, feature, decision, discovery, refactor, change.")]
+Concepts = Annotated[str | list[str] | None, Field(description="Observation concept tag(s).")]
+Files = Annotated[str | list[str] | None, Field(description="Part of a path read or modified, e.g. 'auth/' or 'x.py'.")]
+DateFrom = Annotated[str | None, Field(description="ISO date or time; with date_to it replaces the window.")]
+DateTo = Annotated[str | None, Field(description="ISO date or time (inclusive).")]
+WindowDays = Annotated[int | None, Field(description="Recency window in days (default 90); 0 = all time.")]
+OrderArg = Annotated[Literal["relevance", "newest", "oldest"], Field(description="Sort order.")]
+Limit = Annotated[int, Field(description=f"Results per page, 1-{MAX_LIMIT}. Start small.")]
+Offset = Annotated[int, Field(description="Results to skip, for the next page.")]
+FormatArg = Annotated[Literal["index", "full"], Field(
+    description="index: one line per result (cheap); full: whole records (use get_observations instead).")]
+KindArg = Annotated[Literal["all", "observations", "sessions", "prompts"], Field(description="Which records.")]
+
+
+@contextmanager
+def answers() -> Iterator[None]:
+    """Expected failures become tool errors with a readable message; the rest stay on the server."""
+    try:
+        yield
+    except BadRequest as exc:
+        raise ToolError(str(exc)) from None
+    except QueryTimeout as exc:
+        raise ToolError(f"the database did not answer in time ({exc}); try a narrower query") from None
+    except (MemsyncError, SchemaError) as exc:
+        raise ToolError(str(exc)) from None
+
+
+def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPServer:
+    """The MCP server with memsync's tools, on one shared (thread-safe) Searcher."""
+    searcher = searcher or Searcher(settings)
+    requests = Requests(searcher, settings.max_query_chars)
+    mcp: MCPServer = MCPServer("memsync", instructions=INSTRUCTIONS, version=version("memsync"))
+
+    def run_search(args: SearchArgs) -> str:
+        with answers():
+            resp = requests.search(args)
+            return markdown.search_markdown(resp, args.offset, args.full)
+
+    @mcp.tool(structured_output=False)
+    def search(query: Query = "", kind: KindArg = "all", project: Project = None, type: Types = None,
+               concept: Concepts = None, file: Files = None, date_from: DateFrom = None, date_to: DateTo = None,
+               window_days: WindowDays = None, order: OrderArg = "relevance", limit: Limit = 10, offset: Offset = 0,
+               format: FormatArg = "index") -> str:
+        """Search all memory (observations, session summaries, user prompts) by meaning and words.
+        Use first when you need anything from past sessions. Each result line has an id (#123,
+        #S12, #P5), type, date, score and which signals found it."""
+        return run_search(SearchArgs(query, kind, project, type, concept, file, date_from, date_to, window_days,
+                                     order, limit, offset, format == "full"))
+
+    @mcp.tool(structured_output=False)
+    def search_observations(query: Query = "", project: Project = None, type: Types = None,
+                            concept: Concepts = None, file: Files = None, date_from: DateFrom = None,
+                            date_to: DateTo = None, window_days: WindowDays = None, order: OrderArg = "relevance",
+                            limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> str:
+        """Search observations only: what was done, found or decided in past work (bugfixes,
+        features, decisions, discoveries), with their files and concepts."""
+        return run_search(SearchArgs(query, "observations", project, type, concept, file, date_from, date_to,
+                                     window_days, order, limit, offset, format == "full"))
+
+    @mcp.tool(structured_output=False)
+    def search_sessions(query: Query = "", project: Project = None, date_from: DateFrom = None,
+                        date_to: DateTo = None, window_days: WindowDays = None, order: OrderArg = "relevance",
+                        limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> str:
+        """Search session summaries: what each past session asked for, learned, completed and left
+        as next steps. Good for "where did we leave X"."""
+        return run_search(SearchArgs(query, "sessions", project, None, None, None, date_from, date_to, window_days,
+                                     order, limit, offset, format == "full"))
+
+    @mcp.tool(structured_output=False)
+    def search_user_prompts(query: Query = "", project: Project = None, date_from: DateFrom = None,
+                            date_to: DateTo = None, window_days: WindowDays = None, order: OrderArg = "relevance",
+                            limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> str:
+        """Search what the user asked in past sessions (their prompts, verbatim)."""
+        return run_search(SearchArgs(query, "prompts", project, None, None, None, date_from, date_to, window_days,
+                                     order, limit, offset, format == "full"))
+
+    @mcp.tool(structured_output=False)
+    def find_by_concept(concept: Annotated[str, Field(description="A concept tag, e.g. 'how-it-works'.")],
+                        query: Query = "", project: Project = None, window_days: WindowDays = None,
+                        limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> str:
+        """Observations tagged with a concept, ranked by the query's meaning (newest first
+        without one). The tag filter comes first, so no tagged observation is missed."""
+        return run_search(SearchArgs(query, "observations", project, None, concept, None, None, None, window_days,
+                                     "relevance" if query.strip() else "newest", limit, offset, format == "full"))
+
+    @mcp.tool(structured_output=False)
+    def find_by_file(path: Annotated[str, Field(description="A file path or part of one, e.g. 'src/auth.py'.")],
+                     query: Query = "", project: Project = None, window_days: WindowDays = None,
+                     limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> str:
+        """Observations and session summaries that read or modified a file (path substring),
+        ranked by the query's meaning (newest first without one). Use before editing a file."""
+        return run_search(SearchArgs(query, ("observations", "sessions"), project, None, None, path, None, None,
+                                     window_days, "relevance" if query.strip() else "newest", limit, offset,
+                                     format == "full"))
+
+    @mcp.tool(structured_output=False)
+    def find_by_type(type: Annotated[str | list[str], Field(
+                         description="Observation type(s): bugfix, feature, decision, discovery, refactor, change.")],
+                     query: Query = "", project: Project = None, window_days: WindowDays = None,
+                     limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> str:
+        """Observations of a type (e.g. every bugfix or decision), ranked by the query's meaning
+        (newest first without one)."""
+        return run_search(SearchArgs(query, "observations", project, type, None, None, None, None, window_days,
+                                     "relevance" if query.strip() else "newest", limit, offset, format == "full"))
+
+    @mcp.tool(structured_output=False)
+    def timeline(anchor: Annotated[str | None, Field(
+                     description="123 or #123 (observation), S12 (summary), P5 (prompt), or an ISO time.")] = None,
+                 query: Annotated[str | None, Field(
+                     description="Instead of an anchor: the best match of this query is the anchor.")] = None,
+                 depth_before: Annotated[int, Field(description=f"Records before the anchor, 0-{MAX_DEPTH}.")] = 5,
+                 depth_after: Annotated[int, Field(description=f"Records after the anchor, 0-{MAX_DEPTH}.")] = 5,
+                 project: Project = None) -> str:
+        """What happened around a moment: observations, summaries and prompts mixed, oldest
+        first, the anchor marked. Use after a search to see the context of a result."""
+        with answers():
+            results, key = requests.timeline(anchor, query, depth_before, depth_after, project)
+            return markdown.timeline_markdown(results, key)
+
+    @mcp.tool(structured_output=False)
+    def recent_context(project: Project = None,
+                       limit: Annotated[int, Field(description=f"Records, 1-{MAX_LIMIT}.")] = 10) -> str:
+        """The newest session summaries and observations (of a project), newest first: a quick
+        catch-up at the start of a session."""
+        with answers():
+            return markdown.recent_markdown(requests.recent(project, limit), project)
+
+    @mcp.tool(structured_output=False)
+    def get_observations(ids: Annotated[list[str | int], Field(
+            description=f"Up to {MAX_IDS} ids as printed by the other tools: 123/#123, S12/#S12, P5/#P5.")]) -> str:
+        """Full records by id, in the order given (observations, and summaries or prompts by their
+        S/P ids). Ids that do not exist are listed at the end."""
+        with answers():
+            records, missing = requests.get(ids)
+            return markdown.records_markdown(records, missing)
+
+    @mcp.tool(structured_output=False)
+    def find_similar(observation_id: Annotated[int | str, Field(description="An observation id: 123 or #123.")],
+                     limit: Annotated[int, Field(description=f"Results, 1-{MAX_LIMIT}.")] = 10,
+                     window_days: Annotated[int | None, Field(
+                         description="Only this many recent days; default all time.")] = 0) -> str:
+        """Past work most like one observation, best first; near-duplicates (the same thing
+        recorded again) are flagged. Use to check whether something was done before."""
+        with answers():
+            results, mode, reason = requests.similar(observation_id, limit, window_days)
+            return markdown.similar_markdown(ref(*parse_ref(observation_id)), results, mode, reason, settings.near_duplicate)
+
+    return mcp
+
+
+def serve(settings: Settings, http_port: int | None = None) -> None:
+    """Serve over stdio, or over streamable HTTP on 127.0.0.1:``http_port``."""
+    searcher = Searcher(settings)
+    server = build_server(settings, searcher)
+    try:
+        if http_port is None:
+            server.run("stdio")
+        else:
+            server.run("streamable-http", host="127.0.0.1", port=http_port)
+    finally:
+        searcher.close()

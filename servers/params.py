@@ -1,0 +1,206 @@
+"""What the search servers accept: the one place where caller-supplied values (MCP tool arguments,
+HTTP query parameters) become search-library calls, each bad value refused with a message that
+names it and says what would be accepted. Both servers call these; neither holds search logic.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from config.schema import Kind
+from search import Filters, Format, Order, Response, Result, Searcher, SearchError, parse_kinds
+
+MAX_LIMIT = 100  # results per page; agents should start small and page with offset
+MAX_OFFSET = 10_000
+MAX_DEPTH = 50  # timeline records on each side of the anchor
+MAX_IDS = 100  # records per get
+MAX_FILTER_VALUES = 20  # types / concepts / files per request
+
+# "123", "#123", "S12", "#S12", "P5", "#P5": the ids the index format prints.
+_REF = re.compile(r"#?\s*([SsPpOo]?)\s*(\d{1,18})")
+_REF_KINDS = {"": Kind.OBSERVATION, "o": Kind.OBSERVATION, "s": Kind.SUMMARY, "p": Kind.PROMPT}
+REF_PREFIX = {Kind.OBSERVATION: "#", Kind.SUMMARY: "#S", Kind.PROMPT: "#P"}
+
+
+class BadRequest(ValueError):
+    """A value the servers refuse; the message names it and what is accepted."""
+
+
+def ref(kind: Kind, row_id: int) -> str:
+    """The printed id of a record: ``#123``, ``#S12``, ``#P5``."""
+    return f"{REF_PREFIX[kind]}{row_id}"
+
+
+def parse_ref(value: str | int) -> tuple[Kind, int]:
+    """``123``/``#123`` (observation), ``S12``/``#S12`` (summary), ``P5``/``#P5`` (prompt)."""
+    if isinstance(value, bool):
+        raise BadRequest(f"not a record id: {value!r}")
+    if isinstance(value, int):
+        if value < 1:
+            raise BadRequest(f"record ids are positive integers, got {value}")
+        return Kind.OBSERVATION, value
+    m = _REF.fullmatch(str(value).strip())
+    if not m or int(m.group(2)) < 1:
+        raise BadRequest(f"not a record id: {str(value)[:40]!r} (use 123 or #123 for an observation, "
+                         "S12 for a session summary, P5 for a user prompt)")
+    return _REF_KINDS[m.group(1).lower()], int(m.group(2))
+
+
+def parse_date(value: str | datetime | None, name: str) -> datetime | None:
+    """An ISO date or date-time (naive = UTC); None passes through."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    try:
+        d = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise BadRequest(f"{name} must be an ISO date like 2026-11-01 or 2026-11-01T10:00:00Z, "
+                         f"got {str(value)[:40]!r}") from None
+    return d if d.tzinfo else d.replace(tzinfo=UTC)
+
+
+def bounded(value: int, name: str, low: int, high: int) -> int:
+    """``value`` if ``low <= value <= high``, else a BadRequest naming the range."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise BadRequest(f"{name} must be an integer from {low} to {high}, got {value!r}")
+    return value
+
+
+def listed(values: str | Sequence[str] | None, name: str) -> tuple[str, ...]:
+    """One value or a list of them, blanks dropped, at most MAX_FILTER_VALUES."""
+    if values is None:
+        return ()
+    items = [values] if isinstance(values, str) else list(values)
+    out = tuple(v.strip() for v in items if isinstance(v, str) and v.strip())
+    if len(out) > MAX_FILTER_VALUES:
+        raise BadRequest(f"at most {MAX_FILTER_VALUES} values for {name}, got {len(out)}")
+    return out
+
+
+@dataclass(frozen=True)
+class SearchArgs:
+    """One search request as the servers receive it (strings and numbers, not yet checked)."""
+
+    query: str = ""
+    kind: str | Sequence[str] | None = None
+    project: str | None = None
+    types: str | Sequence[str] | None = None
+    concepts: str | Sequence[str] | None = None
+    files: str | Sequence[str] | None = None
+    date_from: str | datetime | None = None
+    date_to: str | datetime | None = None
+    window_days: int | None = None
+    order: str = "relevance"
+    limit: int = 10
+    offset: int = 0
+    full: bool = False
+
+
+class Requests:
+    """Validates requests against the search library and the database, then runs them."""
+
+    def __init__(self, searcher: Searcher, max_query_chars: int = 4000) -> None:
+        self.searcher = searcher
+        self.max_query_chars = max_query_chars
+
+    def query(self, text: str | None, name: str = "query") -> str:
+        """The query string, refused when longer than the configured limit."""
+        text = text or ""
+        if not isinstance(text, str):
+            raise BadRequest(f"{name} must be a string")
+        if len(text) > self.max_query_chars:
+            raise BadRequest(f"{name} is {len(text)} characters; the limit is {self.max_query_chars}")
+        return text
+
+    def types(self, values: str | Sequence[str] | None) -> tuple[str, ...]:
+        """Observation types, each checked against the types this database uses."""
+        wanted = listed(values, "type")
+        if wanted:
+            known = self.searcher.observation_types()
+            unknown = [t for t in wanted if t not in known]
+            if unknown:
+                raise BadRequest(f"unknown observation type {unknown[0]!r}; this database has: "
+                                 f"{', '.join(known) or '(no observations)'}")
+        return wanted
+
+    def kinds(self, value: str | Sequence[str] | None) -> tuple[Kind, ...]:
+        """Kinds by name (observations, sessions, prompts, all)."""
+        try:
+            return parse_kinds(value if value is None or isinstance(value, str) else tuple(value))
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+
+    def filters(self, args: SearchArgs) -> Filters:
+        """The filters of a request; a date range replaces the recency window."""
+        date_from, date_to = parse_date(args.date_from, "date_from"), parse_date(args.date_to, "date_to")
+        if date_from and date_to and date_from > date_to:
+            raise BadRequest("date_from is after date_to")
+        project = (args.project or "").strip() or None
+        return Filters(project=project, types=self.types(args.types), concepts=listed(args.concepts, "concept"),
+                       files=listed(args.files, "file"), date_from=date_from, date_to=date_to)
+
+    def search(self, args: SearchArgs) -> Response:
+        """Validate every part of ``args``, then search."""
+        query = self.query(args.query)
+        kinds = self.kinds(args.kind)
+        filters = self.filters(args)
+        try:
+            order = Order(str(args.order).lower())
+        except ValueError:
+            raise BadRequest(f"order must be relevance, newest or oldest, got {str(args.order)[:40]!r}") from None
+        window = None if args.window_days is None else bounded(args.window_days, "window_days", 0, 36_500)
+        limit = bounded(args.limit, "limit", 1, MAX_LIMIT)
+        offset = bounded(args.offset, "offset", 0, MAX_OFFSET)
+        try:
+            return self.searcher.search(query, kinds, filters, window, limit, offset, order,
+                                        Format.FULL if args.full else Format.INDEX)
+        except SearchError as exc:
+            raise BadRequest(str(exc)) from None
+
+    def timeline(self, anchor: str | None, query: str | None, depth_before: int, depth_after: int,
+                 project: str | None, full: bool = False) -> tuple[list[Result], tuple[Kind, int]]:
+        """Records around an anchor (an id, S/P id, ISO time) or around the best match of ``query``."""
+        anchor_text = self.query(anchor, "anchor").strip() or self.query(query).strip()
+        if not anchor_text:
+            raise BadRequest("give an anchor (123, S12, P5 or an ISO time) or a query")
+        try:
+            return self.searcher.timeline(anchor_text, bounded(depth_before, "depth_before", 0, MAX_DEPTH),
+                                          bounded(depth_after, "depth_after", 0, MAX_DEPTH),
+                                          (project or "").strip() or None, Format.FULL if full else Format.INDEX)
+        except SearchError as exc:
+            raise BadRequest(str(exc)) from None
+
+    def get(self, refs: Sequence[str | int]) -> tuple[list[dict[str, object]], list[str]]:
+        """Full records for ids like 123, S12, P5, in the requested order, and the ids not found."""
+        if isinstance(refs, (str, int)):
+            refs = [refs]
+        if not refs:
+            raise BadRequest("give at least one id")
+        if len(refs) > MAX_IDS:
+            raise BadRequest(f"at most {MAX_IDS} ids per request, got {len(refs)}")
+        keys = [parse_ref(r) for r in refs]
+        found: dict[tuple[Kind, int], dict[str, object]] = {}
+        for kind in dict.fromkeys(k for k, _ in keys):
+            records, _ = self.searcher.get(kind, [i for k, i in keys if k is kind])
+            found.update(((kind, int(r["id"])), r) for r in records)
+        return [found[k] for k in keys if k in found], [ref(*k) for k in keys if k not in found]
+
+    def similar(self, observation_id: int | str, limit: int, window_days: int | None) -> tuple[list[Result], str, str | None]:
+        """Observations most like one observation: (results, mode, reason when degraded)."""
+        kind, row_id = parse_ref(observation_id)
+        if kind is not Kind.OBSERVATION:
+            raise BadRequest("similar takes an observation id (123 or #123)")
+        window = None if window_days is None else bounded(window_days, "window_days", 0, 36_500)
+        try:
+            results, mode, reason = self.searcher.similar(row_id, bounded(limit, "limit", 1, MAX_LIMIT), window)
+        except SearchError as exc:
+            raise BadRequest(str(exc)) from None
+        return results, mode.value, reason
+
+    def recent(self, project: str | None, limit: int) -> list[Result]:
+        """The newest summaries and observations (of a project)."""
+        return self.searcher.recent_context((project or "").strip() or None, bounded(limit, "limit", 1, MAX_LIMIT))

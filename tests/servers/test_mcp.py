@@ -1,0 +1,150 @@
+"""`memsync mcp` as a subprocess, driven by the MCP SDK's own stdio client: every tool against a
+real database synced into a real `chroma run` server, then with the vector sidecar down."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from config.settings import Settings
+from tests.conftest import free_port
+from tests.servers.conftest import MEMSYNC, ROOT, server_env
+
+pytestmark = pytest.mark.slow
+T = TypeVar("T")
+
+TOOLS = {"search", "search_observations", "search_sessions", "search_user_prompts", "find_by_concept",
+         "find_by_file", "find_by_type", "timeline", "recent_context", "get_observations", "find_similar"}
+
+
+def session(settings: Settings, body: Callable[[Client], Awaitable[T]]) -> T:
+    """Start `memsync mcp` over stdio, run ``body`` with a connected client, stop the server."""
+    params = StdioServerParameters(command=MEMSYNC, args=["mcp"], env=server_env(settings), cwd=ROOT)
+
+    async def run() -> T:
+        async with Client(params, read_timeout_seconds=120) as client:
+            return await body(client)
+
+    return asyncio.run(run())
+
+
+async def call(client: Client, tool: str, **args: Any) -> tuple[bool, str]:
+    result = await client.call_tool(tool, args)
+    text = "\n".join(getattr(c, "text", "") for c in result.content)
+    return bool(result.is_error), text
+
+
+def refs(text: str) -> list[str]:
+    """The record ids of the index rows, in order."""
+    return re.findall(r"^\| (#[SP]?\d+) \|", text, flags=re.M)
+
+
+def test_every_tool_against_a_real_database(served: Settings) -> None:
+    async def body(client: Client) -> dict[str, tuple[bool, str]]:
+        listed = await client.list_tools()
+        out: dict[str, tuple[bool, str]] = {"tools": (False, "\n".join(
+            f"{t.name}: {t.description}" for t in listed.tools))}
+        out["schema"] = (False, str(next(t for t in listed.tools if t.name == "search").input_schema))
+        out["search"] = await call(client, "search", query="upload retries", limit=5)
+        out["search_page2"] = await call(client, "search", query="upload retries", limit=2, offset=2)
+        out["search_all_time"] = await call(client, "search", query="billing exports nightly", window_days=0)
+        out["search_window"] = await call(client, "search", query="billing exports nightly")
+        out["search_full"] = await call(client, "search", query="retry budget", limit=1, format="full")
+        out["obs"] = await call(client, "search_observations", query="uploads", project="alpha")
+        out["sessions"] = await call(client, "search_sessions", query="uploads session")
+        out["prompts"] = await call(client, "search_user_prompts", query="uploads fail")
+        out["concept"] = await call(client, "find_by_concept", concept="pattern")
+        out["file"] = await call(client, "find_by_file", path="uploads/retry.py")
+        out["type"] = await call(client, "find_by_type", type="decision")
+        out["timeline"] = await call(client, "timeline", anchor="#4", depth_before=1, depth_after=1)
+        out["timeline_query"] = await call(client, "timeline", query="dark mode colors", depth_before=0,
+                                           depth_after=0)
+        out["recent"] = await call(client, "recent_context", limit=3)
+        out["get"] = await call(client, "get_observations", ids=["1", "#S1", "P1", "999"])
+        out["similar"] = await call(client, "find_similar", observation_id=4, limit=3)
+        return out
+
+    got = session(served, body)
+    names = {line.split(":")[0] for line in got["tools"][1].splitlines() if ":" in line and " " not in
+             line.split(":")[0]}
+    assert names == TOOLS
+    assert "Short queries" in got["tools"][1] or "few key words" in got["schema"][1] + got["tools"][1]
+    assert "limit" in got["schema"][1] and "window_days" in got["schema"][1]
+
+    for name, (is_error, text) in got.items():
+        assert not is_error, f"{name}: {text}"
+    search_text = got["search"][1]
+    assert search_text.startswith("mode: hybrid") and "window: last 90 days" in search_text
+    assert refs(search_text)[0] in ("#1", "#4", "#P1", "#S1") and "#5" not in refs(search_text)
+    assert set(refs(got["search_page2"][1])).isdisjoint(refs(got["search"][1])[:2])
+    assert refs(got["search_all_time"][1])[0] == "#5"
+    assert "#5" not in refs(got["search_window"][1]) and "outside the window" in got["search_window"][1]
+    assert "**narrative**: The retry budget" in got["search_full"][1]
+    assert refs(got["obs"][1]) and all(r[1].isdigit() for r in refs(got["obs"][1]))
+    assert "#2" not in refs(got["obs"][1])  # project beta filtered out
+    assert refs(got["sessions"][1])[0] == "#S1" and all(r.startswith("#S") for r in refs(got["sessions"][1]))
+    assert refs(got["prompts"][1])[0] == "#P1" and all(r.startswith("#P") for r in refs(got["prompts"][1]))
+    assert refs(got["concept"][1]) == ["#2"]
+    assert refs(got["file"][1]) == ["#1"]
+    assert refs(got["type"][1]) == ["#3"]
+    assert "◀ anchor" in got["timeline"][1] and len(refs(got["timeline"][1])) == 3
+    assert re.search(r"\| #4 \|.*◀ anchor", got["timeline"][1])
+    assert refs(got["timeline_query"][1]) == ["#2"]
+    assert len(refs(got["recent"][1])) == 3
+    get_text = got["get"][1]
+    assert get_text.index("## #1 ") < get_text.index("## #S1 ") < get_text.index("## #P1 ")
+    assert "Not found: #999" in get_text and "why do uploads fail" in get_text
+    assert got["similar"][1].startswith("Similar to #4 · mode: semantic") and "#4 " not in refs(got["similar"][1])
+
+
+def test_bad_values_get_a_clear_message_not_a_trace(served: Settings) -> None:
+    cases: list[tuple[str, dict[str, Any], str]] = [
+        ("search", {"query": "x", "limit": -1}, "limit must be an integer from 1 to 100"),
+        ("search", {"query": "x", "offset": -5}, "offset must be"),
+        ("search", {"type": "nonsense"}, "unknown observation type 'nonsense'; this database has: bugfix"),
+        ("find_by_type", {"type": "nonsense"}, "unknown observation type"),
+        ("search", {"date_from": "last tuesday"}, "date_from must be an ISO date"),
+        ("search", {"date_from": "2026-02-01", "date_to": "2026-01-01"}, "date_from is after date_to"),
+        ("search", {"window_days": -3}, "window_days must be"),
+        ("search", {"query": "x" * 5000}, "the limit is 4000"),
+        ("search", {"order": "sideways"}, "relevance"),
+        ("get_observations", {"ids": ["abc"]}, "not a record id"),
+        ("get_observations", {"ids": []}, "at least one id"),
+        ("find_similar", {"observation_id": 999}, "no observation with id 999"),
+        ("find_similar", {"observation_id": "S1"}, "takes an observation id"),
+        ("timeline", {"anchor": "#999"}, "no observation with id 999"),
+        ("timeline", {}, "give an anchor"),
+        ("timeline", {"anchor": "1", "depth_before": 500}, "depth_before must be an integer from 0 to 50"),
+    ]
+
+    async def body(client: Client) -> list[tuple[bool, str]]:
+        return [await call(client, tool, **args) for tool, args, _ in cases]
+
+    for (tool, args, expected), (is_error, text) in zip(cases, session(served, body), strict=True):
+        assert is_error, f"{tool} {args} was accepted: {text[:200]}"
+        assert expected in text, f"{tool} {args}: {text}"
+        assert "Traceback" not in text and "File \"" not in text
+
+
+def test_tools_work_with_the_vector_sidecar_down(served: Settings, tmp_path: Any) -> None:
+    # Same database; managed mode on a data directory whose server is not running.
+    down = served.model_copy(update={"data_dir": tmp_path / "no-server", "chroma_port": free_port()})
+
+    async def body(client: Client) -> dict[str, tuple[bool, str]]:
+        return {"search": await call(client, "search", query="upload retries", window_days=0),
+                "similar": await call(client, "find_similar", observation_id=4),
+                "get": await call(client, "get_observations", ids=[1])}
+
+    got = session(down, body)
+    assert not any(err for err, _ in got.values()), got
+    head = got["search"][1].splitlines()[0]
+    assert head.startswith("mode: lexical_fallback (") and "no managed Chroma server" in head
+    assert {"#1", "#4"} <= set(refs(got["search"][1]))
+    assert "mode: lexical_fallback" in got["similar"][1] and refs(got["similar"][1])
+    assert "## #1 " in got["get"][1]
