@@ -20,7 +20,7 @@ test: $(BIN)/.installed
 	$(BIN)/python -m pytest
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check config worker search scripts tests
+	$(BIN)/ruff check config worker search servers scripts tests
 	$(BIN)/mypy
 
 bench: $(BIN)/.installed

@@ -1,8 +1,9 @@
 """Compact markdown for agents: what the MCP tools return.
 
-The ``index`` form is one table row per result (printed id, type, date, score and signals, title), about 50-100 tokens each, under a header that says honestly how the answer
-was produced: the mode (and why it is degraded), the window and how many matches it excluded.
-The ``full`` form renders each record's fields as a short section.
+The ``index`` form is one table row per result (printed id, type, date, score and signals,
+title), about 30-60 tokens each (measured: README), under a header that says how the answer was
+produced: the mode (and why it is degraded), the window and how many matches it excluded. The
+``full`` form renders each record's fields as a short section.
 """
 
 from __future__ import annotations
@@ -92,8 +93,8 @@ def search_markdown(resp: Response, offset: int, full: bool) -> str:
     more = ""
     if resp.total is None or offset + len(resp.results) < resp.total:
         more = f" More: offset={offset + len(resp.results)}."
-    return "\n".join([head, "", *table(resp.results), "",
-                      f"Full records: get_observations(ids=[\"{ref(resp.results[0].kind, resp.results[0].id)}\", …]).{more}"])
+    first = ref(resp.results[0].kind, resp.results[0].id)
+    return "\n".join([head, "", *table(resp.results), "", f'Full records: get_observations(ids=["{first}", …]).{more}'])
 
 
 def value_text(value: Any) -> str:

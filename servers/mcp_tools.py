@@ -180,7 +180,8 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
         recorded again) are flagged. Use to check whether something was done before."""
         with answers():
             results, mode, reason = requests.similar(observation_id, limit, window_days)
-            return markdown.similar_markdown(ref(*parse_ref(observation_id)), results, mode, reason, settings.near_duplicate)
+            return markdown.similar_markdown(ref(*parse_ref(observation_id)), results, mode, reason,
+                                             settings.near_duplicate)
 
     return mcp
 

@@ -189,7 +189,8 @@ class Requests:
             found.update(((kind, int(r["id"])), r) for r in records)
         return [found[k] for k in keys if k in found], [ref(*k) for k in keys if k not in found]
 
-    def similar(self, observation_id: int | str, limit: int, window_days: int | None) -> tuple[list[Result], str, str | None]:
+    def similar(self, observation_id: int | str, limit: int,
+                window_days: int | None) -> tuple[list[Result], str, str | None]:
         """Observations most like one observation: (results, mode, reason when degraded)."""
         kind, row_id = parse_ref(observation_id)
         if kind is not Kind.OBSERVATION:

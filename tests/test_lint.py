@@ -13,7 +13,7 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.mark.parametrize("command", [
-    [str(BIN / "ruff"), "check", "config", "worker", "search", "scripts", "tests"],
+    [str(BIN / "ruff"), "check", "config", "worker", "search", "servers", "scripts", "tests"],
     [str(BIN / "mypy")],
 ], ids=["ruff", "mypy"])
 def test_static_checks_pass(command: list[str]) -> None:

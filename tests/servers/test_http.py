@@ -159,7 +159,7 @@ def test_api_fuzz_finds_no_server_errors(http_server: HttpServer) -> None:
         @given(case=operation.as_strategy())
         def check(case: Any) -> None:
             response = case.call(base_url=http_server.url, timeout=60)
-            calls[operation.path] = calls.get(operation.path, 0) + 1
+            calls[case.path] = calls.get(case.path, 0) + 1
             if response.status_code >= 500:
                 failures.append(f"{case.method} {case.formatted_path} {case.query}: {response.status_code} "
                                 f"{response.text[:200]}")

@@ -148,3 +148,37 @@ def test_tools_work_with_the_vector_sidecar_down(served: Settings, tmp_path: Any
     assert {"#1", "#4"} <= set(refs(got["search"][1]))
     assert "mode: lexical_fallback" in got["similar"][1] and refs(got["similar"][1])
     assert "## #1 " in got["get"][1]
+
+
+def test_streamable_http_transport_on_loopback(served: Settings) -> None:
+    import subprocess
+    import time
+
+    import httpx
+
+    port = free_port()
+    log = served.data_dir / f"mcp-http-{port}.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen([MEMSYNC, "mcp", "--http-port", str(port)], env=server_env(served), cwd=ROOT,
+                                stdout=sink, stderr=sink, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while True:  # poll with a deadline until uvicorn accepts connections
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
+                    break
+                except httpx.TransportError:
+                    assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                    time.sleep(0.1)
+
+            async def run() -> tuple[int, str]:
+                async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                    tools = await client.list_tools()
+                    _, text = await call(client, "search_user_prompts", query="uploads fail")
+                    return len(tools.tools), text
+
+            n, text = asyncio.run(run())
+            assert n == len(TOOLS) and refs(text)[0] == "#P1" and text.startswith("mode: hybrid")
+        finally:
+            proc.terminate()
+            proc.wait(10)

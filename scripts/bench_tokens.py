@@ -1,0 +1,109 @@
+"""What MCP answers cost an agent: the size of each tool's output, through a real MCP client.
+
+    .venv/bin/python scripts/bench_tokens.py [--sessions 200] [--out .bench/bench_tokens.json]
+
+Builds the demo database (``--sessions`` sessions of claude-mem-like records), syncs it into an
+embedded Chroma with the shipped model, connects the MCP SDK's client to memsync's MCP server
+in-process and calls the tools with typical arguments. For each call it reports characters and
+tokens of the returned text, and for searches the cost per result row (total minus a zero-result
+answer's header, divided by the rows). Tokens are counted two ways, since no model-vendor
+tokenizer can be loaded offline: the shipped MiniLM WordPiece tokenizer (close to the BPE
+tokenizers of chat models on English text) and characters / 4 (the usual rule of thumb).
+Baseline in the same run: the JSON contract of the same search (``memsync search --json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from config.settings import Settings
+from scripts.benchlib import print_table, write_json
+from scripts.cli import make_demo_db
+from search import Searcher
+from servers.mcp_tools import build_server
+from worker.resync import resync
+
+CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("search", {"query": "connection pool timeout", "limit": 5}),
+    ("search", {"query": "connection pool timeout", "limit": 10}),
+    ("search", {"query": "connection pool timeout", "limit": 20}),
+    ("search", {"query": "dark mode toggle", "limit": 10, "window_days": 0}),
+    ("search_observations", {"query": "refund endpoint duplicate events", "limit": 10}),
+    ("search_sessions", {"query": "JWT validation", "limit": 5}),
+    ("search_user_prompts", {"query": "fix the date range picker", "limit": 5}),
+    ("find_by_type", {"type": "bugfix", "limit": 10}),
+    ("timeline", {"anchor": "40", "depth_before": 5, "depth_after": 5}),
+    ("recent_context", {"limit": 10}),
+    ("find_similar", {"observation_id": 40, "limit": 5}),
+    ("get_observations", {"ids": ["40"]}),
+    ("get_observations", {"ids": ["40", "41", "42"]}),
+    ("search", {"query": "connection pool timeout", "limit": 5, "format": "full"}),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the measurement; returns the exit code."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sessions", type=int, default=200, help="demo sessions in the database")
+    p.add_argument("--out", type=Path, default=Path(".bench/bench_tokens.json"))
+    args = p.parse_args(argv)
+
+    wordpiece = Tokenizer.from_str(resources.files("config").joinpath("data/minilm-tokenizer.json").read_text("utf-8"))
+    wordpiece.no_padding()
+    wordpiece.no_truncation()
+
+    def tokens(text: str) -> int:
+        return len(wordpiece.encode(text, add_special_tokens=False).ids)
+
+    with tempfile.TemporaryDirectory(prefix="memsync-tokens-") as tmp:
+        settings = Settings(db=Path(tmp) / "claude-mem.db", data_dir=Path(tmp) / "data", chroma_mode="embedded")
+        make_demo_db(settings.db, args.sessions)
+        t = time.perf_counter()
+        resync(settings)
+        print(f"demo database: {args.sessions} sessions, synced in {time.perf_counter() - t:.0f} s")
+        searcher = Searcher(settings)
+        try:
+            rows, empty_header = asyncio.run(_measure(settings, searcher, tokens))
+            baseline = searcher.search("connection pool timeout", limit=10).to_json()
+        finally:
+            searcher.close()
+    base_text = json.dumps(baseline)
+    rows.append({"tool": "(baseline) search --json", "args": "limit=10", "results": len(baseline["results"]),
+                 "chars": len(base_text), "wordpiece": tokens(base_text), "chars/4": len(base_text) // 4,
+                 "per_result_wp": round((tokens(base_text) - empty_header) / max(1, len(baseline["results"])), 1)})
+    print_table(rows)
+    write_json({"sessions": args.sessions, "rows": rows}, args.out)
+    return 0
+
+
+async def _measure(settings: Settings, searcher: Searcher, tokens: Any) -> tuple[list[dict[str, Any]], int]:
+    from mcp import Client
+
+    out: list[dict[str, Any]] = []
+    async with Client(build_server(settings, searcher)) as client:
+        empty = await client.call_tool("search", {"query": "zzzqqq xxyyzz", "limit": 10})
+        empty_text = "\n".join(getattr(c, "text", "") for c in empty.content)
+        header = tokens(empty_text.splitlines()[0])
+        for tool, arguments in CALLS:
+            result = await client.call_tool(tool, arguments)
+            text = "\n".join(getattr(c, "text", "") for c in result.content)
+            n = sum(1 for line in text.splitlines() if line.startswith("| #"))
+            n = n or text.count("\n## ") + text.startswith("## ")
+            wp = tokens(text)
+            out.append({"tool": tool, "args": ", ".join(f"{k}={v}" for k, v in arguments.items() if k != "query"),
+                        "results": n, "chars": len(text), "wordpiece": wp, "chars/4": len(text) // 4,
+                        "per_result_wp": round((wp - header) / n, 1) if n else None})
+    return out, header
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
