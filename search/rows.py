@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from config.errors import SourceUnavailable
 from config.schema import FTS_TABLES, SESSIONS_TABLE, SUMMARY_FIELDS, TABLES, Kind, SourceSchema, detect
 from config.sources import fetch_all, open_source_db
 from search import fts
@@ -41,7 +42,8 @@ class SourceRows:
 
     def __init__(self, path: Path, busy_timeout_ms: int = 5000, statement_ms: int = 2000) -> None:
         self.conn = open_source_db(path, busy_timeout_ms)
-        self._uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+        # The same way of opening for the vocabulary connection (ATTACH): a snapshot stays one.
+        self._uri = f"file:{quote(str(path.resolve()))}?mode=ro" + ("&immutable=1" if self.conn.immutable else "")
         self._vocab_conn: sqlite3.Connection | None = None
         self.schema: SourceSchema = detect(self.conn)
         self.statement_ms = statement_ms
@@ -63,10 +65,12 @@ class SourceRows:
         self._deadline = time.monotonic() + self.statement_ms / 1000
         try:
             yield
-        except sqlite3.OperationalError as exc:
+        except sqlite3.Error as exc:
             if "interrupted" in str(exc):
                 raise QueryTimeout(f"query exceeded {self.statement_ms} ms") from exc
-            raise
+            # The database went away, is locked past the busy timeout, or is damaged: a typed
+            # error at the boundary (callers map it to an exit code, a 503 or a tool error).
+            raise SourceUnavailable(f"reading the database failed: {exc}") from exc
         finally:
             self._deadline = 0.0
 
@@ -148,11 +152,16 @@ class SourceRows:
         app's FTS tables (the agent's database gets no table, not even a temporary one)."""
         if self._vocab_conn is None:
             conn = sqlite3.connect("file::memory:", uri=True, check_same_thread=False)
-            conn.execute("ATTACH ? AS src", (self._uri,))
-            for kind in Kind:
-                if self.has_fts(kind):
-                    table = FTS_TABLES[kind][0]
-                    conn.execute(f"CREATE VIRTUAL TABLE temp.v_{kind.value} USING fts5vocab('src', '{table}', 'row')")
+            try:
+                conn.execute("ATTACH ? AS src", (self._uri,))
+                for kind in Kind:
+                    if self.has_fts(kind):
+                        table = FTS_TABLES[kind][0]
+                        conn.execute(f"CREATE VIRTUAL TABLE temp.v_{kind.value} "
+                                     f"USING fts5vocab('src', '{table}', 'row')")
+            except sqlite3.Error as exc:
+                conn.close()
+                raise SourceUnavailable(f"reading the database's word list failed: {exc}") from exc
             self._vocab_conn = conn
         return self._vocab_conn
 
@@ -170,7 +179,10 @@ class SourceRows:
         if len(_forms_cache) > 50_000:
             _forms_cache.clear()
         stem = fts.prefix_stem(token)
-        row = self._vocab().execute(f"SELECT doc FROM v_{kind.value} WHERE term = ?", (token,)).fetchone()
+        try:
+            row = self._vocab().execute(f"SELECT doc FROM v_{kind.value} WHERE term = ?", (token,)).fetchone()
+        except sqlite3.Error as exc:
+            raise SourceUnavailable(f"reading the database's word list failed: {exc}") from exc
         found: tuple[tuple[str, ...], int] = ((token, stem + "*") if stem else (token,), int(row[0]) if row else 0)
         _forms_cache[key] = (found, now)
         return found

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version
@@ -38,7 +39,13 @@ log = logging.getLogger("memsync.http")
 
 KindName = Literal["all", "observations", "sessions", "prompts"]
 RecordKind = Literal["observation", "summary", "prompt"]
-OPEN_PATHS = frozenset({"/", "/healthz", "/openapi.json"})
+# File paths in messages (database, data directory) stay on the server: clients get "<path>".
+_PATH = re.compile(r"(?<![\w.:/])(?:~|\.{1,2})?(?:/[^\s/:'\"(),;]+)+/?")
+
+
+def public(text: str | None) -> str | None:
+    """A message fit for a client: file paths replaced by ``<path>``."""
+    return _PATH.sub("<path>", text) if text else text
 
 
 def is_loopback(host: str) -> bool:
@@ -108,15 +115,17 @@ def create_app(settings: Settings, searcher: Searcher | None = None) -> FastAPI:
 
     @app.exception_handler(BadRequest)
     async def bad_request(request: Request, exc: BadRequest) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=400)
+        return JSONResponse({"detail": public(str(exc))}, status_code=400)
 
     @app.exception_handler(MemsyncError)
     async def unavailable(request: Request, exc: MemsyncError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
+        log.warning("%s: %s", request.url.path, exc)
+        return JSONResponse({"detail": public(str(exc))}, status_code=503)
 
     @app.exception_handler(SchemaError)
     async def bad_database(request: Request, exc: SchemaError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
+        log.warning("%s: %s", request.url.path, exc)
+        return JSONResponse({"detail": public(str(exc))}, status_code=503)
 
     @app.exception_handler(QueryTimeout)
     async def too_slow(request: Request, exc: QueryTimeout) -> JSONResponse:
@@ -158,7 +167,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None) -> FastAPI:
         resp = requests.search(SearchArgs(q, kind, project, type, concept, file, date_from, date_to, window_days, order,
                                           limit, offset, full))
         metrics.modes.labels(resp.mode.value).inc()
-        return {**resp.to_json(), "limit": limit, "offset": offset}
+        return {**resp.to_json(), "reason": public(resp.reason), "limit": limit, "offset": offset}
 
     @app.get("/api/timeline", dependencies=guarded, summary="Records around an anchor, oldest first")
     def api_timeline(
@@ -190,7 +199,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None) -> FastAPI:
             if str(exc).startswith("no observation"):
                 raise HTTPException(404, str(exc)) from None
             raise
-        return {"observation": observation_id, "mode": mode, "reason": reason,
+        return {"observation": observation_id, "mode": mode, "reason": public(reason),
                 "near_duplicate_threshold": settings.near_duplicate, "results": [r.to_json() for r in results]}
 
     @app.get("/api/status", dependencies=guarded, summary="Worker state, lag, Chroma reachability, counts")
@@ -198,12 +207,15 @@ def create_app(settings: Settings, searcher: Searcher | None = None) -> FastAPI:
         from worker.status import status
 
         report = status(settings).as_dict()
+        worker = {k: public(v) if isinstance(v, str) else v for k, v in report["worker"].items() if k != "db"}
+        failures = [{**f, "reason": public(f.get("reason"))} for f in report["failures"]]
         try:
             searcher.vector.ensure()
             reachable, reason = True, None
         except VectorUnavailable as exc:
-            reachable, reason = False, str(exc)
-        return {**report, "chroma": {"reachable": reachable, "reason": reason, "mode": settings.chroma_mode}}
+            reachable, reason = False, public(str(exc))
+        return {**report, "worker": worker, "failures": failures,
+                "chroma": {"reachable": reachable, "reason": reason, "mode": settings.chroma_mode}}
 
     return app
 

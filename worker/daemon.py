@@ -329,6 +329,10 @@ class Worker:
         # The WAL file changes before its commit is visible to readers, so a changed stamp gets a
         # second look at the next check, once it is stable; only then is it trusted.
         self._settled = current == self._stamp
+        if self._reader is not None and self._reader.immutable and current != self._stamp:
+            # An immutable snapshot does not see later writes: read the file as it is now.
+            self._reader.close()
+            self._reader = SourceReader(self.s.db, self.s.sqlite_busy_timeout_ms)
         self._stamp = current
         assert self._reader is not None
         max_ids = self._reader.max_ids()

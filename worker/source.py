@@ -32,6 +32,7 @@ class SourceReader:
     def __init__(self, path: Path, busy_timeout_ms: int = 5000) -> None:
         self.path = path
         self._conn = open_source_db(path, busy_timeout_ms)
+        self.immutable = self._conn.immutable  # a snapshot: reopen when the file changes
         try:
             self.schema: SourceSchema = detect(self._conn)
         except SchemaError:

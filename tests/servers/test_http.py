@@ -139,9 +139,24 @@ def test_search_degrades_to_lexical_when_chroma_is_down(served: Settings, tmp_pa
     with HttpServer(down) as server:
         data = get(server, "/api/search", q="upload retries", window_days=0).json()
         assert data["mode"] == "lexical_fallback" and "no managed Chroma server" in data["reason"]
-        assert data["results"]
-        status = get(server, "/api/status").json()
-        assert status["chroma"]["reachable"] is False and status["worker"]["up"] is False
+        assert data["results"] and str(tmp_path) not in data["reason"] and "<path>" in data["reason"]
+        status = get(server, "/api/status")
+        assert status.json()["chroma"]["reachable"] is False and status.json()["worker"]["up"] is False
+        assert str(tmp_path) not in status.text
+
+
+def test_a_vanished_database_is_503_without_paths(served: Settings, tmp_path: Any) -> None:
+    import shutil
+
+    copy = tmp_path / "copy.db"
+    shutil.copy(served.db, copy)
+    with HttpServer(served.model_copy(update={"db": copy})) as server:
+        assert get(server, "/api/search", q="uploads").status_code == 200
+        copy.unlink()
+        for path in ("/api/search", "/api/status", "/api/records/observation/1", "/api/timeline"):
+            r = get(server, path, q="uploads", anchor="1")
+            assert r.status_code == 503, (path, r.text)
+            assert "database not found" in r.json()["detail"] and str(tmp_path) not in r.text
 
 
 def test_api_fuzz_finds_no_server_errors(http_server: HttpServer) -> None:
