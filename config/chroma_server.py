@@ -183,12 +183,26 @@ class ManagedServer:
         if not self.started or self.info is None:
             return
         with _start_lock(self.settings.data_dir):
-            _terminate(self.info.pid, self._proc)
-            current = ServerInfo.read(self.settings.data_dir)
-            if current and current.pid == self.info.pid:
-                with contextlib.suppress(FileNotFoundError):
-                    (self.settings.data_dir / INFO_FILE).unlink()
+            self._stop_locked()
+
+    def _stop_locked(self) -> None:
+        assert self.info is not None
+        _terminate(self.info.pid, self._proc)
+        current = ServerInfo.read(self.settings.data_dir)
+        if current and current.pid == self.info.pid:
+            with contextlib.suppress(FileNotFoundError):
+                (self.settings.data_dir / INFO_FILE).unlink()
         self.started = False
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop the server this handle started and keep every memsync process from starting one
+        until the block ends (maintenance of its directory). Only for a server this handle owns."""
+        if not self.started or self.info is None:
+            raise ConfigError("only the process that started the managed server may pause it")
+        with _start_lock(self.settings.data_dir):
+            self._stop_locked()
+            yield
 
 
 def _terminate(pid: int, proc: subprocess.Popen[bytes] | None = None, grace_s: float = 10.0) -> None:

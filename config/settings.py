@@ -80,6 +80,11 @@ class Settings(BaseSettings):
     near_duplicate: float = Field(
         0.92, gt=0, le=1, description="similar(): cosine at or above which a row is a near-duplicate."
     )
+    compact_churn_fraction: float = Field(
+        0.5, ge=0, description="Worker: rebuild the collection from its live vectors (no re-embedding) when "
+        "vectors updated or deleted since it was built reach this fraction of the live ones; 0 = never.")
+    compact_min_churn: int = Field(1000, ge=0, description="Worker: ... and at least this many.")
+    compact_idle_s: float = Field(120.0, ge=0, description="Worker: compact only after this long without new rows.")
     serve_host: str = Field("127.0.0.1", description="memsync serve / mcp --http: address to listen on.")
     serve_port: int = Field(8787, ge=1, le=65535, description="memsync serve: HTTP port.")
     api_token: SecretStr | None = Field(

@@ -191,7 +191,8 @@ def _create_generation(client: Any, name: str, model_id: str, dimension: int) ->
     )
 
 
-def _store_call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+def store_call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with chromadb's failures as StoreUnavailable naming ``what``."""
     try:
         return fn(*args, **kwargs)
     except (ConfigError, StoreUnavailable):
@@ -202,15 +203,15 @@ def _store_call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 def open_collection(client: Any, settings: Settings, model_id: str, dimension: int) -> Any:
     """The active generation for ``settings.collection`` (created on first use), identity-checked."""
-    pointer = _store_call("open collection", _pointer, client, settings.collection)
+    pointer = store_call("open collection", _pointer, client, settings.collection)
     meta = dict(pointer.metadata or {})
     active = meta.get(ACTIVE_KEY)
     if not active:
         active = generation_name(settings.collection, 1)
-        collection = _store_call("create collection", _create_generation, client, active, model_id, dimension)
-        _store_call("update pointer", pointer.modify, metadata={**meta, ACTIVE_KEY: active})
+        collection = store_call("create collection", _create_generation, client, active, model_id, dimension)
+        store_call("update pointer", pointer.modify, metadata={**meta, ACTIVE_KEY: active})
         return collection
-    collection = _store_call("open collection", client.get_collection, active, embedding_function=None)
+    collection = store_call("open collection", client.get_collection, active, embedding_function=None)
     _check_identity(collection, model_id, dimension)
     return collection
 
@@ -221,46 +222,46 @@ def open_active(client: Any, settings: Settings, model_id: str, dimension: int) 
     name = active_collection_name(client, settings)
     if not name:
         raise StoreUnavailable(f"collection {settings.collection!r} has no synced vectors yet")
-    collection = _store_call("open collection", client.get_collection, name, embedding_function=None)
+    collection = store_call("open collection", client.get_collection, name, embedding_function=None)
     _check_identity(collection, model_id, dimension)
     return collection
 
 
 def active_collection_name(client: Any, settings: Settings) -> str | None:
     """The name of the active generation, or None when nothing was synced yet."""
-    pointer = _store_call("open collection", _pointer, client, settings.collection)
+    pointer = store_call("open collection", _pointer, client, settings.collection)
     value = (pointer.metadata or {}).get(ACTIVE_KEY)
     return str(value) if value else None
 
 
 def begin_rebuild(client: Any, settings: Settings, model_id: str, dimension: int) -> Any:
     """The generation being rebuilt: the unfinished one from an interrupted rebuild, else a new one."""
-    pointer = _store_call("open collection", _pointer, client, settings.collection)
+    pointer = store_call("open collection", _pointer, client, settings.collection)
     meta = dict(pointer.metadata or {})
     building = meta.get(BUILDING_KEY)
     if building:
-        existing = _store_call("open collection", client.get_collection, building, embedding_function=None)
+        existing = store_call("open collection", client.get_collection, building, embedding_function=None)
         if (existing.metadata or {}).get(MODEL_KEY) == model_id:
             return existing
-        _store_call("drop collection", client.delete_collection, building)
-    names = [c if isinstance(c, str) else c.name for c in _store_call("list collections", client.list_collections)]
+        store_call("drop collection", client.delete_collection, building)
+    names = [c if isinstance(c, str) else c.name for c in store_call("list collections", client.list_collections)]
     prefix = settings.collection + "-g"
     gens = [_generation_of(n) for n in names if n.startswith(prefix) and n[len(prefix):].isdigit()]
     name = generation_name(settings.collection, max(gens, default=0) + 1)
-    collection = _store_call("create collection", _create_generation, client, name, model_id, dimension)
-    _store_call("update pointer", pointer.modify, metadata={**meta, BUILDING_KEY: name})
+    collection = store_call("create collection", _create_generation, client, name, model_id, dimension)
+    store_call("update pointer", pointer.modify, metadata={**meta, BUILDING_KEY: name})
     return collection
 
 
 def finish_rebuild(client: Any, settings: Settings, built: str) -> str | None:
     """Flip the pointer to ``built`` and drop the previous generation; returns the dropped name."""
-    pointer = _store_call("open collection", _pointer, client, settings.collection)
+    pointer = store_call("open collection", _pointer, client, settings.collection)
     meta = dict(pointer.metadata or {})
     old = meta.get(ACTIVE_KEY)
     meta[ACTIVE_KEY] = built
     meta.pop(BUILDING_KEY, None)
     # modify() replaces the whole metadata dict (checked on chromadb 1.5.9), so the key is gone.
-    _store_call("update pointer", pointer.modify, metadata=meta)
+    store_call("update pointer", pointer.modify, metadata=meta)
     if old and old != built:
         with contextlib.suppress(Exception):
             client.delete_collection(old)

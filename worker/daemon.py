@@ -22,6 +22,8 @@ import fcntl
 import json
 import os
 import signal
+import sqlite3
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,7 +36,7 @@ from config.embedding import get_embedder
 from config.errors import ConfigError, SourceUnavailable, StoreUnavailable
 from config.schema import KINDS, Kind
 from config.settings import Settings
-from worker import logs
+from worker import compact, logs
 from worker.backoff import Backoff
 from worker.sink import ChromaSink
 from worker.source import SourceReader
@@ -45,6 +47,7 @@ from worker.tail import FileStamp, oldest_pending_ms, stamp
 STATUS_FILE = "worker.json"
 LOCK_FILE = "worker.lock"
 HEARTBEAT_EVERY_S = 5.0
+COMPACT_CHECK_S = 60.0  # how often an idle worker looks at the churn (one COUNT over its records)
 
 
 @dataclass
@@ -63,6 +66,7 @@ class WorkerStatus:
     last_sync_ms: int | None = None
     last_reconcile_ms: int | None = None
     reconciles: int = 0
+    compactions: int = 0
     passes: int = 0
     lag_ms: int = 0
     pending_rows: int = 0
@@ -112,6 +116,8 @@ class Worker:
         self._lock: IO[str] | None = None
         self._status_written = 0.0
         self._passes_written = -1
+        self._last_change = time.monotonic()  # for compaction: only after compact_idle_s without new rows
+        self._next_compact_check = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -253,6 +259,9 @@ class Worker:
                 self._pass(full=True)
             elif self._changed():
                 self._pass(full=False)
+                self._last_change = time.monotonic()
+            elif self._compaction_due():
+                self._compact()
         except (StoreUnavailable, SourceUnavailable) as exc:
             self._degrade(exc)
             return self.backoff.delay
@@ -362,9 +371,35 @@ class Worker:
             self.status.last_reconcile_ms = now
         for key in ("added", "updated", "deleted"):
             self.status.totals[key] = self.status.totals.get(key, 0) + int(getattr(result, key))
+        if result.updated or result.deleted:
+            self._next_compact_check = 0.0  # new churn: look at it at the next idle step
         self.status.failed_rows = result.failed_rows if full else self.status.failed_rows
         self._update_lag()
         return result
+
+    def _compaction_due(self) -> bool:
+        """Off-peak (no new rows for compact_idle_s) and enough churn; checked at most once a minute
+        so that an idle worker stays idle."""
+        now = time.monotonic()
+        if now < self._next_compact_check or now - self._last_change < self.s.compact_idle_s:
+            return False
+        self._next_compact_check = now + min(COMPACT_CHECK_S, max(1.0, self.s.compact_idle_s))
+        assert self._state is not None and self._sink is not None
+        return compact.due(self.s, self._state, self._sink.name)
+
+    def _compact(self) -> None:
+        assert self._handle is not None and self._state is not None
+        result = compact.compact(self._handle.client, self.s, self._state, self.embedder.model_id,
+                                 self.embedder.dimension, self.stop)
+        self.status.compactions += 0 if result.interrupted else 1
+        self._close_store()  # the next step opens the new generation (and restarts the server)
+        if not result.interrupted and self._server is not None and self._server.started:
+            # Our own server: pause it so that the dropped generation's files can go (worker.compact).
+            try:
+                with self._server.paused():
+                    compact.reclaim(self.s.chroma_dir)
+            except (OSError, subprocess.SubprocessError, sqlite3.Error) as exc:
+                self.log.warning("reclaim_failed", error=str(exc))
 
     def _update_lag(self) -> None:
         if self._reader is None or self._state is None:

@@ -16,6 +16,8 @@ SYNC_DONE = "sync_done"
 SYNC_INTERRUPTED = "sync_interrupted"
 ROW_FAILED = "row_failed"
 REBUILD_SWITCHED = "rebuild_switched"
+COMPACTED = "compacted"
+SPACE_RECLAIMED = "space_reclaimed"
 CHROMA_SERVER_STARTED = "chroma_server_started"
 CHROMA_SERVER_STOPPED = "chroma_server_stopped"
 

@@ -21,6 +21,7 @@ from config.schema import Kind
 from config.syncstate import STATE_DDL
 
 ACTIVE_COLLECTION = "active_collection"  # meta key: the generation resync last wrote
+CHURN_PREFIX = "churn:"  # meta key prefix: vectors overwritten or deleted per collection
 SYNCED = "synced"
 FAILED = "failed"
 
@@ -226,6 +227,42 @@ class SyncState:
             self._conn.execute("BEGIN")
             self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
 
+    def add_churn(self, collection: str, documents: int) -> None:
+        """Count vectors overwritten or deleted in a collection (Chroma keeps their space until the
+        collection is rebuilt; see worker.compact)."""
+        if documents > 0:
+            with self._conn:
+                self._conn.execute("BEGIN")
+                self._conn.execute(
+                    "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+                    "value = CAST(value AS INTEGER) + excluded.value", (CHURN_PREFIX + collection, documents))
+
+    def churn(self, collection: str) -> int:
+        """Vectors overwritten or deleted since the collection was built."""
+        return int(self.get_meta(CHURN_PREFIX + collection) or 0)
+
+    def live_docs(self, collection: str) -> int:
+        """Documents Chroma acknowledged in a collection."""
+        row = self._conn.execute("SELECT COUNT(*) FROM docs WHERE collection=? AND content_hash IS NOT NULL",
+                                 (collection,)).fetchone()
+        return int(row[0])
+
+    def acknowledged_ids(self, collection: str) -> list[str]:
+        """Ids of the documents Chroma acknowledged in a collection, sorted."""
+        return [r[0] for r in self._conn.execute(
+            "SELECT doc_id FROM docs WHERE collection=? AND content_hash IS NOT NULL ORDER BY doc_id", (collection,))]
+
+    def copy_records(self, source: str, target: str) -> None:
+        """Make ``target``'s records an exact copy of ``source``'s (docs and rows), in one transaction."""
+        with self._conn:
+            self._conn.execute("BEGIN")
+            for table in ("docs", "rows"):
+                cols = [r[1] for r in self._conn.execute(f"PRAGMA table_info({table})") if r[1] != "collection"]
+                listed = ", ".join(cols)
+                self._conn.execute(f"DELETE FROM {table} WHERE collection=?", (target,))
+                self._conn.execute(f"INSERT INTO {table}(collection, {listed}) SELECT ?, {listed} FROM {table} "
+                                   "WHERE collection=?", (target, source))
+
     def record_run(self, collection: str, started_at: int, summary: str) -> None:
         """Remember a finished resync."""
         with self._conn:
@@ -241,3 +278,4 @@ class SyncState:
             self._conn.execute("BEGIN")
             for table in ("docs", "rows", "runs"):
                 self._conn.execute(f"DELETE FROM {table} WHERE collection=?", (collection,))
+            self._conn.execute("DELETE FROM meta WHERE key=?", (CHURN_PREFIX + collection,))

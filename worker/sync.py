@@ -150,6 +150,8 @@ class Syncer:
             seconds=time.perf_counter() - t0, embed_seconds=tally.embed_s, upsert_seconds=tally.upsert_s,
             read_seconds=tally.read_s, interrupted=interrupted, dry_run=dry_run, failures=tuple(tally.failures),
         )
+        if not dry_run:  # space Chroma will not give back until a rebuild (worker.compact)
+            self.state.add_churn(self.collection, result.updated + result.deleted)
         event = logs.SYNC_INTERRUPTED if interrupted else logs.SYNC_DONE
         self.log.info(event, added=result.added, updated=result.updated, deleted=result.deleted,
                       unchanged=result.unchanged, failed_rows=result.failed_rows, rows=result.rows,
