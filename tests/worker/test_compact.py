@@ -11,8 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from config import stores
 from config.settings import Settings
 from tests.conftest import FakeEmbedder, make_db, mixed_records
