@@ -1,0 +1,166 @@
+"""How the costs grow with size: 10k, 100k and 1M documents.
+
+    .venv/bin/python scripts/bench_scale.py [--sizes 10000,100000,1000000] [--out FILE]
+
+For each size: a deterministic demo database (a year of three projects) grown until its rows make
+that many documents, synced into a managed Chroma server with the real sync code, then:
+- resync throughput (documents/s). Document vectors come from the pool embedder of
+  ``bench_search`` (2,000 real MiniLM vectors, mixed per text): what is measured is memsync + Chroma,
+  not the model. The real model's rate is measured in the same run as the baseline, and bounds a
+  real resync (``embed docs/s``);
+- hybrid search p50/p95 over the query list (queries embedded by the real model), all time and the
+  90-day window;
+- memory: RSS of the Chroma server after the searches, and of ``memsync worker`` after its first
+  full reconcile of that database (with the time the reconcile took);
+- disk per document: the Chroma directory, memsync's sync records, and the source database.
+Writes JSON (default ``.bench/bench_scale.json``); the data of each size is kept in
+``.bench/scale-N`` and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from config.chroma_server import ManagedServer, ServerInfo
+from config.embedding import get_embedder
+from config.settings import Settings
+from scripts.bench_lag import rss_mb, worker_status
+from scripts.bench_search import QUERIES, PoolEmbedder, pct
+from scripts.benchlib import ROOT, free_port, print_table, write_json
+from search import Mode, Searcher
+from worker.demo import PROJECTS, generate
+from worker.importer import import_records, init_db
+from worker.resync import resync
+
+
+
+def size_mb(path: Path) -> float:
+    """Bytes under ``path`` (a file or a directory), in MB."""
+    if path.is_file():
+        return path.stat().st_size / 1e6
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6 if path.exists() else 0.0
+
+
+def build(work: Path, documents: int, pool_embedder: PoolEmbedder) -> tuple[Settings, int, int, float]:
+    """Grow the database in chunks, resyncing after each, until it holds ``documents`` documents.
+    Returns (settings, rows, documents, resync seconds)."""
+    settings = Settings(db=work / "claude-mem.db", data_dir=work / "data", chroma_mode="managed",
+                        chroma_port=free_port())
+    init_db(settings.db)
+    records = generate(n_sessions=documents // 4 + 10, seed=13, end_ms=int(time.time() * 1000), span_days=365,
+                       projects=len(PROJECTS))
+    rows = docs = 0
+    seconds = 0.0
+    chunk_rows = max(1000, min(20_000, documents // 10))  # about 3.6 documents per row
+    batch: list[dict[str, object]] = []
+    for rec in records:
+        batch.append(rec)
+        if len(batch) < chunk_rows:
+            continue
+        import_records(settings.db, batch)
+        rows += len(batch)
+        batch = []
+        t = time.perf_counter()
+        docs += resync(settings, embedder=pool_embedder).added
+        seconds += time.perf_counter() - t
+        if docs >= documents:
+            break
+    if docs < documents and batch:
+        import_records(settings.db, batch)
+        rows += len(batch)
+        t = time.perf_counter()
+        docs += resync(settings, embedder=pool_embedder).added
+        seconds += time.perf_counter() - t
+    return settings, rows, docs, seconds
+
+
+def worker_reconcile(settings: Settings) -> tuple[float, float]:
+    """Start `memsync worker` on the synced data; (RSS MB, seconds) at the end of its first reconcile."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}, "MEMSYNC_DB": str(settings.db),
+           "MEMSYNC_DATA_DIR": str(settings.data_dir), "MEMSYNC_CHROMA_PORT": str(settings.chroma_port),
+           "PYTHONPATH": str(ROOT)}
+    t = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.cli", "worker"], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not worker_status(settings.data_dir).get("reconciles"):
+            if proc.poll() is not None or time.monotonic() - t > 3600:
+                raise SystemExit("the worker did not finish its first reconcile")
+            time.sleep(0.5)
+        return rss_mb(proc.pid), time.monotonic() - t
+    finally:
+        proc.terminate()
+        proc.wait(120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; returns the exit code."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="10000,100000,1000000", help="document counts, comma-separated")
+    p.add_argument("--out", type=Path, default=ROOT / ".bench" / "bench_scale.json")
+    args = p.parse_args(argv)
+
+    real = get_embedder("all-MiniLM-L6-v2-int8", 32, 256, 0)
+    sample = [str(r.get("narrative") or r.get("prompt_text") or r.get("learned") or "")
+              for r in generate(n_sessions=300, seed=3)][:1000]
+    t = time.perf_counter()
+    pool = real.embed(sample)
+    embed_rate = len(sample) / (time.perf_counter() - t)
+    pool_embedder = PoolEmbedder(pool)
+    table = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        work = ROOT / ".bench" / f"scale-{size}"
+        if (work / "claude-mem.db").exists():
+            import shutil
+
+            shutil.rmtree(work)  # a partial build cannot be trusted; rebuild from scratch
+        settings, rows, docs, seconds = build(work, size, pool_embedder)
+        server = ManagedServer(settings)
+        server.ensure()
+        searcher = Searcher(settings)
+        try:
+            deadline = time.monotonic() + 600
+            while searcher.search("warm up").mode is not Mode.HYBRID:  # the server loads the index
+                if time.monotonic() > deadline:
+                    raise SystemExit("Chroma did not answer within 600 s")
+                time.sleep(1)
+            timings: dict[str, list[float]] = {"all time": [], "90 days": []}
+            for _ in range(3):
+                for q in QUERIES:
+                    for name, wd in (("all time", 0), ("90 days", None)):
+                        t = time.perf_counter()
+                        searcher.search(q, window_days=wd)
+                        timings[name].append((time.perf_counter() - t) * 1000)
+            info = ServerInfo.read(settings.data_dir)
+            chroma_rss = rss_mb(info.pid) if info else 0.0
+        finally:
+            searcher.close()
+        worker_rss, reconcile_s = worker_reconcile(settings)
+        server.stop()
+        table.append({
+            "documents": docs, "rows": rows,
+            "resync docs/s": round(docs / seconds), "embed docs/s (real model)": round(embed_rate),
+            "hybrid p50/p95 ms (all time)": f"{statistics.median(timings['all time']):.0f} / "
+                                            f"{pct(timings['all time'], 0.95):.0f}",
+            "hybrid p50/p95 ms (90 d)": f"{statistics.median(timings['90 days']):.0f} / "
+                                        f"{pct(timings['90 days'], 0.95):.0f}",
+            "chroma RSS MB": round(chroma_rss), "worker RSS MB": round(worker_rss),
+            "first reconcile s": round(reconcile_s, 1),
+            "chroma B/doc": round(size_mb(settings.chroma_dir) * 1e6 / docs),
+            "state B/doc": round(size_mb(settings.state_path) * 1e6 / docs),
+            "source B/doc": round(size_mb(settings.db) * 1e6 / docs),
+        })
+        print_table(table[-1:])
+    print_table(table)
+    write_json({"embed_docs_per_s": embed_rate, "table": table}, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
