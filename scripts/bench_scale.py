@@ -39,7 +39,6 @@ from worker.importer import import_records, init_db
 from worker.resync import resync
 
 
-
 def size_mb(path: Path) -> float:
     """Bytes under ``path`` (a file or a directory), in MB."""
     if path.is_file():
