@@ -39,6 +39,8 @@ log = logging.getLogger("memsync.http")
 
 KindName = Literal["all", "observations", "sessions", "prompts"]
 RecordKind = Literal["observation", "summary", "prompt"]
+MAX_QUERY_STRING = 56 * 1024  # bytes; 4,000 emoji percent-encoded (48 KB) plus the other parameters fit
+MAX_BODY = 64 * 1024  # bytes; no endpoint takes a body
 # File paths in messages (database, data directory) stay on the server: clients get "<path>".
 _PATH = re.compile(r"(?<![\w.:/])(?:~|\.{1,2})?(?:/[^\s/:'\"(),;]+)+/?")
 
@@ -106,7 +108,14 @@ def create_app(settings: Settings, searcher: Searcher | None = None) -> FastAPI:
     @app.middleware("http")
     async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         t = time.perf_counter()
-        response = await call_next(request)
+        # Every endpoint is a GET with a short query string: refuse anything bigger before it is read.
+        if len(request.scope.get("query_string", b"")) > MAX_QUERY_STRING:
+            response: Response = JSONResponse({"detail": f"query string longer than {MAX_QUERY_STRING} bytes"},
+                                              status_code=414)
+        elif int(request.headers.get("content-length") or 0) > MAX_BODY:
+            response = JSONResponse({"detail": f"request body larger than {MAX_BODY} bytes"}, status_code=413)
+        else:
+            response = await call_next(request)
         route = request.scope.get("route")
         name = getattr(route, "path", "unmatched")
         metrics.requests.labels(name, str(response.status_code)).inc()

@@ -182,3 +182,10 @@ def test_api_fuzz_finds_no_server_errors(http_server: HttpServer) -> None:
         check()
     assert not failures, "\n".join(failures[:10])
     assert len(calls) >= 7 and calls["/api/search"] >= 50, calls  # every operation was exercised
+
+
+def test_oversized_requests_are_refused_before_reading(http_server: HttpServer) -> None:
+    r = httpx.get(http_server.url + "/api/search", params={"q": "x" * 60_000}, timeout=60)
+    assert r.status_code == 414 and "query string longer" in r.json()["detail"]
+    r = httpx.request("GET", http_server.url + "/api/search", content=b"x" * 70_000, timeout=60)
+    assert r.status_code == 413 and "body larger" in r.json()["detail"]
