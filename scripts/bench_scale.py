@@ -47,35 +47,31 @@ def size_mb(path: Path) -> float:
 
 
 def build(work: Path, documents: int, pool_embedder: PoolEmbedder) -> tuple[Settings, int, int, float]:
-    """Grow the database in chunks, resyncing after each, until it holds ``documents`` documents.
-    Returns (settings, rows, documents, resync seconds)."""
+    """A database of about ``documents`` documents, synced in one resync: a first chunk measures
+    documents per row, then the rest of the rows are imported and everything is synced once (a
+    resync per chunk would compare every earlier row again). Returns (settings, rows, documents,
+    resync seconds)."""
     settings = Settings(db=work / "claude-mem.db", data_dir=work / "data", chroma_mode="managed",
                         chroma_port=free_port())
     init_db(settings.db)
-    records = generate(n_sessions=documents // 4 + 10, seed=13, end_ms=int(time.time() * 1000), span_days=365,
-                       projects=len(PROJECTS))
-    rows = docs = 0
-    seconds = 0.0
-    chunk_rows = max(1000, min(20_000, documents // 10))  # about 3.6 documents per row
-    batch: list[dict[str, object]] = []
-    for rec in records:
-        batch.append(rec)
-        if len(batch) < chunk_rows:
-            continue
-        import_records(settings.db, batch)
-        rows += len(batch)
-        batch = []
-        t = time.perf_counter()
-        docs += resync(settings, embedder=pool_embedder).added
-        seconds += time.perf_counter() - t
-        if docs >= documents:
+    records = iter(generate(n_sessions=documents // 4 + 10, seed=13, end_ms=int(time.time() * 1000),
+                            span_days=365, projects=len(PROJECTS)))
+    first = [rec for _, rec in zip(range(1000), records, strict=False)]
+    import_records(settings.db, first)
+    t = time.perf_counter()
+    docs = resync(settings, embedder=pool_embedder).added
+    seconds = time.perf_counter() - t
+    rows = len(first)
+    wanted_rows = int(documents / (docs / rows))
+    while rows < wanted_rows:
+        chunk = [rec for _, rec in zip(range(min(20_000, wanted_rows - rows)), records, strict=False)]
+        if not chunk:
             break
-    if docs < documents and batch:
-        import_records(settings.db, batch)
-        rows += len(batch)
-        t = time.perf_counter()
-        docs += resync(settings, embedder=pool_embedder).added
-        seconds += time.perf_counter() - t
+        import_records(settings.db, chunk)
+        rows += len(chunk)
+    t = time.perf_counter()
+    docs += resync(settings, embedder=pool_embedder).added
+    seconds += time.perf_counter() - t
     return settings, rows, docs, seconds
 
 
