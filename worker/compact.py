@@ -90,6 +90,7 @@ def compact(client: Any, settings: Settings, state: SyncState, model_id: str, di
             stores.store_call("upsert", new_col.upsert, ids=got["ids"], embeddings=got["embeddings"],
                               metadatas=got["metadatas"])
         copied += len(got["ids"])
+    _drop_extras(new_col, set(ids))
     state.copy_records(old, new)
     stores.finish_rebuild(client, settings, new)
     state.set_meta(ACTIVE_COLLECTION, new)
@@ -98,6 +99,21 @@ def compact(client: Any, settings: Settings, state: SyncState, model_id: str, di
     logs.get_logger().info(logs.COMPACTED, old=old, new=new, copied=copied, churn=churn,
                            seconds=round(result.seconds, 2))
     return result
+
+
+def _drop_extras(collection: Any, live: set[str]) -> None:
+    """Delete documents a continued compaction copied earlier that are no longer live (rows deleted
+    in between), so the new generation holds exactly what the records will say."""
+    extras: list[str] = []
+    offset = 0
+    while True:
+        got = stores.store_call("get", collection.get, include=[], limit=PAGE * 5, offset=offset)
+        extras.extend(i for i in got["ids"] if i not in live)
+        if len(got["ids"]) < PAGE * 5:
+            break
+        offset += len(got["ids"])
+    for start in range(0, len(extras), PAGE):
+        stores.store_call("delete", collection.delete, ids=extras[start:start + PAGE])
 
 
 def reclaim(chroma_dir: Path, vacuum_timeout_s: float = 600) -> int:

@@ -80,9 +80,23 @@ def test_interrupted_compaction_is_continued_by_the_next(settings: Settings, fak
         first = compact(handle.client, settings, state, fake_embedder.model_id, fake_embedder.dimension, stop)
         assert first.interrupted and first.new is None
         assert verify(settings, client=handle.client).clean  # the old generation still serves
+        # The half-built generation already holds a copy of prompt 1 ...
+        building = stores.begin_rebuild(handle.client, settings, fake_embedder.model_id, fake_embedder.dimension)
+        old = handle.client.get_collection(state.get_meta(ACTIVE_COLLECTION))
+        got = old.get(ids=["prompt_1"], include=["embeddings", "metadatas"])
+        building.upsert(ids=got["ids"], embeddings=got["embeddings"], metadatas=got["metadatas"])
+    # ... and then prompt 1 is deleted and the deletion synced, before the compaction continues.
+    conn = sqlite3.connect(settings.db)
+    conn.execute("DELETE FROM user_prompts WHERE id = 1")
+    conn.commit()
+    conn.close()
+    assert resync(settings, embedder=fake_embedder).deleted == 1
+    with stores.connect(settings) as handle, SyncState(settings.state_path) as state:
         second = compact(handle.client, settings, state, fake_embedder.model_id, fake_embedder.dimension)
-        assert not second.interrupted and second.new
-    assert verify(settings).clean
+        assert not second.interrupted and second.new == building.name
+        assert handle.client.get_collection(second.new).get(ids=["prompt_1"])["ids"] == []
+        report = verify(settings, client=handle.client)
+    assert report.clean and report.orphan == 0
 
 
 def test_the_worker_compacts_by_itself_when_idle(tmp_path: Path) -> None:
