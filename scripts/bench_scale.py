@@ -20,7 +20,6 @@ Writes JSON (default ``.bench/bench_scale.json``); the data of each size is kept
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from config.embedding import get_embedder
 from config.settings import Settings
 from scripts.bench_lag import rss_mb, worker_status
 from scripts.bench_search import QUERIES, PoolEmbedder, pct
-from scripts.benchlib import ROOT, free_port, print_table, write_json
+from scripts.benchlib import ROOT, free_port, print_table, settings_env, write_json
 from search import Mode, Searcher
 from worker.demo import PROJECTS, generate
 from worker.importer import import_records, init_db
@@ -77,9 +76,7 @@ def build(work: Path, documents: int, pool_embedder: PoolEmbedder) -> tuple[Sett
 
 def worker_reconcile(settings: Settings) -> tuple[float, float]:
     """Start `memsync worker` on the synced data; (RSS MB, seconds) at the end of its first reconcile."""
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}, "MEMSYNC_DB": str(settings.db),
-           "MEMSYNC_DATA_DIR": str(settings.data_dir), "MEMSYNC_CHROMA_PORT": str(settings.chroma_port),
-           "PYTHONPATH": str(ROOT)}
+    env = settings_env(settings)
     t = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "scripts.cli", "worker"], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -25,6 +25,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment of a memsync subprocess for ``settings``: this one's, without any MEMSYNC_*
+    variable of the caller, plus the database, data directory and Chroma mode and port."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}
+    env.update({"MEMSYNC_DB": str(settings.db), "MEMSYNC_DATA_DIR": str(settings.data_dir),
+                "MEMSYNC_CHROMA_MODE": settings.chroma_mode, "MEMSYNC_CHROMA_PORT": str(settings.chroma_port),
+                "PYTHONPATH": str(ROOT)})
+    env.update(extra)
+    return env
+
+
 def start_worker(prefix: str) -> tuple[Settings, subprocess.Popen[bytes]]:
     """A fresh demo database (about 200 rows) in a temporary directory and `memsync worker` on it
     (managed Chroma on a free port) as its own process. The caller terminates the process."""

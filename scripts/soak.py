@@ -40,7 +40,7 @@ from typing import Any
 from config import stores
 from config.chroma_server import ServerInfo, pid_alive
 from config.settings import Settings
-from scripts.benchlib import ROOT, free_port, print_table, write_json
+from scripts.benchlib import ROOT, free_port, print_table, settings_env, write_json
 from search import Searcher
 from worker.importer import import_records, init_db
 
@@ -254,10 +254,7 @@ class WorkerProcess:
     """`memsync worker` as a child process, restartable."""
 
     def __init__(self, settings: Settings, log: Path) -> None:
-        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")},
-                    "MEMSYNC_DB": str(settings.db), "MEMSYNC_DATA_DIR": str(settings.data_dir),
-                    "MEMSYNC_CHROMA_MODE": "managed", "MEMSYNC_CHROMA_PORT": str(settings.chroma_port),
-                    "PYTHONPATH": str(ROOT)}
+        self.env = settings_env(settings)
         self.log = log.open("a")
         self.pids: list[int] = []
         self.proc: subprocess.Popen[bytes] | None = None
@@ -298,9 +295,7 @@ def wait_for(predicate: Any, seconds: float) -> bool:
 
 
 def memsync_json(settings: Settings, *args: str, port: int | None = None) -> dict[str, Any]:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")},
-           "MEMSYNC_DB": str(settings.db), "MEMSYNC_DATA_DIR": str(settings.data_dir),
-           "MEMSYNC_CHROMA_PORT": str(port or settings.chroma_port), "PYTHONPATH": str(ROOT)}
+    env = settings_env(settings, MEMSYNC_CHROMA_PORT=str(port or settings.chroma_port))
     r = subprocess.run([*MEMSYNC, *args, "--json"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
     try:
         return dict(json.loads(r.stdout))

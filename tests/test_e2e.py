@@ -15,6 +15,7 @@ import pytest
 from config.chroma_server import INFO_FILE, ServerInfo, chroma_executable, heartbeat, pid_alive
 from config.errors import ConfigError
 from config.settings import Settings
+from scripts.benchlib import settings_env
 from tests.conftest import free_port, make_db, mixed_records
 from worker.verify import verify
 
@@ -24,12 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def env_for(settings: Settings, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}
-    env.update({"MEMSYNC_DB": str(settings.db), "MEMSYNC_DATA_DIR": str(settings.data_dir),
-                "MEMSYNC_CHROMA_MODE": settings.chroma_mode, "MEMSYNC_CHROMA_PORT": str(settings.chroma_port),
-                "PYTHONPATH": str(ROOT)})
-    env.update(extra)
-    return env
+    return settings_env(settings, **extra)
 
 
 def memsync(settings: Settings, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:

@@ -3,7 +3,6 @@ tests; and a helper that starts `memsync serve` as its own process."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import httpx
 import pytest
 
 from config.settings import Settings
+from scripts.benchlib import settings_env
 from tests.conftest import free_port
 from tests.search.test_search import o, p, s
 from worker.resync import resync
@@ -61,11 +61,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
 
 def server_env(settings: Settings, **extra: str) -> dict[str, str]:
     """The environment of a memsync subprocess for ``settings`` (no developer MEMSYNC_* leaks in)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}
-    env.update({"MEMSYNC_DB": str(settings.db), "MEMSYNC_DATA_DIR": str(settings.data_dir),
-                "MEMSYNC_CHROMA_MODE": settings.chroma_mode, "MEMSYNC_CHROMA_PORT": str(settings.chroma_port)})
-    env.update(extra)
-    return env
+    return settings_env(settings, **extra)
 
 
 class HttpServer:

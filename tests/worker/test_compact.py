@@ -3,7 +3,6 @@ pointer switched, old generation dropped; space back; and the worker doing it by
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 
 from config import stores
 from config.settings import Settings
+from scripts.benchlib import settings_env
 from tests.conftest import FakeEmbedder, make_db, mixed_records
 from worker.compact import compact, due, reclaim
 from worker.resync import resync
@@ -105,9 +105,8 @@ def test_the_worker_compacts_by_itself_when_idle(tmp_path: Path) -> None:
     s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="managed",
                  chroma_port=free_port())
     make_db(s.db, mixed_records(5))
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}, "MEMSYNC_DB": str(s.db),
-           "MEMSYNC_DATA_DIR": str(s.data_dir), "MEMSYNC_CHROMA_PORT": str(s.chroma_port),
-           "MEMSYNC_COMPACT_IDLE_S": "0", "MEMSYNC_COMPACT_MIN_CHURN": "3", "MEMSYNC_COMPACT_CHURN_FRACTION": "0.1"}
+    env = settings_env(s, MEMSYNC_COMPACT_IDLE_S="0", MEMSYNC_COMPACT_MIN_CHURN="3",
+                       MEMSYNC_COMPACT_CHURN_FRACTION="0.1")
     s.data_dir.mkdir(parents=True)
     with (s.data_dir / "worker.log").open("w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "scripts.cli", "worker", "--poll-interval", "0.2"], env=env,
