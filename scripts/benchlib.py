@@ -8,10 +8,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from config.settings import Settings
+from pydantic import SecretStr
+
+from config.settings import ENV_PREFIX, Settings
 from worker.demo import generate
 from worker.importer import import_records, init_db
 
@@ -27,11 +30,18 @@ def free_port() -> int:
 
 def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
     """The environment of a memsync subprocess for ``settings``: this one's, without any MEMSYNC_*
-    variable of the caller, plus the database, data directory and Chroma mode and port."""
+    variable of the caller, plus the database, data directory, Chroma mode and port, and every
+    other setting the caller set explicitly (e.g. compaction thresholds for a soak)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}
-    env.update({"MEMSYNC_DB": str(settings.db), "MEMSYNC_DATA_DIR": str(settings.data_dir),
-                "MEMSYNC_CHROMA_MODE": settings.chroma_mode, "MEMSYNC_CHROMA_PORT": str(settings.chroma_port),
-                "PYTHONPATH": str(ROOT)})
+    names = {"db", "data_dir", "chroma_mode", "chroma_port"} | set(settings.model_fields_set)
+    for name in sorted(names):
+        value = getattr(settings, name)
+        if value is None:
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        env[ENV_PREFIX + name.upper()] = str(value.value if isinstance(value, Enum) else value)
+    env["PYTHONPATH"] = str(ROOT)
     env.update(extra)
     return env
 

@@ -110,13 +110,18 @@ def last_ids(db: Path) -> dict[str, int]:
         conn.close()
 
 
-def writer(run: Run, rate: float, hostile_requests: list[str]) -> None:
+def writer(run: Run, rate: float, hostile_requests: list[str], quiet_every: float = 0, quiet_s: float = 0) -> None:
     """Append rows at ``rate``/s (a 10x burst for 5 s each minute), edit and delete some, and write
-    hostile batches when the fault injector asks."""
+    hostile batches when the fault injector asks. Every ``quiet_every`` seconds it pauses for
+    ``quiet_s`` (an agent between sessions: the off-peak time the worker compacts in)."""
     db, n, started = run.settings.db, 0, time.monotonic()
     kinds = ("prompt", "observation", "prompt", "summary", "prompt", "observation")
     while not run.stop.is_set():
-        burst = (time.monotonic() - started) % 60 < 5
+        elapsed = time.monotonic() - started
+        if quiet_every > 0 and elapsed % quiet_every > quiet_every - quiet_s:
+            run.stop.wait(quiet_every - elapsed % quiet_every)
+            continue
+        burst = elapsed % 60 < 5
         batch = max(1, int(rate * (10 if burst else 1) / 5))  # five commits a second
         t = time.monotonic()
         try:
@@ -140,6 +145,19 @@ def writer(run: Run, rate: float, hostile_requests: list[str]) -> None:
         except sqlite3.Error as exc:  # a held lock past the busy timeout: note it and go on
             run.errors.append(f"writer: {exc}")
         time.sleep(max(0.0, 0.2 - (time.monotonic() - t)))
+
+
+def log_events(log: Path, names: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
+    """The worker's JSON log lines whose event is one of ``names``, by event."""
+    out: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and entry.get("event") in out:
+            out[entry["event"]].append(entry)
+    return out
 
 
 def edit_or_delete(run: Run) -> None:
@@ -323,11 +341,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--work", type=Path, default=None, help="directory to keep (default: a temporary one)")
     p.add_argument("--out", type=Path, default=Path(".bench/soak.json"))
+    p.add_argument("--quiet-every", type=float, default=5.0,
+                   help="minutes between the writer's quiet periods (0: never quiet)")
+    p.add_argument("--quiet-seconds", type=float, default=45.0, help="length of a quiet period")
+    p.add_argument("--compact-fraction", type=float, default=0.01,
+                   help="the worker's MEMSYNC_COMPACT_CHURN_FRACTION (default low, so that a soak compacts)")
+    p.add_argument("--compact-min-churn", type=int, default=100, help="the worker's MEMSYNC_COMPACT_MIN_CHURN")
+    p.add_argument("--compact-idle", type=float, default=15.0, help="the worker's MEMSYNC_COMPACT_IDLE_S")
     args = p.parse_args(argv)
 
     work = args.work or Path(tempfile.mkdtemp(prefix="memsync-soak-"))
     settings = Settings(db=work / "claude-mem.db", data_dir=work / "data", chroma_mode="managed",
-                        chroma_port=free_port())
+                        chroma_port=free_port(), compact_churn_fraction=args.compact_fraction,
+                        compact_min_churn=args.compact_min_churn, compact_idle_s=args.compact_idle)
     init_db(settings.db)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     run = Run(settings, random.Random(args.seed))
@@ -338,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         worker.stop()
         return 1
     hostile_requests: list[str] = []
-    threads = [threading.Thread(target=writer, args=(run, args.rate, hostile_requests), daemon=True),
+    threads = [threading.Thread(target=writer, args=(run, args.rate, hostile_requests, args.quiet_every * 60,
+                                                     args.quiet_seconds), daemon=True),
                threading.Thread(target=searcher_loop, args=(run, args.findable_after), daemon=True),
                threading.Thread(target=lag_probe, args=(run,), daemon=True)]
     for t in threads:
@@ -393,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     size, fresh_size = dir_mb(settings.chroma_dir), dir_mb(fresh.chroma_dir)
     leaked += chroma_processes(fresh.chroma_dir)
 
+    compactions = log_events(settings.data_dir / "worker.log", ("compacted", "space_reclaimed"))
     lags = sorted(run.lags_ms)
     pct = (lambda q: round(lags[min(len(lags) - 1, int(q * len(lags)))], 1)) if lags else (lambda q: None)
     failed_rows = sum(v.get("failed", 0) for v in status.get("totals", {}).values()) if "totals" in status else None
@@ -416,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
         "verify": {k: report.get(k) for k in ("expected", "in_chroma", "missing", "orphan", "stale", "duplicates",
                                                "unusable_rows", "error")},
         "failed_rows": failed_rows, "worker_exit": worker_exit, "leaked_pids": leaked,
+        "compactions": len(compactions["compacted"]),
+        "compacted": [{k: e.get(k) for k in ("copied", "churn", "seconds")} for e in compactions["compacted"]],
+        "reclaimed_mb": round(sum(float(e.get("freed_mb") or 0) for e in compactions["space_reclaimed"]), 1),
         "chroma_mb": round(size, 1), "fresh_rebuild_mb": round(fresh_size, 1), "fresh_rebuild": rebuilt,
         "checks": checks, "passed": all(checks.values()), "work": str(work),
     }
@@ -429,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
             {"figure": "fallback reasons", "value": "; ".join(f"{k} ({v})" for k, v in run.fallback_reasons.items())},
             {"figure": "verify", "value": json.dumps(summary["verify"])},
             {"figure": "failed rows (poison)", "value": failed_rows},
+            {"figure": "compactions (MB reclaimed)",
+             "value": f"{summary['compactions']} ({summary['reclaimed_mb']})"},
             {"figure": "chroma MB (fresh rebuild)", "value": f"{size:.1f} ({fresh_size:.1f})"},
             *({"figure": f"check: {k}", "value": "ok" if v else "FAILED"} for k, v in checks.items())]
     print_table(rows)
