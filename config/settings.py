@@ -85,6 +85,9 @@ class Settings(BaseSettings):
         "vectors updated or deleted since it was built reach this fraction of the live ones; 0 = never.")
     compact_min_churn: int = Field(1000, ge=0, description="Worker: ... and at least this many.")
     compact_idle_s: float = Field(120.0, ge=0, description="Worker: compact only after this long without new rows.")
+    text_index: bool = Field(
+        True, description="Worker: keep memsync's own BM25 index (tantivy) of the database in the data directory; "
+        "searches use it for lexical ranking when it is there (FTS5 otherwise, and for rows it does not hold yet).")
     serve_host: str = Field("127.0.0.1", description="memsync serve / mcp --http: address to listen on.")
     serve_port: int = Field(8787, ge=1, le=65535, description="memsync serve: HTTP port.")
     api_token: SecretStr | None = Field(

@@ -350,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compact-idle", type=float, default=15.0, help="the worker's MEMSYNC_COMPACT_IDLE_S")
     args = p.parse_args(argv)
 
+    if args.work is not None and (args.work / "claude-mem.db").exists():
+        p.error(f"{args.work} already holds a soak's database; give a new --work directory")
     work = args.work or Path(tempfile.mkdtemp(prefix="memsync-soak-"))
     settings = Settings(db=work / "claude-mem.db", data_dir=work / "data", chroma_mode="managed",
                         chroma_port=free_port(), compact_churn_fraction=args.compact_fraction,

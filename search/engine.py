@@ -37,6 +37,7 @@ from search.fusion import Ranked, Weights, fuse
 from search.models import Filters, Format, Mode, Order, Response, Result, Signal, Window
 from search.rows import QueryTimeout, SourceRows, title_of
 from search.semantic import RowHit, VectorSide, VectorUnavailable
+from search.textindex import TextIndex, merge_tail
 
 Key = tuple[Kind, int]
 EXCLUDED_CAP = 100  # counting matches outside the window stops here per kind (then: "at least")
@@ -155,9 +156,10 @@ class Searcher:
                 sem_future = self._pool.submit(self._semantic_side, query, kinds, filters, window, need, depth,
                                                linked)
             exprs = _Expressions(rows, query)
+            index = TextIndex.open(self.settings) if self.settings.text_index and mode is not Mode.SEMANTIC else None
             if mode is not Mode.SEMANTIC:
                 try:
-                    self._lexical(rows, exprs, kinds, filters, window, depth, got, linked=linked)
+                    self._lexical(rows, exprs, kinds, filters, window, depth, got, linked, index)
                 except QueryTimeout as exc:  # keep what was gathered; say that the rest is missing
                     notes.append(f"full-text search incomplete: {exc}")
             timings["lexical"] = _ms(t0)
@@ -186,7 +188,8 @@ class Searcher:
             timings["fuse"] = _ms(t2)
             t3 = time.perf_counter()
             try:
-                excluded = self._excluded(rows, exprs, kinds, filters, window) if window.source == "window" else 0
+                excluded = (self._excluded(rows, exprs, kinds, filters, window, index)
+                            if window.source == "window" else 0)
             except QueryTimeout:
                 excluded = 0
             timings["window_count"] = _ms(t3)
@@ -201,15 +204,21 @@ class Searcher:
             rows.close()
 
     def _lexical(self, rows: SourceRows, exprs: _Expressions, kinds: Sequence[Kind], filters: Filters,
-                 window: Window, depth: int, got: _Gathered, linked: bool) -> None:
+                 window: Window, depth: int, got: _Gathered, linked: bool, index: TextIndex | None) -> None:
         # One table per thread (each with its own connection; SQLite runs outside the GIL): the
         # largest table here, the others on the pool.
         tasks: list[tuple[Kind, Filters]] = [(k, filters) for k in kinds]
         if Kind.PROMPT in kinds and linked and Kind.OBSERVATION not in kinds:
             tasks.append((Kind.OBSERVATION, _linked_filters(filters)))
-        first, rest = tasks[0], tasks[1:]
-        futures = [self._pool.submit(self._lexical_one, None, exprs.text, k, f, window, depth) for k, f in rest]
-        results = {first[0]: self._lexical_one(rows, exprs.text, first[0], first[1], window, depth)}
+        rest = tasks[1:]
+        if all(_watermark(index, k, f) is not None for k, f in tasks):
+            # The text index answers in well under a millisecond per kind: a thread and a connection
+            # per kind would cost more than they save.
+            rest = []
+        futures = [self._pool.submit(self._lexical_one, None, exprs.text, k, f, window, depth, index)
+                   for k, f in rest]
+        results = {k: self._lexical_one(rows, exprs.text, k, f, window, depth, index)
+                   for k, f in tasks if (k, f) not in rest}
         for (kind, _), future in zip(rest, futures, strict=True):
             results[kind] = future.result()
         for kind in kinds:
@@ -219,12 +228,24 @@ class Searcher:
             got.linked_lexical = self._linked(rows, lex_obs or [], filters, window)
 
     def _lexical_one(self, rows: SourceRows | None, text: str, kind: Kind, filters: Filters, window: Window,
-                     depth: int) -> list[int]:
+                     depth: int, index: TextIndex | None) -> list[int]:
+        """One kind's lexical ranking: memsync's text index for the rows it holds plus FTS5 for the
+        newer ones (see search.textindex), or FTS5 alone."""
         own = rows is None
         rows = rows or self._rows()
         try:
-            expr = rows.expression(kind, text)
-            return [i for i, _ in rows.lexical(kind, expr, filters, window, depth)] if expr else []
+            if not rows.applicable(kind, filters):
+                return []
+            mark = _watermark(index, kind, filters)
+            if index is None or mark is None:
+                expr = rows.expression(kind, text)
+                return [i for i, _ in rows.lexical(kind, expr, filters, window, depth)] if expr else []
+            ranked = [i for i, _ in index.search(kind, text, filters, window, depth)]
+            tail: list[int] = []
+            if rows.max_id(kind) > mark:
+                expr = rows.expression(kind, text)
+                tail = [i for i, _ in rows.lexical(kind, expr, filters, window, depth, after_id=mark)] if expr else []
+            return merge_tail(ranked, tail, depth)
         finally:
             if own:
                 rows.close()
@@ -378,16 +399,23 @@ class Searcher:
         return out, len(out)
 
     def _excluded(self, rows: SourceRows, exprs: _Expressions, kinds: Sequence[Kind], filters: Filters,
-                  window: Window) -> int:
+                  window: Window, index: TextIndex | None) -> int:
         """Rows that match (lexically, or among the semantic candidates) but fall outside the window."""
         outside = Window(0, None, window.start_ms, "before_window") if window.start_ms is not None else None
         if outside is None:
             return 0
         n = 0
         for kind in kinds:
+            if not rows.applicable(kind, filters):
+                continue
+            mark = _watermark(index, kind, filters)
+            if index is not None and mark is not None:
+                n += index.count(kind, exprs.text, filters, outside)
+                if rows.max_id(kind) <= mark:
+                    continue
             expr = exprs[kind]
             if expr:
-                n += rows.lexical_count(kind, expr, filters, outside, EXCLUDED_CAP)
+                n += rows.lexical_count(kind, expr, filters, outside, EXCLUDED_CAP, after_id=mark or 0)
         return min(n, EXCLUDED_CAP)
 
     def _hydrate(self, rows: SourceRows, page: list[tuple[Key, float, bool, bool]], got: _Gathered,
@@ -581,6 +609,11 @@ class Searcher:
             if r.similarity is not None and r.similarity >= self.settings.near_duplicate:
                 r.field = "near_duplicate"
         return results, Mode.SEMANTIC, None
+
+
+def _watermark(index: TextIndex | None, kind: Kind, filters: Filters) -> int | None:
+    """The text index's watermark for ``kind`` when it can answer this search, else None."""
+    return index.watermark(kind) if index is not None and index.supports(filters) else None
 
 
 def _linked_filters(filters: Filters) -> Filters:

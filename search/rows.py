@@ -228,18 +228,23 @@ class SourceRows:
         return int(row[0][0] or 0)
 
     def lexical(self, kind: Kind, expr: str, filters: Filters, window: Window | None, limit: int,
-                order: str = "rank") -> list[tuple[int, float]]:
-        """Rows of ``kind`` matching the MATCH expression within filters/window: (id, bm25) with
-        higher = better, best first (or newest/oldest first when ``order`` says so)."""
+                order: str = "rank", after_id: int = 0) -> list[tuple[int, float]]:
+        """Rows of ``kind`` (with id > ``after_id``) matching the MATCH expression within
+        filters/window: (id, bm25) with higher = better, best first (or newest/oldest first when
+        ``order`` says so)."""
         if not self.applicable(kind, filters):
             return []
         if not self.has_fts(kind):
             ids = self.lexical_index.match(kind, expr, limit=None) if self.lexical_index else []
+            ids = [(i, s) for i, s in ids if i > after_id]
             if not ids:
                 return []
             return self._filter_ranked(kind, ids, filters, window, limit, order)
         fts = FTS_TABLES[kind][0]
         cond, params = self.where(kind, filters, window)
+        if after_id:
+            cond += " AND f.rowid > ?"
+            params.append(after_id)
         if window is not None and window.start_ms is not None:
             # Rows are appended in time order, so the window is (almost) an id range, and FTS5 skips
             # whole doclist segments for a rowid bound: ~5x less to score. Exact: the bound is the
@@ -286,14 +291,19 @@ class SourceRows:
             out.sort(key=lambda x: (epochs.get(x[0], 0), x[0]), reverse=order == "newest")
         return out[:limit]
 
-    def lexical_count(self, kind: Kind, expr: str, filters: Filters, window: Window | None, cap: int) -> int:
-        """How many rows match (up to ``cap``), e.g. outside the window; unranked, so cheap."""
+    def lexical_count(self, kind: Kind, expr: str, filters: Filters, window: Window | None, cap: int,
+                      after_id: int = 0) -> int:
+        """How many rows (with id > ``after_id``) match, up to ``cap``, e.g. outside the window;
+        unranked, so cheap."""
         if not self.applicable(kind, filters):
             return 0
         if not self.has_fts(kind):
-            return len(self.lexical(kind, expr, filters, window, cap))
+            return len(self.lexical(kind, expr, filters, window, cap, after_id=after_id))
         fts_table = FTS_TABLES[kind][0]
         cond, params = self.where(kind, filters, window)
+        if after_id:
+            cond += " AND f.rowid > ?"
+            params.append(after_id)
         sql = (f"SELECT count(*) FROM (SELECT 1 FROM {fts_table} f JOIN {TABLES[kind]} {ALIAS} "
                f"ON {ALIAS}.id = f.rowid WHERE {fts_table} MATCH ? AND {cond} LIMIT ?)")
         return int(self.query(sql, [expr, *params, cap])[0][0])

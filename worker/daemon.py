@@ -43,6 +43,7 @@ from worker.source import SourceReader
 from worker.state import ACTIVE_COLLECTION, SyncState, now_ms
 from worker.sync import Syncer, SyncResult
 from worker.tail import FileStamp, oldest_pending_ms, stamp
+from worker.textsync import TextSync
 
 STATUS_FILE = "worker.json"
 LOCK_FILE = "worker.lock"
@@ -118,6 +119,7 @@ class Worker:
         self._passes_written = -1
         self._last_change = time.monotonic()  # for compaction: only after compact_idle_s without new rows
         self._next_compact_check = 0.0
+        self._text = TextSync(settings)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -215,6 +217,7 @@ class Worker:
         self._acquire_lock()
         self._state = SyncState(self.s.state_path)
         try:
+            self._text.step(force_full=True)
             self._ensure_open()
             return self._pass(full=True)
         finally:
@@ -227,6 +230,7 @@ class Worker:
             self.metrics.close()
             self.metrics = None
         self._close_store()
+        self._text.close()
         if self._server is not None:
             self._server.stop()
         if self._reader is not None:
@@ -252,6 +256,7 @@ class Worker:
             if self.health_due.is_set():
                 self.health_due.clear()
                 self._check_health()
+            self._text.step()  # before Chroma: it keeps the lexical fallback fast while Chroma is down
             self._ensure_open()
             full = self.reconcile_due.is_set() or self._replaced()
             if full:

@@ -21,6 +21,7 @@ from worker.sink import ChromaSink
 from worker.source import SourceReader
 from worker.state import ACTIVE_COLLECTION, SyncState, now_ms
 from worker.sync import ProgressFn, Syncer, SyncResult
+from worker.textsync import TextSync
 
 DRY_RUN_REBUILD = "(rebuild-dry-run)"
 
@@ -78,4 +79,10 @@ def resync(
         if not dry_run:
             summary = {k: v for k, v in asdict(result).items() if k != "failures"}
             state.record_run(name, started, json.dumps(summary))
+    if not dry_run:  # memsync's text index too (skipped, with a log line, while a worker holds it)
+        text = TextSync(settings)
+        try:
+            text.step(force_full=True)
+        finally:
+            text.close()
     return result

@@ -67,11 +67,11 @@ def build(tmp: Path, records: list[dict[str, Any]], **kw: Any) -> Settings:
     return settings
 
 
-@pytest.fixture(scope="module")
-def searcher(tmp_path_factory: pytest.TempPathFactory) -> Any:
+@pytest.fixture(scope="module", params=[True, False], ids=["text-index", "fts5-only"])
+def searcher(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     # Top-N of 5 (25 when over-fetched) with 130 older near-matches: the corpus that breaks
-    # "filter after the cut".
-    settings = build(tmp_path_factory.mktemp("search"), corpus(), candidates=5)
+    # "filter after the cut". Every test runs with memsync's text index and with FTS5 alone.
+    settings = build(tmp_path_factory.mktemp("search"), corpus(), candidates=5, text_index=request.param)
     engine = Searcher(settings)
     yield engine
     engine.close()

@@ -1,0 +1,159 @@
+"""memsync's text index (tantivy) on real claude-mem files: what it holds, how it follows the
+database (appends, edits, a replaced file), the FTS5 tail for rows it does not hold yet, and that a
+failure of it never reaches the sync or the search."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from config.schema import Era, Kind
+from config.settings import Settings
+from search import Filters, Mode, Searcher
+from search.models import Window
+from search.textindex import TextIndex, merge_tail
+from tests.conftest import BASE_MS, make_db, mixed_records, obs, prompt
+from worker.importer import import_records
+from worker.textsync import TextSync
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http",
+                    chroma_port=9)  # nothing listens: searches answer lexically
+
+
+def _refresh(settings: Settings, full: bool = True) -> None:
+    text = TextSync(settings)
+    try:
+        assert text.step(force_full=full) is not None
+    finally:
+        text.close()
+
+
+@pytest.mark.parametrize("era", [Era.CURRENT, Era.LEGACY])
+def test_index_holds_every_kind_with_filters(tmp_path: Path, era: Era) -> None:
+    s = _settings(tmp_path)
+    make_db(s.db, [*mixed_records(6), obs(100, "gamma", narrative="zeppelin hangar", type="feature"),
+                   obs(101, "gamma", narrative="zeppelin mooring", type="bugfix"),
+                   prompt(102, "delta", prompt_text="zeppelin prompt")], era=era)
+    _refresh(s)
+    index = TextIndex.open(s)
+    assert index is not None
+    assert index.watermark(Kind.OBSERVATION) == 8 and index.watermark(Kind.PROMPT) == 7
+    everything = Window(0, None, None, "all_time")
+    assert {i for i, _ in index.search(Kind.OBSERVATION, "zeppelins", Filters(), everything, 10)} == {7, 8}
+    assert [i for i, _ in index.search(Kind.OBSERVATION, "zeppelin", Filters(types=("bugfix",)), everything,
+                                       10)] == [8]
+    assert index.search(Kind.OBSERVATION, "zeppelin", Filters(project="alpha"), everything, 10) == []
+    assert [i for i, _ in index.search(Kind.PROMPT, "zeppelin", Filters(project="delta"), everything, 10)] == [7]
+    # Ids of the three kinds are separate spaces: summary 7 does not exist, prompt 7 does.
+    assert index.search(Kind.SUMMARY, "zeppelin", Filters(), everything, 10) == []
+    recent = Window(1, BASE_MS + 100_500, None, "window")  # obs(i) is created at BASE + i s: only obs(101)
+    assert [i for i, _ in index.search(Kind.OBSERVATION, "zeppelin", Filters(), recent, 10)] == [8]
+    before = Window(0, None, BASE_MS + 100_500, "before_window")
+    assert index.count(Kind.OBSERVATION, "zeppelin", Filters(), before) == 1
+
+
+def test_rows_newer_than_the_index_come_from_fts5_until_it_catches_up(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    make_db(s.db, mixed_records(4))
+    _refresh(s)
+    import_records(s.db, [obs(50, narrative="quokka sighting near the build server")])
+    engine = Searcher(s)
+    try:
+        resp = engine.search("quokka", mode=Mode.LEXICAL, window_days=0)
+        assert [(r.kind, r.id) for r in resp.results] == [(Kind.OBSERVATION, 5)]
+        index = TextIndex.open(s)
+        assert index is not None and index.watermark(Kind.OBSERVATION) == 4  # the tail answered
+        _refresh(s, full=False)
+        index = TextIndex.open(s)
+        assert index is not None and index.watermark(Kind.OBSERVATION) == 5
+        assert [i for i, _ in index.search(Kind.OBSERVATION, "quokka", Filters(), Window(0, None, None, "all_time"),
+                                           5)] == [5]
+        assert [(r.kind, r.id) for r in engine.search("quokka", mode=Mode.LEXICAL, window_days=0).results] == [
+            (Kind.OBSERVATION, 5)]
+    finally:
+        engine.close()
+
+
+def test_edit_below_the_watermark_rebuilds_the_kind_at_a_full_refresh(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    make_db(s.db, mixed_records(4))
+    text = TextSync(s)
+    try:
+        assert text.step() is not None  # the first step is a full one (start-up)
+        with sqlite3.connect(s.db) as conn:  # the agent edits an old row
+            conn.execute("UPDATE observations SET narrative = 'axolotl habitat notes' WHERE id = 2")
+        quick = text.step()
+        assert quick is not None and quick.rebuilt == [] and quick.appended == {}  # appends only
+        full = text.step(force_full=True)
+        assert full is not None and full.rebuilt == ["observation"]
+    finally:
+        text.close()
+    index = TextIndex.open(s)
+    assert index is not None
+    assert [i for i, _ in index.search(Kind.OBSERVATION, "axolotl", Filters(), None, 5)] == [2]
+
+
+def test_a_replaced_database_is_indexed_from_scratch(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    make_db(s.db, mixed_records(6))
+    _refresh(s)
+    s.db.unlink()
+    make_db(s.db, [obs(1, narrative="narwhal migration")])
+    text = TextSync(s)
+    try:
+        result = text.step()
+        assert result is not None and "observation" in result.rebuilt
+    finally:
+        text.close()
+    index = TextIndex.open(s)
+    assert index is not None and index.watermark(Kind.OBSERVATION) == 1
+    assert [i for i, _ in index.search(Kind.OBSERVATION, "narwhal", Filters(), None, 5)] == [1]
+    assert index.search(Kind.OBSERVATION, "caching", Filters(), None, 5) == []
+
+
+def test_an_index_of_another_database_is_not_used(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    make_db(s.db, mixed_records(3))
+    _refresh(s)
+    other = s.model_copy(update={"db": tmp_path / "other.db"})
+    make_db(other.db, mixed_records(2))
+    assert TextIndex.open(s) is not None
+    assert TextIndex.open(other) is None
+
+
+def test_a_failing_index_never_stops_sync_or_search(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    make_db(s.db, mixed_records(3))
+    holder = TextSync(s)
+    try:
+        assert holder.step() is not None  # holds tantivy's writer lock
+        second = TextSync(s)
+        assert second.step(force_full=True) is None  # refused, logged, no exception
+        second.close()
+    finally:
+        holder.close()
+    # A corrupt meta file: searches use FTS5 and still answer.
+    (s.data_dir / "text-index" / "memsync-meta.json").write_text("{not json")
+    assert TextIndex.open(s) is None
+    engine = Searcher(s)
+    try:
+        assert engine.search("caching", mode=Mode.LEXICAL, window_days=0).results
+    finally:
+        engine.close()
+
+
+def test_text_index_off_writes_nothing(tmp_path: Path) -> None:
+    s = _settings(tmp_path).model_copy(update={"text_index": False})
+    make_db(s.db, mixed_records(2))
+    assert TextSync(s).step(force_full=True) is None
+    assert not (s.data_dir / "text-index").exists()
+
+
+def test_merge_tail_alternates_and_dedupes() -> None:
+    assert merge_tail([1, 2, 3, 4], [9, 2], 10) == [1, 9, 2, 3, 4]
+    assert merge_tail([], [5, 6], 1) == [5]
+    assert merge_tail([1], [], 3) == [1]
