@@ -134,7 +134,7 @@ class TextIndexWriter:
                 shutil.rmtree(self.path)
             self._meta = {"version": VERSION, "db": _source_id(settings.db), "kinds": {}}
         self._index = _open(self.path, create=True)
-        self._writer = self._index.writer(heap_size=50_000_000, num_threads=1)
+        self._writer = self._index.writer(heap_size=15_000_000, num_threads=1)
 
     def close(self) -> None:
         """Let merges finish and release the writer lock."""
