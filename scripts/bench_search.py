@@ -11,7 +11,8 @@ plus noise, so vectors spread like real ones (one pool vector plus a little nois
 of near-duplicates that Chroma's HNSW search could not leave: it returned at most 177 neighbours).
 Meaningless for quality, which bench_quality measures. Queries are embedded by the real model inside every timed search.
 Variants: no window, the 90-day window, window + project filter; hybrid, lexical only, and the
-fallback (Chroma unreachable). Writes JSON (default ``.bench/bench_search.json``). The built data
+fallback (Chroma unreachable); lexical only also without memsync's text index (FTS5 alone), to
+show what the index buys in the same run. Writes JSON (default ``.bench/bench_search.json``). The built data
 is kept in ``--work`` and reused.
 """
 
@@ -35,6 +36,7 @@ from search import Filters, Mode, Searcher
 from worker.demo import PROJECTS, generate
 from worker.importer import import_records, init_db
 from worker.resync import resync
+from worker.textsync import TextSync
 
 QUERIES = (
     "connection pool exhausted under load", "refund endpoint returns 500", "flaky test timing",
@@ -116,10 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     work = args.work or ROOT / ".bench" / f"search-{args.rows}"
     settings = build(work, args.rows)
+    text = TextSync(settings)  # the worker's text index (a work dir built before it existed gets one)
+    text.step(force_full=True)
+    text.close()
     server = ManagedServer(settings)
     server.ensure()
     searcher = Searcher(settings)
     down = Searcher(settings.model_copy(update={"chroma_mode": "http", "chroma_port": free_port()}))
+    fts5 = Searcher(settings.model_copy(update={"text_index": False}))  # the lexical side without it
     project = PROJECTS[0].name
     try:
         deadline = time.monotonic() + 300
@@ -144,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
             "lexical only, all time": lambda: searcher.search(nxt(), window_days=0, mode=Mode.LEXICAL),
             "lexical only, window + project": lambda: searcher.search(nxt(), filters=Filters(project=project),
                                                                       mode=Mode.LEXICAL),
+            "lexical only, FTS5 alone, all time": lambda: fts5.search(nxt(), window_days=0, mode=Mode.LEXICAL),
+            "lexical only, FTS5 alone, window + project": lambda: fts5.search(
+                nxt(), filters=Filters(project=project), mode=Mode.LEXICAL),
             "fallback (Chroma down), all time": lambda: down.search(nxt(), window_days=0),
             "fallback (Chroma down), 90-day window": lambda: down.search(nxt()),
             "fallback, window + project": lambda: down.search(nxt(), filters=Filters(project=project)),
@@ -162,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         searcher.close()
         down.close()
+        fts5.close()
         server.stop()
     print_table(table)
     hybrid_p95 = max(float(r["p95_ms"]) for r in table if str(r["variant"]).startswith("hybrid"))  # type: ignore[arg-type]
