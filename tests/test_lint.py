@@ -19,3 +19,12 @@ BIN = Path(sys.executable).parent
 def test_static_checks_pass(command: list[str]) -> None:
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_readme_settings_table_lists_every_setting() -> None:
+    """The README's settings table is the user's reference: a setting missing there is invisible."""
+    from config.settings import Settings
+
+    readme = (ROOT / "README.md").read_text()
+    missing = [n for n in Settings.model_fields if f"| `{n}` | `MEMSYNC_{n.upper()}` |" not in readme]
+    assert not missing, f"README settings table lacks: {missing}"
