@@ -116,6 +116,11 @@ class RefreshResult:
     appended: dict[str, int]
     rebuilt: list[str]
     seconds: float
+    interrupted: bool = False
+
+
+class _Stopped(Exception):
+    """The caller asked the refresh to stop (its work is rolled back, the index stays as it was)."""
 
 
 class TextIndexWriter:
@@ -135,16 +140,28 @@ class TextIndexWriter:
             self._meta = {"version": VERSION, "db": _source_id(settings.db), "kinds": {}}
         self._index = _open(self.path, create=True)
         self._writer = self._index.writer(heap_size=15_000_000, num_threads=1)
+        self._stop: threading.Event | None = None
 
     def close(self) -> None:
         """Let merges finish and release the writer lock."""
         with contextlib.suppress(Exception):
             self._writer.wait_merging_threads()
 
-    def refresh(self, rows: SourceRows, full: bool = False) -> RefreshResult:
+    def refresh(self, rows: SourceRows, full: bool = False, stop: threading.Event | None = None) -> RefreshResult:
         """Append rows above the watermark; with ``full``, also compare each table's fingerprint
-        (row count and text length) and rebuild a kind whose older rows changed."""
+        (row count and text length) and rebuild a kind whose older rows changed. ``stop`` ends a
+        long rebuild between batches: nothing is committed then, and the next refresh starts over."""
         t0 = time.perf_counter()
+        self._stop = stop
+        saved = json.loads(json.dumps(self._meta))
+        try:
+            return self._refresh(rows, full, t0)
+        except _Stopped:
+            self._writer.rollback()
+            self._meta = saved
+            return RefreshResult({}, [], time.perf_counter() - t0, interrupted=True)
+
+    def _refresh(self, rows: SourceRows, full: bool, t0: float) -> RefreshResult:
         appended: dict[str, int] = {}
         rebuilt: list[str] = []
         assert self._meta is not None
@@ -189,6 +206,8 @@ class TextIndexWriter:
         extra += f", {type_col}" if type_col else ", NULL"
         n = 0
         while True:
+            if self._stop is not None and self._stop.is_set():
+                raise _Stopped
             batch = rows.query(
                 f"SELECT {ALIAS}.id, {rows.project_expr(kind)}, {ALIAS}.created_at_epoch{extra}, {select} "
                 f"FROM {TABLES[kind]} {ALIAS} WHERE {ALIAS}.id > ? AND {ALIAS}.id <= ? ORDER BY {ALIAS}.id LIMIT ?",

@@ -119,7 +119,7 @@ class Worker:
         self._passes_written = -1
         self._last_change = time.monotonic()  # for compaction: only after compact_idle_s without new rows
         self._next_compact_check = 0.0
-        self._text = TextSync(settings)
+        self._text = TextSync(settings, self.stop)
 
     # -- lifecycle -----------------------------------------------------------------------------
 

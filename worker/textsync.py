@@ -7,6 +7,7 @@ the sync: failures are logged (once per distinct message) and retried at the nex
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -18,14 +19,16 @@ from worker.tail import FileStamp, stamp
 
 TEXT_INDEX_UPDATED = "text_index_updated"
 TEXT_INDEX_FAILED = "text_index_failed"
+STATEMENT_MS = 600_000
 
 
 class TextSync:
     """Appends new rows when the database file changed; compares fingerprints (edits, deletes) at
     start and then once per reconcile interval."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, stop: threading.Event | None = None) -> None:
         self.s = settings
+        self.stop = stop
         self.log = logs.get_logger(component="text_index")
         self._writer: TextIndexWriter | None = None
         self._full_at = 0.0
@@ -45,9 +48,11 @@ class TextSync:
         try:
             if self._writer is None:
                 self._writer = TextIndexWriter(self.s)
-            rows = SourceRows(self.s.db, self.s.sqlite_busy_timeout_ms)
+            # Background work: a fingerprint is one scan of a table (seconds at a million rows), so the
+            # search's per-statement limit does not apply; the reads are short-lived snapshots anyway.
+            rows = SourceRows(self.s.db, self.s.sqlite_busy_timeout_ms, statement_ms=STATEMENT_MS)
             try:
-                result = self._writer.refresh(rows, full=full)
+                result = self._writer.refresh(rows, full=full, stop=self.stop)
             finally:
                 rows.close()
         except Exception as exc:  # noqa: BLE001 - tantivy, SQLite, the file system: none may stop the sync
@@ -58,6 +63,8 @@ class TextSync:
             self.close()
             return None
         self._last_error = None
+        if result.interrupted:  # the worker is stopping: the next start does it again
+            return result
         # A changed stamp is trusted only once it was seen twice: the WAL grows before its commit is
         # visible, so the first look can miss a row (the search then takes it from FTS5 meanwhile).
         self._stamp = current if current == self._seen else None

@@ -5,6 +5,7 @@ failure of it never reaches the sync or the search."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,23 @@ def test_merge_tail_alternates_and_dedupes() -> None:
     assert merge_tail([1, 2, 3, 4], [9, 2], 10) == [1, 9, 2, 3, 4]
     assert merge_tail([], [5, 6], 1) == [5]
     assert merge_tail([1], [], 3) == [1]
+
+
+def test_a_stop_request_rolls_the_refresh_back(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    make_db(s.db, mixed_records(5))
+    stop = threading.Event()
+    stop.set()  # the worker is stopping: a long rebuild must not hold it up
+    text = TextSync(s, stop)
+    try:
+        result = text.step()
+        assert result is not None and result.interrupted and result.rebuilt == []
+        index = TextIndex.open(s)
+        assert index is None or index.watermark(Kind.OBSERVATION) is None  # nothing half-done is trusted
+        stop.clear()
+        again = text.step()
+        assert again is not None and not again.interrupted and "observation" in again.rebuilt
+    finally:
+        text.close()
+    index = TextIndex.open(s)
+    assert index is not None and index.watermark(Kind.OBSERVATION) == 5
