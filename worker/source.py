@@ -7,7 +7,7 @@ a long-open read would stop the app's WAL checkpoints. The connection is ``mode=
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +112,17 @@ class SourceReader:
             merged = "t.merged_into_project" if self.schema.column(table, "merged_into_project") else "NULL"
             sql = f"SELECT t.id AS id, t.project AS project, {merged} AS merged FROM {table} t"
         return [RowRef(int(r["id"]), r["project"] or "", r["merged"] or "") for r in self._fetch(sql, {})]
+
+    def text_fingerprint(self, kind: Kind, columns: Sequence[str], after: int, up_to: int) -> tuple[int, int]:
+        """(row count, total length of the logical ``columns``) of the rows with after < id <= up_to:
+        a cheap stand-in for "unchanged" (used by the text index; an edit that keeps every length
+        is not seen by it)."""
+        table = TABLES[kind]
+        phys = [c for c in (self.schema.column(table, x) for x in columns) if c]
+        lengths = " + ".join(f'coalesce(length(t."{c}"), 0)' for c in phys) or "0"
+        row = self._fetch(f"SELECT count(*) AS n, coalesce(sum({lengths}), 0) AS chars FROM {table} t "
+                          "WHERE t.id > :after AND t.id <= :up_to", {"after": after, "up_to": up_to})[0]
+        return int(row["n"]), int(row["chars"])
 
     def max_ids(self) -> dict[Kind, int]:
         """The highest id per kind (0 when empty): a cheap change check."""

@@ -1,30 +1,164 @@
-"""Keeping memsync's text index (``search.textindex``) in step with the agent's database.
+"""Keeping memsync's text index (layout: ``config.textindex``; read by ``search.textindex``) in step
+with the agent's database.
 
 The daemon calls :meth:`TextSync.step` on every loop, Chroma up or down: the index is what keeps
-the lexical fallback fast while Chroma is away. It is an accelerator, so nothing about it may stop
-the sync: failures are logged (once per distinct message) and retried at the next change.
+the lexical fallback fast while Chroma is away. New rows are appended when the database file
+changed; each table's fingerprint (row count, text length) is compared at start-up and once per
+reconcile interval, and a kind whose older rows were edited or deleted is rebuilt. The index is an
+accelerator, so nothing about it may stop the sync: failures are logged (once per distinct
+message) and retried at the next change.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import shutil
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
+import tantivy
+
+from config.schema import KINDS, Kind
 from config.settings import Settings
-from search.rows import SourceRows
-from search.textindex import RefreshResult, TextIndexWriter
+from config.textindex import (
+    KIND_CODE,
+    META_FILE,
+    VERSION,
+    index_path,
+    open_index,
+    read_meta,
+    source_id,
+    text_columns,
+    write_meta,
+)
 from worker import logs
+from worker.documents import clean
+from worker.source import SourceReader
 from worker.tail import FileStamp, stamp
 
 TEXT_INDEX_UPDATED = "text_index_updated"
 TEXT_INDEX_FAILED = "text_index_failed"
-STATEMENT_MS = 600_000
+READ_BATCH = 2000  # rows per read while (re)indexing; the stop flag is checked between batches
+
+
+@dataclass
+class RefreshResult:
+    """What one refresh did: rows appended per kind, kinds rebuilt, and whether a stop cut it short."""
+
+    appended: dict[str, int]
+    rebuilt: list[str]
+    seconds: float
+    interrupted: bool = False
+
+
+class _Stopped(Exception):
+    """The caller asked the refresh to stop (its work is rolled back, the index stays as it was)."""
+
+
+class TextIndexWriter:
+    """The one writer of the index (tantivy's own lock keeps a second process out). Not
+    thread-safe: the worker calls it from its sync thread only."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.path = index_path(settings)
+        self._meta = read_meta(self.path)
+        if self._meta is None or self._meta.get("db") != source_id(settings.db):
+            # Another database, an older layout or a half-built index: start from nothing. The meta
+            # file goes first, so a crash in between leaves an index no search trusts.
+            (self.path / META_FILE).unlink(missing_ok=True)
+            if self.path.exists():
+                shutil.rmtree(self.path)
+            self._meta = {"version": VERSION, "db": source_id(settings.db), "kinds": {}}
+        self._index = open_index(self.path, create=True)
+        self._writer = self._index.writer(heap_size=15_000_000, num_threads=1)
+        self._stop: threading.Event | None = None
+
+    def close(self) -> None:
+        """Let merges finish and release the writer lock."""
+        with contextlib.suppress(Exception):  # closing: nothing left to protect
+            self._writer.wait_merging_threads()
+
+    def refresh(self, reader: SourceReader, full: bool = False, stop: threading.Event | None = None) -> RefreshResult:
+        """Append rows above the watermark; with ``full``, also compare each table's fingerprint and
+        rebuild a kind whose older rows changed. ``stop`` ends a long rebuild between batches:
+        nothing is committed then, and the next refresh starts over."""
+        t0 = time.perf_counter()
+        self._stop = stop
+        saved = json.loads(json.dumps(self._meta))
+        try:
+            return self._refresh(reader, full, t0)
+        except _Stopped:
+            self._writer.rollback()
+            self._meta = saved
+            return RefreshResult({}, [], time.perf_counter() - t0, interrupted=True)
+
+    def _refresh(self, reader: SourceReader, full: bool, t0: float) -> RefreshResult:
+        appended: dict[str, int] = {}
+        rebuilt: list[str] = []
+        assert self._meta is not None
+        kinds_meta: dict[str, Any] = self._meta["kinds"]
+        max_ids = reader.max_ids()
+        changed = False
+        for kind in KINDS:
+            cols = text_columns(kind)
+            mark = kinds_meta.get(kind.value)
+            max_id = max_ids[kind]
+            if mark is not None and max_id < int(mark["max_id"]):
+                mark = None  # ids went down: the database was replaced
+            if full and mark is not None and reader.text_fingerprint(kind, cols, 0, int(mark["max_id"])) != (
+                    int(mark["n"]), int(mark["chars"])):
+                mark = None  # an edit or delete below the watermark
+            if mark is None:
+                self._writer.delete_documents_by_term("kind", KIND_CODE[kind])
+                self._add_rows(reader, kind, cols, 0, max_id)
+                n, chars = reader.text_fingerprint(kind, cols, 0, max_id)
+                rebuilt.append(kind.value)
+            elif max_id > int(mark["max_id"]):
+                old = int(mark["max_id"])
+                appended[kind.value] = self._add_rows(reader, kind, cols, old, max_id)
+                n, chars = reader.text_fingerprint(kind, cols, old, max_id)
+                n, chars = n + int(mark["n"]), chars + int(mark["chars"])
+            else:
+                continue
+            kinds_meta[kind.value] = {"max_id": max_id, "n": n, "chars": chars}
+            changed = True
+        if changed:
+            self._writer.commit()
+            write_meta(self.path, self._meta)
+        return RefreshResult(appended, rebuilt, time.perf_counter() - t0)
+
+    def _add_rows(self, reader: SourceReader, kind: Kind, cols: tuple[str, ...], after: int, up_to: int) -> int:
+        """Index the rows with after < id <= up_to; returns how many."""
+        n = 0
+        while after < up_to:
+            if self._stop is not None and self._stop.is_set():
+                raise _Stopped
+            batch = [r for r in reader.read_batch(kind, after, READ_BATCH) if r.id <= up_to]
+            for row in batch:
+                doc = tantivy.Document()
+                doc.add_text("kind", KIND_CODE[kind])
+                doc.add_integer("row", row.id)
+                for project in {row.project, row.merged_into_project} - {""}:
+                    doc.add_text("project", project)
+                if kind is Kind.OBSERVATION and clean(row.values.get("type")):
+                    doc.add_text("type", clean(row.values.get("type")))
+                epoch = row.values.get("created_at_epoch")
+                doc.add_integer("epoch", int(epoch) if isinstance(epoch, int | float) else 0)
+                doc.add_text("body", " ".join(clean(row.values.get(c)) for c in cols))
+                self._writer.add_document(doc)
+            n += len(batch)
+            if len(batch) < READ_BATCH:
+                return n
+            after = batch[-1].id
+        return n
 
 
 class TextSync:
-    """Appends new rows when the database file changed; compares fingerprints (edits, deletes) at
-    start and then once per reconcile interval."""
+    """When to refresh (see the module docstring), with failures contained."""
 
     def __init__(self, settings: Settings, stop: threading.Event | None = None) -> None:
         self.s = settings
@@ -48,13 +182,8 @@ class TextSync:
         try:
             if self._writer is None:
                 self._writer = TextIndexWriter(self.s)
-            # Background work: a fingerprint is one scan of a table (seconds at a million rows), so the
-            # search's per-statement limit does not apply; the reads are short-lived snapshots anyway.
-            rows = SourceRows(self.s.db, self.s.sqlite_busy_timeout_ms, statement_ms=STATEMENT_MS)
-            try:
-                result = self._writer.refresh(rows, full=full, stop=self.stop)
-            finally:
-                rows.close()
+            with SourceReader(self.s.db, self.s.sqlite_busy_timeout_ms) as reader:
+                result = self._writer.refresh(reader, full=full, stop=self.stop)
         except Exception as exc:  # noqa: BLE001 - tantivy, SQLite, the file system: none may stop the sync
             message = f"{type(exc).__name__}: {exc}"[:300]
             if message != self._last_error:
@@ -78,7 +207,7 @@ class TextSync:
 
     def close(self) -> None:
         """Release the index writer (and its lock)."""
-        writer: Any = self._writer
+        writer = self._writer
         self._writer = None
         if writer is not None:
             writer.close()
