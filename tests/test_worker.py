@@ -96,7 +96,17 @@ class WorkerProcess:
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=timeout)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # Where is it waiting? The worker prints every thread's stack on SIGUSR2.
+            self.proc.send_signal(signal.SIGUSR2)
+            time.sleep(1)  # the dump is asynchronous; nothing to wait on but time
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            self._close()
+            stacks = "".join(e.get("text", "") for e in self.lines if e.get("event") == "text")
+            raise AssertionError(f"worker did not stop within {timeout} s; its threads:\n{stacks[-6000:]}") from None
         self._close()
         return code
 

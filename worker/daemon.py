@@ -18,6 +18,7 @@ Lifecycle only; each unit of work is a sync pass (worker/sync.py) run on this th
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import fcntl
 import json
 import os
@@ -156,6 +157,9 @@ class Worker:
         signal.signal(signal.SIGINT, on_stop)
         signal.signal(signal.SIGTERM, on_stop)
         signal.signal(signal.SIGUSR1, on_usr1)
+        # SIGUSR2 prints every thread's stack to stderr: how to see where a worker that does not
+        # stop is waiting (the tests send it before they give up on a worker).
+        faulthandler.register(signal.SIGUSR2, all_threads=True)
 
     def request_reconcile(self) -> None:
         """Ask for a full comparison at the next step (safe from any thread or signal handler)."""

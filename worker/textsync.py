@@ -11,7 +11,6 @@ message) and retried at the next change.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import threading
@@ -74,13 +73,15 @@ class TextIndexWriter:
                 shutil.rmtree(self.path)
             self._meta = {"version": VERSION, "db": source_id(settings.db), "kinds": {}}
         self._index = open_index(self.path, create=True)
-        self._writer = self._index.writer(heap_size=15_000_000, num_threads=1)
+        self._writer: Any = self._index.writer(heap_size=15_000_000, num_threads=1)
         self._stop: threading.Event | None = None
 
     def close(self) -> None:
-        """Let merges finish and release the writer lock."""
-        with contextlib.suppress(Exception):  # closing: nothing left to protect
-            self._writer.wait_merging_threads()
+        """Release the writer and its lock. Merges in flight are abandoned rather than waited for
+        (tantivy drops their output; the last commit stays whole): a worker that stops must not wait
+        on an accelerator. One CI run saw a worker not stop within 60 s, and this wait was the only
+        new blocking call on its way out."""
+        self._writer = None
 
     def refresh(self, reader: SourceReader, full: bool = False, stop: threading.Event | None = None) -> RefreshResult:
         """Append rows above the watermark; with ``full``, also compare each table's fingerprint and
