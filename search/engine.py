@@ -210,15 +210,14 @@ class Searcher:
         tasks: list[tuple[Kind, Filters]] = [(k, filters) for k in kinds]
         if Kind.PROMPT in kinds and linked and Kind.OBSERVATION not in kinds:
             tasks.append((Kind.OBSERVATION, _linked_filters(filters)))
-        rest = tasks[1:]
+        here, rest = tasks[:1], tasks[1:]
         if all(_watermark(index, k, f) is not None for k, f in tasks):
             # The text index answers in well under a millisecond per kind: a thread and a connection
             # per kind would cost more than they save.
-            rest = []
+            here, rest = tasks, []
         futures = [self._pool.submit(self._lexical_one, None, exprs.text, k, f, window, depth, index)
                    for k, f in rest]
-        results = {k: self._lexical_one(rows, exprs.text, k, f, window, depth, index)
-                   for k, f in tasks if (k, f) not in rest}
+        results = {k: self._lexical_one(rows, exprs.text, k, f, window, depth, index) for k, f in here}
         for (kind, _), future in zip(rest, futures, strict=True):
             results[kind] = future.result()
         for kind in kinds:

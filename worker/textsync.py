@@ -11,7 +11,7 @@ message) and retried at the next change.
 
 from __future__ import annotations
 
-import json
+import copy
 import shutil
 import threading
 import time
@@ -89,7 +89,7 @@ class TextIndexWriter:
         nothing is committed then, and the next refresh starts over."""
         t0 = time.perf_counter()
         self._stop = stop
-        saved = json.loads(json.dumps(self._meta))
+        saved = copy.deepcopy(self._meta)
         try:
             return self._refresh(reader, full, t0)
         except _Stopped:
