@@ -91,21 +91,21 @@ def errors_as_exit() -> Iterator[None]:
 
 @contextmanager
 def graceful_stop() -> Iterator[threading.Event]:
-    """First Ctrl-C/SIGTERM: finish the current batch and stop; second: stop now."""
+    """First Ctrl-C/SIGTERM: finish the current batch and stop; second: stop now.
+
+    The first signal is handled on a relay thread (worker.signals: a raw handler that sets an event
+    or writes to stderr can deadlock the main thread); the second raises KeyboardInterrupt."""
+    from worker.signals import SignalRelay
+
     stop = threading.Event()
 
-    def handler(signum: int, frame: Any) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-        click.echo("memsync: stopping after the current batch (Ctrl-C again to stop now)", err=True)
+    def first(signum: int) -> None:
+        if not stop.is_set():
+            stop.set()
+            click.echo("memsync: stopping after the current batch (Ctrl-C again to stop now)", err=True)
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with SignalRelay({signal.SIGINT: first, signal.SIGTERM: first}, interrupt_on_repeat=True):
         yield stop
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 def emit(data: Any, as_json: bool, text: str) -> None:
@@ -578,13 +578,12 @@ def worker(once: bool, poll_interval: float | None, reconcile_interval: float | 
     from worker.daemon import Worker
 
     with errors_as_exit():
-        daemon = Worker(settings, metrics_port=metrics_port)
         if once:
             with graceful_stop() as stop:
-                daemon.stop = stop
-                result = daemon.once()
+                result = Worker(settings, metrics_port=metrics_port, stop=stop).once()
             click.echo(f"{result.line()} ({result.rows} rows, {result.seconds:.1f}s)")
             sys.exit(EXIT_FAIL if result.interrupted else EXIT_OK)
+        daemon = Worker(settings, metrics_port=metrics_port)
         daemon.install_signals()
         sys.exit(daemon.run())
 

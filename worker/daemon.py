@@ -39,6 +39,7 @@ from config.schema import KINDS, Kind
 from config.settings import Settings
 from worker import compact, logs
 from worker.backoff import Backoff
+from worker.signals import SignalRelay
 from worker.sink import ChromaSink
 from worker.source import SourceReader
 from worker.state import ACTIVE_COLLECTION, SyncState, now_ms
@@ -94,11 +95,12 @@ def read_worker_status(data_dir: Path) -> dict[str, Any] | None:
 class Worker:
     """The daemon. ``run()`` blocks until stopped; ``once()`` does one full pass and returns."""
 
-    def __init__(self, settings: Settings, metrics_port: int | None = None) -> None:
+    def __init__(self, settings: Settings, metrics_port: int | None = None,
+                 stop: threading.Event | None = None) -> None:
         self.s = settings
         self.metrics_port = metrics_port
         self.metrics: Any = None
-        self.stop = threading.Event()
+        self.stop = stop or threading.Event()  # `once` shares the command's Ctrl-C event
         self.wake = threading.Event()
         self.reconcile_due = threading.Event()
         self.health_due = threading.Event()
@@ -116,6 +118,7 @@ class Worker:
         self._settled = False
         self._max_seen: dict[Kind, int] = {}
         self._lock: IO[str] | None = None
+        self._signals: SignalRelay | None = None
         self._status_written = 0.0
         self._passes_written = -1
         self._last_change = time.monotonic()  # for compaction: only after compact_idle_s without new rows
@@ -138,9 +141,13 @@ class Worker:
         self._lock = fh
 
     def install_signals(self) -> None:
-        """SIGINT/SIGTERM: stop after the batch; again: exit now. SIGUSR1: reconcile now."""
+        """SIGINT/SIGTERM: stop after the batch; again: exit now. SIGUSR1: reconcile now.
 
-        def on_stop(signum: int, frame: Any) -> None:
+        The handlers run on a relay thread (worker.signals): setting ``stop`` from a raw handler
+        can deadlock the main thread waiting on it. They stay installed until the process exits,
+        so that a second signal during shutdown still exits at once."""
+
+        def on_stop(signum: int) -> None:
             if self.stop.is_set():
                 self.log.warning("worker_exit_now", signal=signum)
                 if self._server is not None and self._server.started and self._server.info:
@@ -151,14 +158,14 @@ class Worker:
             self.stop.set()
             self.wake.set()
 
-        def on_usr1(signum: int, frame: Any) -> None:
+        def on_usr1(signum: int) -> None:
             self.request_reconcile()
 
-        signal.signal(signal.SIGINT, on_stop)
-        signal.signal(signal.SIGTERM, on_stop)
-        signal.signal(signal.SIGUSR1, on_usr1)
+        self._signals = SignalRelay({signal.SIGINT: on_stop, signal.SIGTERM: on_stop,
+                                     signal.SIGUSR1: on_usr1}).install()
         # SIGUSR2 prints every thread's stack to stderr: how to see where a worker that does not
-        # stop is waiting (the tests send it before they give up on a worker).
+        # stop is waiting (the tests send it before they give up on a worker). faulthandler's
+        # handler is C code that takes no Python lock.
         faulthandler.register(signal.SIGUSR2, all_threads=True)
 
     def request_reconcile(self) -> None:
