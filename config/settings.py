@@ -88,6 +88,9 @@ class Settings(BaseSettings):
     text_index: bool = Field(
         True, description="Worker: keep memsync's own BM25 index (tantivy) of the database in the data directory; "
         "searches use it for lexical ranking when it is there (FTS5 otherwise, and for rows it does not hold yet).")
+    vector_copy: bool = Field(
+        True, description="Worker: keep a local int8 copy of the vectors it writes to Chroma, with their project, "
+        "type and date, in the data directory; searches with a window or filter rank exactly from it.")
     serve_host: str = Field("127.0.0.1", description="memsync serve / mcp --http: address to listen on.")
     serve_port: int = Field(8787, ge=1, le=65535, description="memsync serve: HTTP port.")
     api_token: SecretStr | None = Field(

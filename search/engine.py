@@ -38,6 +38,7 @@ from search.models import Filters, Format, Mode, Order, Response, Result, Signal
 from search.rows import QueryTimeout, SourceRows, title_of
 from search.semantic import RowHit, VectorSide, VectorUnavailable
 from search.textindex import TextIndex, merge_tail
+from search.vectorcopy import VectorCopy
 
 Key = tuple[Kind, int]
 EXCLUDED_CAP = 100  # counting matches outside the window stops here per kind (then: "at least")
@@ -268,12 +269,19 @@ class Searcher:
         self.vector.ensure()
         vec = self.vector.embed(query)
         timings["embed"] = _ms(t)
-        hits, exhaustive = self.vector.nearest_docs(vec, depth)
-        timings["vector_query"] = _ms(t) - timings["embed"]
         restricted = bool(filters.project or filters.types or filters.concepts or filters.files
                           or window.start_ms is not None or window.end_ms is not None)
         linked_kinds = (Kind.OBSERVATION,) if Kind.PROMPT in kinds and linked else ()
         wanted = set(kinds) | set(linked_kinds)
+        copy = self._vector_copy() if restricted and not (filters.concepts or filters.files) else None
+        if copy is not None:
+            # Exact over the documents that pass, from the local copy: no over-fetch, no loss.
+            hits = self._copy_semantic(rows, copy, vec, kinds, wanted, filters, window, need, depth)
+            timings["vector_copy"] = _ms(t) - timings["embed"]
+            restricted = False
+        else:
+            hits, exhaustive = self.vector.nearest_docs(vec, depth)
+            timings["vector_query"] = _ms(t) - timings["embed"]
         if restricted:
             # Filters before the cut: the filtered rows of the unfiltered top-N are the true
             # filtered top rows as far as they go; when too few pass, look deeper (over-fetch),
@@ -297,6 +305,24 @@ class Searcher:
         if linked_kinds:
             obs = [h.id for h in hits if h.kind is Kind.OBSERVATION]
             got.linked_semantic = self._linked(rows, obs, filters, window)
+
+    def _vector_copy(self) -> VectorCopy | None:
+        """The local vector copy of the active generation, when this data directory has a complete one."""
+        return VectorCopy.open(self.settings, self.vector.collection_name(), self.vector.embedder.model_id,
+                               self.vector.embedder.dimension)
+
+    def _copy_semantic(self, rows: SourceRows, copy: VectorCopy, vec: Any, kinds: Sequence[Kind], wanted: set[Kind],
+                       filters: Filters, window: Window, need: int, depth: int) -> list[RowHit]:
+        """The nearest rows within filters/window from the copy, checked against SQLite (the copy's
+        metadata can trail an edit by a sync pass); deeper while too few of them pass."""
+        positions = copy.candidates(wanted, filters, window)
+        n_docs = depth * 3
+        while True:
+            hits, exhaustive = copy.nearest(vec, positions, n_docs)
+            passing = self._passing(rows, hits, wanted, filters, window)
+            if exhaustive or sum(h.kind in kinds for h in passing) >= need:
+                return passing
+            n_docs *= 4
 
     def _passing(self, rows: SourceRows, hits: list[RowHit], kinds: set[Kind], filters: Filters,
                  window: Window) -> list[RowHit]:

@@ -32,11 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from config import stores
 from config.chroma_server import chroma_executable
 from config.settings import Settings
 from worker import logs
 from worker.state import ACTIVE_COLLECTION, SyncState
+from worker.vectorcopy import drop_copy, open_writer
 
 PAGE = 1000  # documents per get/upsert: a few MB of vectors and metadata
 _SEGMENT_DIR = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -81,20 +84,33 @@ def compact(client: Any, settings: Settings, state: SyncState, model_id: str, di
     new = str(new_col.name)
     ids = state.acknowledged_ids(old)
     copied = 0
-    for start in range(0, len(ids), PAGE):
-        if stop.is_set():
-            return CompactResult(old, None, copied, churn, time.perf_counter() - t0, interrupted=True)
-        page = ids[start:start + PAGE]
-        got = stores.store_call("get", old_col.get, ids=page, include=["embeddings", "metadatas"])
-        if got["ids"]:
-            stores.store_call("upsert", new_col.upsert, ids=got["ids"], embeddings=got["embeddings"],
-                              metadatas=got["metadatas"])
-        copied += len(got["ids"])
-    _drop_extras(new_col, set(ids))
+    # The new generation's vector copy is written from the same pages (it starts empty and holds
+    # what the new generation holds); the old one goes with the old generation.
+    copy = open_writer(settings, state, new, model_id, dimension)
+    try:
+        for start in range(0, len(ids), PAGE):
+            if stop.is_set():
+                return CompactResult(old, None, copied, churn, time.perf_counter() - t0, interrupted=True)
+            page = ids[start:start + PAGE]
+            got = stores.store_call("get", old_col.get, ids=page, include=["embeddings", "metadatas"])
+            if got["ids"]:
+                stores.store_call("upsert", new_col.upsert, ids=got["ids"], embeddings=got["embeddings"],
+                                  metadatas=got["metadatas"])
+                if copy is not None:
+                    copy.put(got["ids"], np.asarray(got["embeddings"], dtype=np.float32), got["metadatas"])
+            copied += len(got["ids"])
+        _drop_extras(new_col, set(ids))
+        if copy is not None:
+            live = set(ids)
+            copy.delete([d for d in copy.doc_ids() if d not in live])
+    finally:
+        if copy is not None:
+            copy.close()
     state.copy_records(old, new)
     stores.finish_rebuild(client, settings, new)
     state.set_meta(ACTIVE_COLLECTION, new)
     state.drop_collection(old)
+    drop_copy(settings, old)
     result = CompactResult(old, new, copied, churn, time.perf_counter() - t0)
     logs.get_logger().info(logs.COMPACTED, old=old, new=new, copied=copied, churn=churn,
                            seconds=round(result.seconds, 2))

@@ -46,11 +46,13 @@ from worker.state import ACTIVE_COLLECTION, SyncState, now_ms
 from worker.sync import Syncer, SyncResult
 from worker.tail import FileStamp, oldest_pending_ms, stamp
 from worker.textsync import TextSync
+from worker.vectorcopy import VectorCopyWriter, fill_from_store, open_writer
 
 STATUS_FILE = "worker.json"
 LOCK_FILE = "worker.lock"
 HEARTBEAT_EVERY_S = 5.0
 COMPACT_CHECK_S = 60.0  # how often an idle worker looks at the churn (one COUNT over its records)
+COPY_FILL_BUDGET = 5000  # documents per idle step when filling a vector copy from Chroma (~0.5 s)
 
 
 @dataclass
@@ -112,6 +114,7 @@ class Worker:
         self._server = ManagedServer(settings) if settings.chroma_mode == "managed" else None
         self._handle: stores.ChromaHandle | None = None
         self._sink: ChromaSink | None = None
+        self._copy: VectorCopyWriter | None = None  # the local vector copy of the active generation
         self._reader: SourceReader | None = None
         self._state: SyncState | None = None
         self._stamp: FileStamp | None = None
@@ -241,6 +244,9 @@ class Worker:
             self.metrics.close()
             self.metrics = None
         self._close_store()
+        if self._copy is not None:
+            self._copy.close()
+            self._copy = None
         self._text.close()
         if self._server is not None:
             self._server.stop()
@@ -276,6 +282,8 @@ class Worker:
             elif self._changed():
                 self._pass(full=False)
                 self._last_change = time.monotonic()
+            elif self._copy is not None and not self._copy.complete:
+                self._fill_copy()
             elif self._compaction_due():
                 self._compact()
         except (StoreUnavailable, SourceUnavailable) as exc:
@@ -325,6 +333,12 @@ class Worker:
             assert self._state is not None
             self._state.set_meta(ACTIVE_COLLECTION, self._sink.name)
             self.status.chroma_reachable = True
+            if self._copy is not None and self._copy.collection != self._sink.name:
+                self._copy.close()
+                self._copy = None
+            if self._copy is None:
+                self._copy = open_writer(self.s, self._state, self._sink.name, self.embedder.model_id,
+                                         self.embedder.dimension)
 
     def _close_store(self) -> None:
         if self._handle is not None:
@@ -376,8 +390,11 @@ class Worker:
         start_after = None if full else self._state.watermarks(self._sink.name)
         syncer = Syncer(self._reader, self._sink, self._state, self.embedder, collection=self._sink.name,
                         read_batch_rows=self.s.read_batch_rows, batch_size=self.s.batch_size, stop=self.stop,
-                        max_row_attempts=self.s.max_row_attempts)
+                        max_row_attempts=self.s.max_row_attempts, copy=self._copy)
         result = syncer.run(start_after=start_after)
+        if syncer.copy is None and self._copy is not None:  # a copy write failed: stop using it
+            self._copy.close()
+            self._copy = None
         now = now_ms()
         self.status.passes += 1
         if result.written or result.failed_rows:
@@ -392,6 +409,18 @@ class Worker:
         self.status.failed_rows = result.failed_rows if full else self.status.failed_rows
         self._update_lag()
         return result
+
+    def _fill_copy(self) -> None:
+        """Fill the vector copy of a generation synced without one, a slice per idle step so that
+        new rows keep arriving within a second meanwhile."""
+        assert self._copy is not None and self._sink is not None and self._state is not None
+        try:
+            fill_from_store(self._copy, self._sink.collection, self._state.acknowledged_ids(self._sink.name),
+                            budget=COPY_FILL_BUDGET)
+        except (OSError, ValueError) as exc:
+            self.log.warning(logs.VECTOR_COPY_FAILED, op="fill", error=str(exc)[:200])
+            self._copy.close()
+            self._copy = None
 
     def _compaction_due(self) -> bool:
         """Off-peak (no new rows for compact_idle_s) and enough churn; checked at most once a minute

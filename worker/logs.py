@@ -18,6 +18,8 @@ ROW_FAILED = "row_failed"
 REBUILD_SWITCHED = "rebuild_switched"
 COMPACTED = "compacted"
 SPACE_RECLAIMED = "space_reclaimed"
+VECTOR_COPY_FAILED = "vector_copy_failed"
+VECTOR_COPY_FILLED = "vector_copy_filled"
 CHROMA_SERVER_STARTED = "chroma_server_started"
 CHROMA_SERVER_STOPPED = "chroma_server_stopped"
 

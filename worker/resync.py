@@ -22,6 +22,7 @@ from worker.source import SourceReader
 from worker.state import ACTIVE_COLLECTION, SyncState, now_ms
 from worker.sync import ProgressFn, Syncer, SyncResult
 from worker.textsync import TextSync
+from worker.vectorcopy import drop_copy, fill_from_store, open_writer
 
 DRY_RUN_REBUILD = "(rebuild-dry-run)"
 
@@ -66,15 +67,24 @@ def resync(
             collection = stores.open_collection(client, settings, embedder.model_id, embedder.dimension)
             sink, name = ChromaSink(collection, client.get_max_batch_size()), str(collection.name)
             state.set_meta(ACTIVE_COLLECTION, name)
-        syncer = Syncer(reader, sink, state, embedder, collection=name, read_batch_rows=settings.read_batch_rows,
-                        batch_size=settings.batch_size, stop=stop, progress=progress,
-                        max_row_attempts=settings.max_row_attempts)
-        result = syncer.run(project=project, dry_run=dry_run)
+        copy = None if sink is None else open_writer(settings, state, name, embedder.model_id, embedder.dimension)
+        try:
+            syncer = Syncer(reader, sink, state, embedder, collection=name,
+                            read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size, stop=stop,
+                            progress=progress, max_row_attempts=settings.max_row_attempts, copy=copy)
+            result = syncer.run(project=project, dry_run=dry_run)
+            if syncer.copy is not None and sink is not None and not syncer.copy.complete and not result.interrupted:
+                # A generation synced before memsync kept a copy: fill it from Chroma now.
+                fill_from_store(syncer.copy, sink.collection, state.acknowledged_ids(name))
+        finally:
+            if copy is not None:
+                copy.close()
         if rebuild and not dry_run and not result.interrupted:
             old = stores.finish_rebuild(client, settings, name)
             state.set_meta(ACTIVE_COLLECTION, name)
             if old:
                 state.drop_collection(old)
+                drop_copy(settings, old)
             logs.get_logger().info(logs.REBUILD_SWITCHED, active=name, dropped=old)
         if not dry_run:
             summary = {k: v for k, v in asdict(result).items() if k != "failures"}

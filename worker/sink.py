@@ -74,6 +74,11 @@ class ChromaSink:
         """The collection (generation) name."""
         return str(self._col.name)
 
+    @property
+    def collection(self) -> Any:
+        """The Chroma collection written to."""
+        return self._col
+
     def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
         try:
             return fn(**kwargs)

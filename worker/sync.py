@@ -17,6 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +29,7 @@ from worker.documents import Document, RowError, SourceRow, build_documents, chr
 from worker.sink import RejectedBatch, VectorSink
 from worker.source import SourceReader
 from worker.state import FAILED, SYNCED, DocRecord, RowRecord, SyncState
+from worker.vectorcopy import VectorCopyWriter
 
 INF_ID = 2**62
 
@@ -120,8 +122,10 @@ class Syncer:
         stop: threading.Event | None = None,
         progress: ProgressFn | None = None,
         max_row_attempts: int = 3,
+        copy: VectorCopyWriter | None = None,
     ) -> None:
         self.reader, self.sink, self.state, self.embedder = reader, sink, state, embedder
+        self.copy = copy  # the local vector copy (worker.vectorcopy), written after each Chroma write
         self.collection = collection
         self.read_batch_rows, self.batch_size = read_batch_rows, batch_size
         self.stop = stop or threading.Event()
@@ -251,6 +255,18 @@ class Syncer:
         plan.delete.extend(records)  # fields that vanished: a shrunk facts list, a cleared narrative
         plan.done_rows[row.id] = (rh, row.project, row.merged_into_project, len(docs))
 
+    def _to_copy(self, op: str, *args: Any) -> None:
+        """Apply a Chroma write to the local vector copy too; a copy that cannot be written is
+        marked incomplete and left alone for the rest of the pass (searches then use Chroma)."""
+        if self.copy is None:
+            return
+        try:
+            getattr(self.copy, op)(*args)
+        except (OSError, ValueError) as exc:
+            self.log.warning(logs.VECTOR_COPY_FAILED, op=op, error=str(exc)[:200])
+            self.copy.invalidate()
+            self.copy = None
+
     def _execute(self, kind: Kind, plan: _Plan, tally: _Tally) -> bool:
         """Apply a plan; False when stopped in between (everything recorded so far is exact)."""
         assert self.sink is not None
@@ -258,13 +274,16 @@ class Syncer:
         if plan.delete:
             t = time.perf_counter()
             self.sink.delete(plan.delete)
+            self._to_copy("delete", plan.delete)
             tally.upsert_s += time.perf_counter() - t
             self.state.forget_docs(self.collection, plan.delete)
         if plan.gone_rows:
             self.state.forget_rows(self.collection, kind, plan.gone_rows)
         if plan.relabel:
             t = time.perf_counter()
-            self.sink.update_metadata([d.doc_id for d in plan.relabel], [chroma_metadata(d) for d in plan.relabel])
+            ids, metas = [d.doc_id for d in plan.relabel], [chroma_metadata(d) for d in plan.relabel]
+            self.sink.update_metadata(ids, metas)
+            self._to_copy("relabel", ids, metas)
             tally.upsert_s += time.perf_counter() - t
             self.state.record_synced(self.collection, kind, _records(plan.relabel), model)
         rejected: dict[int, str] = {}
@@ -323,15 +342,16 @@ class Syncer:
         t = time.perf_counter()
         try:
             self.sink.upsert([d.doc_id for d in docs], vectors, [chroma_metadata(d) for d in docs])
-            ok = docs
+            ok = list(range(len(docs)))
         except RejectedBatch:
             # Find the documents Chroma refuses, one by one; the rest of the batch still syncs.
             ok = []
             for i, d in enumerate(docs):
                 try:
                     self.sink.upsert([d.doc_id], vectors[i : i + 1], [chroma_metadata(d)])
-                    ok.append(d)
+                    ok.append(i)
                 except RejectedBatch as exc:
                     rejected.setdefault(d.source_id, str(exc))
+        self._to_copy("put", [docs[i].doc_id for i in ok], vectors[ok], [chroma_metadata(docs[i]) for i in ok])
         tally.upsert_s += time.perf_counter() - t
-        self.state.record_synced(self.collection, kind, _records(ok), model)
+        self.state.record_synced(self.collection, kind, _records([docs[i] for i in ok]), model)

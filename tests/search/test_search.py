@@ -67,11 +67,13 @@ def build(tmp: Path, records: list[dict[str, Any]], **kw: Any) -> Settings:
     return settings
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["text-index", "fts5-only"])
+@pytest.fixture(scope="module", params=[True, False], ids=["own-indexes", "fts5-and-chroma-only"])
 def searcher(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     # Top-N of 5 (25 when over-fetched) with 130 older near-matches: the corpus that breaks
-    # "filter after the cut". Every test runs with memsync's text index and with FTS5 alone.
-    settings = build(tmp_path_factory.mktemp("search"), corpus(), candidates=5, text_index=request.param)
+    # "filter after the cut". Every test runs with memsync's text index and vector copy, and with
+    # FTS5 and Chroma alone (a search server without the worker's data directory).
+    settings = build(tmp_path_factory.mktemp("search"), corpus(), candidates=5, text_index=request.param,
+                     vector_copy=request.param)
     engine = Searcher(settings)
     yield engine
     engine.close()
@@ -84,7 +86,8 @@ def test_window_applied_before_the_cut(searcher: Searcher) -> None:
     naive = searcher.vector.nearest(searcher.vector.embed("database connection pool timeout"), 25)
     assert (Kind.OBSERVATION, 131) not in [(h.kind, h.id) for h in naive]  # the trap is set
     resp = searcher.search("database connection pool timeout", mode=Mode.SEMANTIC, limit=5)
-    assert resp.mode is Mode.SEMANTIC and "vector_exact" in resp.timings_ms
+    exact_path = "vector_copy" if searcher.settings.vector_copy else "vector_exact"
+    assert resp.mode is Mode.SEMANTIC and exact_path in resp.timings_ms
     assert resp.results, resp
     assert resp.results[0].id == 131 and resp.results[0].kind is Kind.OBSERVATION
     assert all(r.created_at_epoch and r.created_at_epoch >= NOW_MS - 90 * DAY_MS for r in resp.results)
@@ -308,7 +311,7 @@ def test_exact_filtered_path_with_and_without_sync_records(tmp_path: Path) -> No
     from config.syncstate import synced_doc_ids
 
     records = [*OLD_NEAR[:40], RECENT_FAR]
-    settings = build(tmp_path, records, candidates=2)
+    settings = build(tmp_path, records, candidates=2, vector_copy=False)
     engine = Searcher(settings)
     try:
         collection = engine.vector.collection_name()

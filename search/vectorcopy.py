@@ -1,0 +1,97 @@
+"""Exact nearest rows within a window and filters, from memsync's local vector copy.
+
+The copy (layout and why: ``config.vectorcopy``) is written by the worker beside every Chroma
+write; a search only maps it read-only. The documents that pass kind, window, project and type
+are scored exactly (int8 · query, times each vector's scale), so no passing document is outranked
+by off-filter ones: the no-loss rule at 4-9 ms for a quarter of 313k documents. The copy's
+metadata is as fresh as Chroma's; the engine still checks the rows it returns against SQLite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import numpy.typing as npt
+
+from config.schema import KINDS, Kind
+from config.settings import Settings
+from config.vectorcopy import KIND_CODE, Manifest, copy_dir, open_arrays
+from search.models import Filters, Window
+from search.semantic import RowHit
+
+CHUNK = 4096  # rows gathered per int8→float32 product: small enough to stay in cache
+
+
+class VectorCopy:
+    """A read-only view of one generation's copy, for one search."""
+
+    def __init__(self, manifest: Manifest, vectors: npt.NDArray[np.int8], entries: npt.NDArray[np.void]) -> None:
+        self.manifest = manifest
+        self._vectors = vectors
+        self._entries = entries
+
+    @classmethod
+    def open(cls, settings: Settings, collection: str, model: str, dim: int) -> VectorCopy | None:
+        """The copy of ``collection`` when it is complete and of this model, else None."""
+        if not settings.vector_copy:
+            return None
+        directory = copy_dir(settings, collection)
+        manifest = Manifest.read(directory)
+        if manifest is None or not manifest.complete or manifest.model != model or manifest.dim != dim:
+            return None
+        arrays = open_arrays(directory, manifest)
+        if arrays is None:
+            return None
+        return cls(manifest, *arrays)
+
+    def __len__(self) -> int:
+        return self.manifest.count
+
+    def _codes(self, table: list[str], values: Iterable[str]) -> list[int]:
+        return [i for i, v in enumerate(table) if v in set(values)]
+
+    def candidates(self, kinds: Iterable[Kind], filters: Filters, window: Window) -> npt.NDArray[np.intp]:
+        """Positions of the live documents that pass kind, window, project and types."""
+        e = self._entries
+        mask = e["live"] == 1
+        codes = [KIND_CODE[k] for k in kinds]
+        if len(codes) < len(KINDS):
+            mask &= np.isin(e["kind"], codes)
+        if window.start_ms is not None:
+            mask &= e["epoch"] >= window.start_ms
+        if window.end_ms is not None:
+            mask &= e["epoch"] <= window.end_ms
+        if filters.project:
+            project = self._codes(self.manifest.projects, [filters.project])
+            if not project:
+                return np.zeros(0, np.intp)
+            mask &= (e["project"] == project[0]) | (e["merged"] == project[0])
+        if filters.types:
+            mask &= np.isin(e["type"], self._codes(self.manifest.types, filters.types))
+        return np.flatnonzero(mask)
+
+    def nearest(self, vector: npt.NDArray[np.float32], positions: npt.NDArray[np.intp], n_docs: int
+                ) -> tuple[list[RowHit], bool]:
+        """The rows of the ``n_docs`` best documents among ``positions``, best first, and whether
+        that was all of them (then no passing row is missing from the answer)."""
+        if len(positions) == 0:
+            return [], True
+        q = np.asarray(vector, dtype=np.float32)
+        scores = np.empty(len(positions), np.float32)
+        for i in range(0, len(positions), CHUNK):
+            part = positions[i:i + CHUNK]
+            scores[i:i + CHUNK] = self._vectors[part].astype(np.float32) @ q
+        scores *= self._entries["scale"][positions]
+        top = np.argpartition(-scores, n_docs - 1)[:n_docs] if len(scores) > n_docs else np.arange(len(scores))
+        top = top[np.argsort(-scores[top], kind="stable")]
+        best: dict[tuple[Kind, int], RowHit] = {}
+        fields = self.manifest.fields
+        for j in top:
+            entry = self._entries[positions[j]]
+            kind = KINDS[int(entry["kind"])]
+            key = (kind, int(entry["row"]))
+            if key not in best:
+                sim = float(min(1.0, max(0.0, scores[j])))
+                best[key] = RowHit(kind, key[1], sim, fields[int(entry["field"])] or None)
+        return list(best.values()), len(scores) <= n_docs

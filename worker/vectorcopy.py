@@ -1,0 +1,272 @@
+"""Writes memsync's local copy of the vectors (layout and reasons: ``config.vectorcopy``).
+
+The sync writes a document here right after Chroma acknowledged it and before its sync record
+(``worker.sync``), so the copy holds at least what the records say Chroma holds: a crash in
+between replays the batch, and writing a document again only supersedes its entry. Writers take
+an exclusive lock on the directory for each step (a resync may run beside the worker).
+
+A copy that does not yet hold a generation's documents (made by an older memsync, or deleted) is
+filled from Chroma itself (:func:`fill_from_store`) and only then marked complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from typing import IO, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from config import stores
+from config.docids import DocIdError, format_doc_id, parse_doc_id
+from config.schema import KINDS
+from config.settings import Settings
+from config.vectorcopy import (
+    ENTRIES_FILE,
+    ENTRY,
+    KIND_CODE,
+    LIVE_OFFSET,
+    LOCK_FILE,
+    VECTORS_FILE,
+    Manifest,
+    copy_dir,
+    open_arrays,
+    quantize,
+)
+from worker import logs
+from worker.state import SyncState
+
+Key = tuple[int, int, int]  # kind code, row id, field code
+PAGE = 500
+
+
+class VectorCopyWriter:
+    """Appends, supersedes and deletes documents of one generation's copy."""
+
+    def __init__(self, settings: Settings, collection: str, model: str, dim: int, *, fresh: bool) -> None:
+        """``fresh``: the generation has no acknowledged documents yet, so an empty copy is complete."""
+        self.dir = copy_dir(settings, collection)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.collection, self.model, self.dim = collection, model, dim
+        self._lock_fh: IO[str] = open(self.dir / LOCK_FILE, "a+")  # noqa: SIM115 - held for the writer's life
+        self._keys: dict[Key, int] = {}
+        self._loaded = 0
+        self.absent: set[str] = set()  # acknowledged ids a fill found missing in Chroma
+        with self._locked():
+            manifest = Manifest.read(self.dir)
+            if manifest is None or manifest.model != model or manifest.dim != dim:
+                for name in (VECTORS_FILE, ENTRIES_FILE):
+                    (self.dir / name).unlink(missing_ok=True)
+                manifest = Manifest(model, dim, complete=fresh)
+                manifest.write(self.dir)
+            self.manifest = manifest
+            self._refresh()
+
+    def close(self) -> None:
+        """Release the lock file."""
+        self._lock_fh.close()
+
+    @property
+    def complete(self) -> bool:
+        """Whether the copy holds every acknowledged document of the generation."""
+        return self.manifest.complete
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        fcntl.flock(self._lock_fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fh, fcntl.LOCK_UN)
+
+    def _refresh(self) -> None:
+        """Catch up with entries another writer appended; mark older duplicates dead (left by a
+        crash between an append and its dead marks)."""
+        manifest = Manifest.read(self.dir) or self.manifest
+        self.manifest = manifest
+        if manifest.count <= self._loaded:
+            return
+        arrays = open_arrays(self.dir, manifest)
+        if arrays is None:
+            raise OSError(f"vector copy {self.dir} is shorter than its manifest")
+        entries = np.asarray(arrays[1][self._loaded:manifest.count])
+        dead: list[int] = []
+        for offset in np.flatnonzero(entries["live"]):
+            e = entries[offset]
+            key = (int(e["kind"]), int(e["row"]), int(e["field"]))
+            old = self._keys.get(key)
+            if old is not None:
+                dead.append(old)
+            self._keys[key] = self._loaded + int(offset)
+        self._loaded = manifest.count
+        self._mark_dead(dead)
+
+    def _code(self, table: list[str], value: str) -> int:
+        try:
+            return table.index(value)
+        except ValueError:
+            table.append(value)
+            return len(table) - 1
+
+    def _key(self, doc_id: str) -> Key | None:
+        try:
+            d = parse_doc_id(doc_id)
+        except DocIdError:
+            return None
+        return KIND_CODE[d.kind], d.sqlite_id, self._code(self.manifest.fields, d.field or "")
+
+    def put(self, doc_ids: Sequence[str], vectors: npt.NDArray[np.float32],
+            metadatas: Sequence[Mapping[str, Any]]) -> None:
+        """Write documents (new or again) with their vectors and Chroma metadata."""
+        q, scale = quantize(np.asarray(vectors, dtype=np.float32).reshape(len(doc_ids), self.dim))
+        with self._locked():
+            self._refresh()
+            self._append(doc_ids, q, scale, metadatas)
+
+    def relabel(self, doc_ids: Sequence[str], metadatas: Sequence[Mapping[str, Any]]) -> None:
+        """New metadata for documents whose text (so vector) is unchanged; a document the copy
+        lacks makes it incomplete (it is filled from Chroma again)."""
+        with self._locked():
+            self._refresh()
+            arrays = open_arrays(self.dir, self.manifest)
+            assert arrays is not None
+            vecs, entries = arrays
+            keep: list[int] = []
+            positions: list[int] = []
+            for i, doc_id in enumerate(doc_ids):
+                key = self._key(doc_id)
+                pos = self._keys.get(key) if key is not None else None
+                if pos is None:
+                    if self.manifest.complete:
+                        self.manifest.complete = False
+                        self.manifest.write(self.dir)
+                    continue
+                keep.append(i)
+                positions.append(pos)
+            if keep:
+                self._append([doc_ids[i] for i in keep], np.array(vecs[positions]),
+                             np.array(entries["scale"][positions]), [metadatas[i] for i in keep])
+
+    def delete(self, doc_ids: Sequence[str]) -> None:
+        """Mark documents dead (absent ones are ignored)."""
+        with self._locked():
+            self._refresh()
+            dead = []
+            for doc_id in doc_ids:
+                key = self._key(doc_id)
+                pos = self._keys.pop(key, None) if key is not None else None
+                if pos is not None:
+                    dead.append(pos)
+            self._mark_dead(dead)
+
+    def invalidate(self) -> None:
+        """Declare the copy incomplete (a write failed); never raises."""
+        with contextlib.suppress(OSError):
+            self.manifest.complete = False
+            self.manifest.write(self.dir)
+
+    def mark_complete(self) -> None:
+        """Declare that the copy holds every acknowledged document (after a fill)."""
+        with self._locked():
+            self._refresh()
+            self.manifest.complete = True
+            self.manifest.write(self.dir)
+
+    def doc_ids(self) -> list[str]:
+        """The ids of every live document in the copy."""
+        with self._locked():
+            self._refresh()
+            fields = self.manifest.fields
+            return [format_doc_id(KINDS[k], row, fields[f] or None) for k, row, f in self._keys]
+
+    def missing(self, acknowledged: Sequence[str]) -> list[str]:
+        """Which of these document ids the copy does not hold."""
+        with self._locked():
+            self._refresh()
+            return [d for d in acknowledged if (k := self._key(d)) is None or k not in self._keys]
+
+    def _append(self, doc_ids: Sequence[str], q: npt.NDArray[np.int8], scale: npt.NDArray[np.float32],
+                metadatas: Sequence[Mapping[str, Any]]) -> None:
+        m = self.manifest
+        rows = np.zeros(len(doc_ids), ENTRY)
+        keys: list[Key | None] = []
+        for i, (doc_id, meta) in enumerate(zip(doc_ids, metadatas, strict=True)):
+            key = self._key(doc_id)
+            keys.append(key)
+            if key is None:
+                continue
+            rows[i] = (key[1], int(meta.get("created_at_epoch") or 0), scale[i],
+                       self._code(m.projects, str(meta.get("project") or "")),
+                       self._code(m.projects, str(meta.get("merged_into_project") or "")),
+                       key[2], self._code(m.types, str(meta.get("type") or "")), key[0], 1)
+        start = m.count
+        # Bytes past `count` are a crashed append: overwritten here.
+        for name, data in ((VECTORS_FILE, q), (ENTRIES_FILE, rows)):
+            fd = os.open(self.dir / name, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.pwrite(fd, np.ascontiguousarray(data).tobytes(), start * (data.nbytes // max(1, len(data))))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        m.count = start + len(doc_ids)
+        m.write(self.dir)
+        self._loaded = m.count
+        dead: list[int] = []
+        for i, key in enumerate(keys):
+            if key is None:
+                dead.append(start + i)  # not a document id: never live
+                continue
+            old = self._keys.get(key)
+            if old is not None:
+                dead.append(old)
+            self._keys[key] = start + i
+        self._mark_dead(dead)
+
+    def _mark_dead(self, positions: Sequence[int]) -> None:
+        if not positions:
+            return
+        with open(self.dir / ENTRIES_FILE, "r+b") as fh:
+            for pos in sorted(positions):
+                fh.seek(pos * ENTRY.itemsize + LIVE_OFFSET)
+                fh.write(b"\x00")
+
+
+def open_writer(settings: Settings, state: SyncState, collection: str, model: str, dim: int) -> VectorCopyWriter | None:
+    """The writer of a generation's copy; None when the setting is off or the directory cannot be
+    written (logged; the sync goes on without a copy and searches use Chroma)."""
+    if not settings.vector_copy:
+        return None
+    try:
+        return VectorCopyWriter(settings, collection, model, dim, fresh=state.live_docs(collection) == 0)
+    except (OSError, ValueError) as exc:
+        logs.get_logger().warning(logs.VECTOR_COPY_FAILED, op="open", error=str(exc)[:200])
+        return None
+
+
+def fill_from_store(writer: VectorCopyWriter, collection: Any, acknowledged: Sequence[str],
+                    budget: int | None = None) -> bool:
+    """Copy documents the copy lacks from Chroma, at most ``budget`` per call (so that a worker
+    keeps syncing new rows meanwhile); marks the copy complete and returns True when nothing is
+    missing any more. Documents Chroma does not have (``verify`` reports them) are not waited for."""
+    missing = [d for d in writer.missing(acknowledged) if d not in writer.absent]
+    now = missing if budget is None else missing[:budget]
+    for start in range(0, len(now), PAGE):
+        page = now[start:start + PAGE]
+        got = stores.store_call("get", collection.get, ids=page, include=["embeddings", "metadatas"])
+        if got["ids"]:
+            writer.put(got["ids"], np.asarray(got["embeddings"], dtype=np.float32), got["metadatas"])
+        writer.absent.update(set(page) - set(got["ids"]))
+    if len(now) < len(missing):
+        return False
+    writer.mark_complete()
+    logs.get_logger().info(logs.VECTOR_COPY_FILLED, collection=writer.collection, documents=len(missing))
+    return True
+
+
+def drop_copy(settings: Settings, collection: str) -> None:
+    """Remove the copy of a generation that was replaced (readers keep their mappings)."""
+    shutil.rmtree(copy_dir(settings, collection), ignore_errors=True)
