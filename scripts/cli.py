@@ -197,7 +197,8 @@ def resync(as_json: bool, project: str | None, rebuild: bool, dry_run: bool, **k
 def verify(as_json: bool, **kwargs: Any) -> None:
     """Compare what SQLite implies with what Chroma holds: missing / orphan / stale documents.
 
-    Exits 0 only when all are 0 (and no duplicate vectors).
+    Exits 0 only when all are 0 (and no duplicate vectors), and the worker's local vector copy,
+    when complete, holds exactly Chroma's documents with the same project, type and date.
     """
     settings = settings_from(kwargs).settings
     from worker.verify import verify as run_verify
@@ -208,6 +209,8 @@ def verify(as_json: bool, **kwargs: Any) -> None:
             f"({report.expected} expected, {report.in_chroma} in Chroma, {report.duplicates} duplicates)")
     if report.unusable_rows:
         text += f"; {report.unusable_rows} unusable rows"
+    if report.copy_drift is not None:
+        text += f"; vector copy: {report.copy_drift} documents differ from Chroma"
     emit({**asdict(report), "clean": report.clean}, as_json, text)
     sys.exit(EXIT_OK if report.clean else EXIT_FAIL)
 

@@ -9,10 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from config import stores
+from config.docids import format_doc_id
 from config.embedding import MODELS
 from config.schema import KINDS
 from config.settings import Settings
+from config.vectorcopy import Manifest, copy_dir, open_arrays
 from worker.documents import RowError, build_documents
 from worker.sink import ChromaSink
 from worker.source import SourceReader
@@ -33,11 +37,13 @@ class VerifyReport:
     duplicates: int
     unusable_rows: int
     examples: dict[str, list[str]] = field(default_factory=dict)
+    copy_drift: int | None = None  # documents the vector copy has wrong; None without a complete copy
 
     @property
     def clean(self) -> bool:
-        """True when Chroma holds exactly what SQLite implies."""
-        return self.missing == 0 and self.orphan == 0 and self.stale == 0 and self.duplicates == 0
+        """True when Chroma holds exactly what SQLite implies (and the vector copy what Chroma holds)."""
+        return self.missing == 0 and self.orphan == 0 and self.stale == 0 and self.duplicates == 0 and \
+            not self.copy_drift
 
 
 def expected_documents(reader: SourceReader, batch: int = 2000) -> tuple[dict[str, str], int]:
@@ -62,29 +68,69 @@ def verify(settings: Settings, client: Any | None = None) -> VerifyReport:
         expected, unusable = expected_documents(reader)
     if client is None:
         with stores.connect(settings) as handle:
-            name, held, seen, count = _held(handle.client, settings)
+            name, held, seen, count, labels = _held(handle.client, settings)
     else:
-        name, held, seen, count = _held(client, settings)
+        name, held, seen, count, labels = _held(client, settings)
+    drift = None if name is None else copy_drift(settings, name, labels)
     missing = sorted(expected.keys() - held.keys())
     orphan = sorted(held.keys() - expected.keys())
     stale = sorted(k for k in expected.keys() & held.keys() if expected[k] != held[k])
     return VerifyReport(
         collection=name, expected=len(expected), in_chroma=count, missing=len(missing), orphan=len(orphan),
         stale=len(stale), duplicates=max(0, count - len(held)) + (seen - len(held)), unusable_rows=unusable,
-        examples={"missing": missing[:SAMPLE], "orphan": orphan[:SAMPLE], "stale": stale[:SAMPLE]},
+        examples={"missing": missing[:SAMPLE], "orphan": orphan[:SAMPLE], "stale": stale[:SAMPLE],
+                  "copy_drift": (drift or [])[:SAMPLE]},
+        copy_drift=None if drift is None else len(drift),
     )
 
 
-def _held(client: Any, settings: Settings) -> tuple[str | None, dict[str, str], int, int]:
-    """(active collection, doc id → content hash, ids seen while paging, count) of what Chroma holds."""
+Label = tuple[str, str, int, str]  # project, merged_into_project, created_at_epoch, type
+
+
+def _label(meta: dict[str, Any]) -> Label:
+    return (str(meta.get("project") or ""), str(meta.get("merged_into_project") or ""),
+            int(meta.get("created_at_epoch") or 0), str(meta.get("type") or ""))
+
+
+def copy_drift(settings: Settings, collection: str, labels: dict[str, Label]) -> list[str] | None:
+    """Documents whose presence or labels in the vector copy differ from Chroma's (ids and
+    metadata; the vectors themselves are written from the same array), sorted; None when the
+    generation has no complete copy."""
+    directory = copy_dir(settings, collection)
+    manifest = Manifest.read(directory)
+    if manifest is None or not manifest.complete:
+        return None
+    arrays = open_arrays(directory, manifest)
+    if arrays is None:
+        return ["(copy shorter than its manifest)"]
+    entries = np.asarray(arrays[1])
+    live = entries[entries["live"] == 1]
+    copied: dict[str, Label] = {}
+    drift: set[str] = set()
+    for e in live:
+        doc_id = format_doc_id(KINDS[int(e["kind"])], int(e["row"]), manifest.fields[int(e["field"])] or None)
+        if doc_id in copied:
+            drift.add(doc_id)  # two live entries of one document
+        copied[doc_id] = (manifest.projects[int(e["project"])], manifest.projects[int(e["merged"])],
+                          int(e["epoch"]), manifest.types[int(e["type"])])
+    drift |= labels.keys() ^ copied.keys()
+    drift |= {d for d in labels.keys() & copied.keys() if labels[d] != copied[d]}
+    return sorted(drift)
+
+
+def _held(client: Any, settings: Settings) -> tuple[str | None, dict[str, str], int, int, dict[str, Label]]:
+    """(active collection, doc id → content hash, ids seen while paging, count, doc id → labels) of
+    what Chroma holds."""
     spec = MODELS[settings.embedding_model]
     name = stores.active_collection_name(client, settings)
     if name is None:
-        return None, {}, 0, 0
+        return None, {}, 0, 0, {}
     sink = ChromaSink(stores.open_collection(client, settings, spec.model_id, spec.dimension))
     held: dict[str, str] = {}
+    labels: dict[str, Label] = {}
     seen = 0
     for doc_id, meta in sink.iter_metadata():
         seen += 1
         held[doc_id] = str(meta.get("content_hash", ""))
-    return name, held, seen, sink.count()
+        labels[doc_id] = _label(meta)
+    return name, held, seen, sink.count(), labels

@@ -1,0 +1,229 @@
+"""The local vector copy: writer and reader on real files, and kept in step with a real (embedded)
+Chroma by resync, edits, deletes, compaction and a fill from Chroma (checked by ``verify``)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from config import stores
+from config.schema import Kind
+from config.settings import Settings
+from config.vectorcopy import ENTRIES_FILE, LIVE_OFFSET, Manifest, copy_dir
+from search.models import Filters, Window
+from search.vectorcopy import VectorCopy
+from tests.conftest import FakeEmbedder, make_db, mixed_records
+from worker.compact import compact
+from worker.resync import resync
+from worker.state import ACTIVE_COLLECTION, SyncState
+from worker.vectorcopy import VectorCopyWriter, fill_from_store, open_writer
+from worker.verify import verify
+
+MODEL, DIM = "test-model", 8
+ALL = Window(0, None, None, "all_time")
+
+
+def unit(rng: np.random.Generator, n: int) -> np.ndarray:
+    v = rng.standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def meta(project: str = "alpha", epoch: int = 1000, type_: str = "discovery", merged: str = "") -> dict[str, object]:
+    return {"project": project, "merged_into_project": merged, "created_at_epoch": epoch, "type": type_}
+
+
+def writer(tmp_path: Path, fresh: bool = True) -> VectorCopyWriter:
+    return VectorCopyWriter(Settings(data_dir=tmp_path), "gen1", MODEL, DIM, fresh=fresh)
+
+
+def reader(tmp_path: Path) -> VectorCopy | None:
+    return VectorCopy.open(Settings(data_dir=tmp_path), "gen1", MODEL, DIM)
+
+
+def nearest(copy: VectorCopy, q: np.ndarray, n: int = 10, kinds: tuple[Kind, ...] = tuple(Kind),
+            filters: Filters | None = None, window: Window = ALL) -> list[tuple[Kind, int]]:
+    hits, _ = copy.nearest(q, copy.candidates(kinds, filters or Filters(), window), n)
+    return [(h.kind, h.id) for h in hits]
+
+
+def test_ranks_like_float_cosine_within_filters(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    vecs = unit(rng, 200)
+    ids = [f"prompt_{i}" for i in range(200)]
+    metas = [meta("alpha" if i % 2 else "beta", epoch=i) for i in range(200)]
+    w = writer(tmp_path)
+    w.put(ids, vecs, metas)
+    copy = reader(tmp_path)
+    assert copy is not None and len(copy) == 200
+    q = vecs[7] * 0.6 + vecs[9] * 0.4
+    q /= np.linalg.norm(q)
+    exact = np.argsort(-(vecs @ q))
+    assert nearest(copy, q, 5) == [(Kind.PROMPT, int(i)) for i in exact[:5]]
+    hits, done = copy.nearest(q, copy.candidates(tuple(Kind), Filters(), ALL), 3)
+    assert abs(hits[0].similarity - float(vecs[exact[0]] @ q)) < 0.02 and not done
+    # Window and project before the cut: only odd ids (alpha) with epoch >= 150.
+    got = nearest(copy, q, 100, filters=Filters(project="alpha"), window=Window(90, 150, None, "window"))
+    expected = [int(i) for i in exact if i % 2 and i >= 150]
+    assert got == [(Kind.PROMPT, i) for i in expected]
+    assert nearest(copy, q, kinds=(Kind.OBSERVATION,)) == []
+    assert nearest(copy, q, filters=Filters(project="nobody")) == []
+    w.close()
+
+
+def test_write_again_relabel_delete_and_merged_projects(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    a, b = unit(rng, 2)
+    w = writer(tmp_path)
+    w.put(["obs_1_narrative", "obs_2_narrative"], np.stack([a, b]), [meta(), meta(type_="bugfix")])
+    w.put(["obs_1_narrative"], b[None, :], [meta()])  # edited text: the new vector wins
+    copy = reader(tmp_path)
+    assert copy is not None
+    hits, _ = copy.nearest(b, copy.candidates(tuple(Kind), Filters(), ALL), 10)
+    assert sorted(h.id for h in hits) == [1, 2] and all(h.similarity > 0.98 for h in hits)
+    assert nearest(copy, b, filters=Filters(types=("bugfix",))) == [(Kind.OBSERVATION, 2)]
+    w.relabel(["obs_2_narrative"], [meta("old", merged="alpha")])  # a project merge
+    copy = reader(tmp_path)
+    assert copy is not None
+    assert nearest(copy, b, filters=Filters(project="alpha")) != []
+    assert (Kind.OBSERVATION, 2) in nearest(copy, b, filters=Filters(project="old"))
+    w.delete(["obs_1_narrative", "obs_9_title"])  # an absent id is ignored
+    copy = reader(tmp_path)
+    assert copy is not None and nearest(copy, a) == [(Kind.OBSERVATION, 2)]
+    assert sorted(w.doc_ids()) == ["obs_2_narrative"]
+    w.relabel(["obs_5_text"], [meta()])  # a document the copy lacks: no longer complete
+    assert reader(tmp_path) is None and not w.complete
+    w.close()
+
+
+def test_crash_leftovers_are_repaired_and_other_writers_seen(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    v = unit(rng, 3)
+    first = writer(tmp_path)
+    first.put(["prompt_1"], v[:1], [meta()])
+    second = writer(tmp_path)  # e.g. a resync beside the worker
+    second.put(["prompt_1", "prompt_2"], v[1:], [meta(), meta()])
+    first.put(["prompt_3"], v[:1], [meta()])  # sees the second writer's entries first
+    assert sorted(first.doc_ids()) == ["prompt_1", "prompt_2", "prompt_3"]
+    # A crash between an append and its dead mark leaves two live entries for prompt_1.
+    path = copy_dir(Settings(data_dir=tmp_path), "gen1") / ENTRIES_FILE
+    with open(path, "r+b") as fh:
+        fh.seek(0 * 34 + LIVE_OFFSET)
+        fh.write(b"\x01")
+        fh.seek(0, 2)
+        fh.write(b"\xff" * 100)  # and a torn append past the manifest's count
+    copy = reader(tmp_path)
+    assert copy is not None and len(copy) == 4  # the torn bytes are not read
+    third = writer(tmp_path)  # the next writer marks the older duplicate dead
+    copy = reader(tmp_path)
+    assert copy is not None
+    hits = nearest(copy, v[0], 10)
+    assert sorted(hits) == [(Kind.PROMPT, 1), (Kind.PROMPT, 2), (Kind.PROMPT, 3)]
+    third.put(["prompt_4"], v[2:], [meta()])  # overwrites the torn bytes
+    assert reader(tmp_path) is not None and sorted(third.doc_ids())[-1] == "prompt_4"
+    for w in (first, second, third):
+        w.close()
+
+
+def test_another_model_or_an_incomplete_copy_is_not_used(tmp_path: Path) -> None:
+    w = writer(tmp_path, fresh=False)  # a generation synced before memsync kept a copy
+    w.put(["prompt_1"], unit(np.random.default_rng(4), 1), [meta()])
+    assert reader(tmp_path) is None
+    w.mark_complete()
+    assert reader(tmp_path) is not None
+    assert VectorCopy.open(Settings(data_dir=tmp_path), "gen1", "other-model", DIM) is None
+    other = VectorCopyWriter(Settings(data_dir=tmp_path), "gen1", "other-model", DIM, fresh=True)
+    assert other.doc_ids() == [] and Manifest.read(copy_dir(Settings(data_dir=tmp_path), "gen1")) is not None
+    assert VectorCopy.open(Settings(data_dir=tmp_path), "gen1", "other-model", DIM) is not None
+    w.close()
+    other.close()
+
+
+def test_off_means_no_copy(settings: Settings, fake_embedder: FakeEmbedder) -> None:
+    s = settings.model_copy(update={"vector_copy": False})
+    make_db(s.db, mixed_records(3))
+    resync(s, embedder=fake_embedder)
+    assert not (s.data_dir / "vectors").exists()
+    assert verify(s).copy_drift is None
+
+
+def _active(s: Settings) -> str:
+    with SyncState(s.state_path) as state:
+        name = state.get_meta(ACTIVE_COLLECTION)
+    assert name
+    return name
+
+
+def test_resync_edits_deletes_and_compaction_keep_the_copy_exact(settings: Settings,
+                                                                 fake_embedder: FakeEmbedder) -> None:
+    make_db(settings.db, mixed_records(20))
+    resync(settings, embedder=fake_embedder)
+    report = verify(settings)
+    assert report.clean and report.copy_drift == 0
+    conn = sqlite3.connect(settings.db)
+    conn.execute("UPDATE observations SET narrative = 'rewritten narrative' WHERE id = 3")
+    conn.execute("UPDATE observations SET merged_into_project = 'gamma' WHERE id = 4")  # a relabel
+    conn.execute("DELETE FROM user_prompts WHERE id = 5")
+    conn.commit()
+    conn.close()
+    result = resync(settings, embedder=fake_embedder)
+    assert result.updated and result.deleted
+    report = verify(settings)
+    assert report.clean and report.copy_drift == 0, report.examples
+    copy = VectorCopy.open(settings, _active(settings), fake_embedder.model_id, fake_embedder.dimension)
+    assert copy is not None
+    gamma = copy.candidates(tuple(Kind), Filters(project="gamma"), ALL)
+    assert len(gamma) and {int(copy._entries[i]["row"]) for i in gamma} == {4}
+    old = _active(settings)
+    with stores.connect(settings) as handle, SyncState(settings.state_path) as state:
+        done = compact(handle.client, settings, state, fake_embedder.model_id, fake_embedder.dimension)
+    assert done.new and not copy_dir(settings, old).exists()
+    report = verify(settings)
+    assert report.clean and report.copy_drift == 0, report.examples
+    # Drift is reported: a document dropped from the copy behind its back.
+    with SyncState(settings.state_path) as state:
+        w = open_writer(settings, state, done.new, fake_embedder.model_id, fake_embedder.dimension)
+    assert w is not None
+    w.delete(["prompt_1"])
+    w.close()
+    report = verify(settings)
+    assert not report.clean and report.copy_drift == 1 and report.examples["copy_drift"] == ["prompt_1"]
+
+
+def test_a_generation_without_a_copy_is_filled_from_chroma(settings: Settings, fake_embedder: FakeEmbedder) -> None:
+    s = settings.model_copy(update={"vector_copy": False})
+    make_db(s.db, mixed_records(15))
+    resync(s, embedder=fake_embedder)
+    name = _active(s)
+    with stores.connect(settings) as handle, SyncState(settings.state_path) as state:
+        collection = stores.open_collection(handle.client, settings, fake_embedder.model_id, fake_embedder.dimension)
+        w = open_writer(settings, state, name, fake_embedder.model_id, fake_embedder.dimension)
+        assert w is not None and not w.complete
+        acknowledged = state.acknowledged_ids(name)
+        assert not fill_from_store(w, collection, acknowledged, budget=20)  # a slice at a time
+        assert VectorCopy.open(settings, name, fake_embedder.model_id, fake_embedder.dimension) is None
+        assert fill_from_store(w, collection, acknowledged)
+        w.close()
+    report = verify(settings)
+    assert report.clean and report.copy_drift == 0
+    # A plain resync fills a copy too (a data directory from before the copy existed).
+    vectors_dir = settings.data_dir / "vectors"
+    for path in sorted(vectors_dir.rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    assert resync(settings, embedder=fake_embedder).written == 0
+    assert verify(settings).copy_drift == 0
+
+
+@pytest.mark.parametrize("n", [1, 4097])
+def test_chunked_scoring_matches_one_product(tmp_path: Path, n: int) -> None:
+    rng = np.random.default_rng(5)
+    vecs = unit(rng, n)
+    w = writer(tmp_path)
+    w.put([f"prompt_{i}" for i in range(n)], vecs, [meta()] * n)
+    copy = reader(tmp_path)
+    assert copy is not None
+    hits, done = copy.nearest(vecs[-1], copy.candidates(tuple(Kind), Filters(), ALL), n)
+    assert done and len(hits) == n and hits[0].id == n - 1
+    w.close()
