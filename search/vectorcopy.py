@@ -85,13 +85,12 @@ class VectorCopy:
         scores *= self._entries["scale"][positions]
         top = np.argpartition(-scores, n_docs - 1)[:n_docs] if len(scores) > n_docs else np.arange(len(scores))
         top = top[np.argsort(-scores[top], kind="stable")]
+        picked = self._entries[positions[top]]  # one gather, then plain lists: no per-item numpy
         best: dict[tuple[Kind, int], RowHit] = {}
         fields = self.manifest.fields
-        for j in top:
-            entry = self._entries[positions[j]]
-            kind = KINDS[int(entry["kind"])]
-            key = (kind, int(entry["row"]))
+        for kind_code, row, field_code, score in zip(picked["kind"].tolist(), picked["row"].tolist(),
+                                                      picked["field"].tolist(), scores[top].tolist(), strict=True):
+            key = (KINDS[kind_code], row)
             if key not in best:
-                sim = float(min(1.0, max(0.0, scores[j])))
-                best[key] = RowHit(kind, key[1], sim, fields[int(entry["field"])] or None)
+                best[key] = RowHit(key[0], row, min(1.0, max(0.0, score)), fields[field_code] or None)
         return list(best.values()), len(scores) <= n_docs

@@ -388,3 +388,20 @@ def test_second_signal_exits_at_once(managed: Settings) -> None:
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert verify(managed).clean
+
+
+def test_worker_fills_the_vector_copy_of_a_generation_synced_without_one(managed: Settings) -> None:
+    make_db(managed.db, mixed_records(40))
+    before = subprocess.run([sys.executable, "-m", "scripts.cli", "worker", "--once"], cwd=ROOT, text=True,
+                            env=env_for(managed, MEMSYNC_VECTOR_COPY="false"), capture_output=True, timeout=300)
+    assert before.returncode == 0, before.stderr
+    report = verify(managed)
+    assert report.clean and report.copy_drift is None  # no copy yet: what an older memsync left
+    worker = WorkerProcess(managed)
+    try:
+        filled = wait_for(lambda: worker.events("vector_copy_filled"), 120, "the copy filled from Chroma")
+        assert filled[0]["documents"] == report.in_chroma
+    finally:
+        assert worker.stop() == 0
+    report = verify(managed)
+    assert report.clean and report.copy_drift == 0

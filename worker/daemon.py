@@ -233,7 +233,10 @@ class Worker:
         try:
             self._text.step(force_full=True)
             self._ensure_open()
-            return self._pass(full=True)
+            result = self._pass(full=True)
+            if not result.interrupted and self._copy is not None and not self._copy.complete:
+                self._fill_copy(budget=None)
+            return result
         finally:
             self._shutdown()
 
@@ -410,13 +413,13 @@ class Worker:
         self._update_lag()
         return result
 
-    def _fill_copy(self) -> None:
+    def _fill_copy(self, budget: int | None = COPY_FILL_BUDGET) -> None:
         """Fill the vector copy of a generation synced without one, a slice per idle step so that
         new rows keep arriving within a second meanwhile."""
         assert self._copy is not None and self._sink is not None and self._state is not None
         try:
             fill_from_store(self._copy, self._sink.collection, self._state.acknowledged_ids(self._sink.name),
-                            budget=COPY_FILL_BUDGET)
+                            budget=budget)
         except (OSError, ValueError) as exc:
             self.log.warning(logs.VECTOR_COPY_FAILED, op="fill", error=str(exc)[:200])
             self._copy.close()
