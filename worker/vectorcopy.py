@@ -239,6 +239,8 @@ def open_writer(settings: Settings, state: SyncState, collection: str, model: st
     """The writer of a generation's copy; None when the setting is off or the directory cannot be
     written (logged; the sync goes on without a copy and searches use Chroma)."""
     if not settings.vector_copy:
+        # A copy nobody keeps up to date would mislead searches that still use it: remove it.
+        drop_copy(settings, collection)
         return None
     try:
         return VectorCopyWriter(settings, collection, model, dim, fresh=state.live_docs(collection) == 0)

@@ -141,11 +141,13 @@ def test_another_model_or_an_incomplete_copy_is_not_used(tmp_path: Path) -> None
     other.close()
 
 
-def test_off_means_no_copy(settings: Settings, fake_embedder: FakeEmbedder) -> None:
+def test_off_means_no_copy_and_no_stale_one(settings: Settings, fake_embedder: FakeEmbedder) -> None:
+    make_db(settings.db, mixed_records(3))
+    resync(settings, embedder=fake_embedder)
+    assert verify(settings).copy_drift == 0
     s = settings.model_copy(update={"vector_copy": False})
-    make_db(s.db, mixed_records(3))
-    resync(s, embedder=fake_embedder)
-    assert not (s.data_dir / "vectors").exists()
+    resync(s, embedder=fake_embedder)  # a sync without the copy: the old one would go stale
+    assert not copy_dir(s, _active(s)).exists()
     assert verify(s).copy_drift is None
 
 
