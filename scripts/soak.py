@@ -14,8 +14,9 @@ For the given duration, in one run:
   again; kills the Chroma server (the worker restarts it); holds a write lock on the database for a
   few seconds; writes a batch of hostile rows (2 MB text, invalid JSON, bytes that are not UTF-8).
 At the end the writer stops, the worker catches up and reconciles (SIGUSR1), stops (SIGTERM), and:
-``memsync verify`` must report 0 missing / orphan / stale and no duplicates; no process of the run
-may be left; the Chroma directory is compared with a fresh rebuild of the same database. Prints a
+``memsync verify`` must report 0 missing / orphan / stale, no duplicates, and a vector copy that
+matches Chroma; no process of the run may be left; the Chroma directory is compared with a fresh
+rebuild of the same database. Prints a
 summary table and writes JSON (``--out``); exit 0 only when every check passed.
 """
 
@@ -429,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     checks = {
         "verify clean": report.get("missing") == 0 and report.get("orphan") == 0 and report.get("stale") == 0,
         "no duplicate vectors": report.get("duplicates") == 0,
+        "vector copy matches Chroma": report.get("copy_drift") == 0,
         "every row findable": not run.misses,
         "no search raised": not [e for e in run.errors if e.startswith("search")],
         "caught up and reconciled": caught_up and reconciled,
@@ -444,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         "queries": run.queries, "misses": run.misses[:20], "modes": dict(run.modes),
         "fallback_reasons": dict(run.fallback_reasons), "errors": run.errors[:20],
         "verify": {k: report.get(k) for k in ("expected", "in_chroma", "missing", "orphan", "stale", "duplicates",
-                                               "unusable_rows", "error")},
+                                               "copy_drift", "unusable_rows", "error")},
         "failed_rows": failed_rows, "worker_exit": worker_exit, "leaked_pids": leaked,
         "compactions": len(compactions["compacted"]),
         "compacted": [{k: e.get(k) for k in ("copied", "churn", "seconds")} for e in compactions["compacted"]],
