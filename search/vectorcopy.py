@@ -49,7 +49,8 @@ class VectorCopy:
         return self.manifest.count
 
     def _codes(self, table: list[str], values: Iterable[str]) -> list[int]:
-        return [i for i, v in enumerate(table) if v in set(values)]
+        wanted = set(values)
+        return [i for i, v in enumerate(table) if v in wanted]
 
     def candidates(self, kinds: Iterable[Kind], filters: Filters, window: Window) -> npt.NDArray[np.intp]:
         """Positions of the live documents that pass kind, window, project and types."""

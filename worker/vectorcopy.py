@@ -41,6 +41,7 @@ from worker import logs
 from worker.state import SyncState
 
 Key = tuple[int, int, int]  # kind code, row id, field code
+CODE_TABLES = ("fields", "projects", "types")
 PAGE = 500
 
 
@@ -55,6 +56,7 @@ class VectorCopyWriter:
         self._lock_fh: IO[str] = open(self.dir / LOCK_FILE, "a+")  # noqa: SIM115 - held for the writer's life
         self._keys: dict[Key, int] = {}
         self._loaded = 0
+        self._codes: dict[str, dict[str, int]] = {}  # value → code per manifest table, for O(1) lookups
         self.absent: set[str] = set()  # acknowledged ids a fill found missing in Chroma
         with self._locked():
             manifest = Manifest.read(self.dir)
@@ -88,36 +90,45 @@ class VectorCopyWriter:
         crash between an append and its dead marks)."""
         manifest = Manifest.read(self.dir) or self.manifest
         self.manifest = manifest
+        self._codes = {name: {v: i for i, v in enumerate(getattr(manifest, name))} for name in CODE_TABLES}
         if manifest.count <= self._loaded:
             return
         arrays = open_arrays(self.dir, manifest)
         if arrays is None:
             raise OSError(f"vector copy {self.dir} is shorter than its manifest")
         entries = np.asarray(arrays[1][self._loaded:manifest.count])
+        live = np.flatnonzero(entries["live"])
+        picked = entries[live]
         dead: list[int] = []
-        for offset in np.flatnonzero(entries["live"]):
-            e = entries[offset]
-            key = (int(e["kind"]), int(e["row"]), int(e["field"]))
-            old = self._keys.get(key)
+        for offset, kind, row, field_code in zip(live.tolist(), picked["kind"].tolist(), picked["row"].tolist(),
+                                                 picked["field"].tolist(), strict=True):
+            old = self._keys.get((kind, row, field_code))
             if old is not None:
                 dead.append(old)
-            self._keys[key] = self._loaded + int(offset)
+            self._keys[(kind, row, field_code)] = self._loaded + offset
         self._loaded = manifest.count
         self._mark_dead(dead)
 
-    def _code(self, table: list[str], value: str) -> int:
-        try:
-            return table.index(value)
-        except ValueError:
-            table.append(value)
-            return len(table) - 1
+    def _code(self, table: str, value: str) -> int:
+        """The code of a field, project or type value, added to the manifest's table when new."""
+        codes = self._codes[table]
+        if value not in codes:
+            values: list[str] = getattr(self.manifest, table)
+            values.append(value)
+            codes[value] = len(values) - 1
+        return codes[value]
 
-    def _key(self, doc_id: str) -> Key | None:
+    def _key(self, doc_id: str, add: bool = False) -> Key | None:
+        """A document's key; None for a non-id, and (unless ``add``) for a field no entry has, so
+        that lookups never grow the code tables."""
         try:
             d = parse_doc_id(doc_id)
         except DocIdError:
             return None
-        return KIND_CODE[d.kind], d.sqlite_id, self._code(self.manifest.fields, d.field or "")
+        field_name = d.field or ""
+        if not add and field_name not in self._codes["fields"]:
+            return None
+        return KIND_CODE[d.kind], d.sqlite_id, self._code("fields", field_name)
 
     def put(self, doc_ids: Sequence[str], vectors: npt.NDArray[np.float32],
             metadatas: Sequence[Mapping[str, Any]]) -> None:
@@ -195,14 +206,14 @@ class VectorCopyWriter:
         rows = np.zeros(len(doc_ids), ENTRY)
         keys: list[Key | None] = []
         for i, (doc_id, meta) in enumerate(zip(doc_ids, metadatas, strict=True)):
-            key = self._key(doc_id)
+            key = self._key(doc_id, add=True)
             keys.append(key)
             if key is None:
                 continue
             rows[i] = (key[1], int(meta.get("created_at_epoch") or 0), scale[i],
-                       self._code(m.projects, str(meta.get("project") or "")),
-                       self._code(m.projects, str(meta.get("merged_into_project") or "")),
-                       key[2], self._code(m.types, str(meta.get("type") or "")), key[0], 1)
+                       self._code("projects", str(meta.get("project") or "")),
+                       self._code("projects", str(meta.get("merged_into_project") or "")),
+                       key[2], self._code("types", str(meta.get("type") or "")), key[0], 1)
         start = m.count
         # Bytes past `count` are a crashed append: overwritten here.
         for name, data in ((VECTORS_FILE, q), (ENTRIES_FILE, rows)):

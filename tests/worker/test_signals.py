@@ -55,30 +55,32 @@ def start(script: str) -> subprocess.Popen[str]:
     return proc
 
 
+def terminate(proc: subprocess.Popen[str], expect_first: bool = False) -> str:
+    """SIGTERM (twice when ``expect_first``: after the child reports the first); the rest of its
+    output. The child is always reaped."""
+    try:
+        assert proc.stdout is not None
+        proc.send_signal(signal.SIGTERM)
+        if expect_first:
+            assert proc.stdout.readline().strip() == "first"
+            proc.send_signal(signal.SIGTERM)
+        return proc.communicate(timeout=20)[0].strip()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_signal_during_the_main_threads_wait_never_deadlocks() -> None:
     for _ in range(15):
         proc = start(SPINNER)
-        try:
-            proc.send_signal(signal.SIGTERM)
-            out, _ = proc.communicate(timeout=20)
-        finally:
-            proc.kill()
-            proc.wait()
-        assert proc.returncode == 0 and out.strip() == "stopped"
+        out = terminate(proc)
+        assert proc.returncode == 0 and out == "stopped"
 
 
 def test_second_signal_interrupts_the_main_thread() -> None:
     proc = start(REPEAT)
-    try:
-        assert proc.stdout is not None
-        proc.send_signal(signal.SIGTERM)
-        assert proc.stdout.readline().strip() == "first"
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=20)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == 3 and out.strip() == "interrupted"
+    out = terminate(proc, expect_first=True)
+    assert proc.returncode == 3 and out == "interrupted"
 
 
 def test_handlers_run_on_the_relay_thread_and_close_restores() -> None:

@@ -93,6 +93,9 @@ def test_write_again_relabel_delete_and_merged_projects(tmp_path: Path) -> None:
     copy = reader(tmp_path)
     assert copy is not None and nearest(copy, a) == [(Kind.OBSERVATION, 2)]
     assert sorted(w.doc_ids()) == ["obs_2_narrative"]
+    fields = list(w.manifest.fields)
+    assert w.missing(["obs_2_fact_7", "obs_2_narrative"]) == ["obs_2_fact_7"]
+    assert w.manifest.fields == fields  # a lookup never grows the code tables
     w.relabel(["obs_5_text"], [meta()])  # a document the copy lacks: no longer complete
     assert reader(tmp_path) is None and not w.complete
     w.close()
