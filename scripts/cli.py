@@ -253,6 +253,7 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
              f"lag: {report.lag_ms / 1000:.1f}s; pending rows: {report.pending_rows}; "
              f"failed rows: {sum(report.total(k).failed for k in report.buckets)}",
              f"collection: {report.collection or '(nothing synced yet)'}",
+             f"text index: {_text_index_line(report.text_index)}; vector copy: {_copy_line(report.vector_copy)}",
              f"{'kind':<13}{'project':<24}{'rows':>8}{'synced':>8}{'docs':>8}{'pending':>8}{'failed':>8}  last sync"]
     for kind, projects in report.buckets.items():
         for project, b in sorted(projects.items()):
@@ -261,6 +262,24 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     for f in report.failures[:10]:
         lines.append(f"failed: {f['kind']} {f['id']}: {f['reason']}")
     click.echo("\n".join(lines))
+
+
+def _text_index_line(state: dict[str, Any]) -> str:
+    if not state.get("enabled"):
+        return "off"
+    if not state.get("built"):
+        return "not built yet (the worker builds it)"
+    behind = state["pending_rows"]
+    return "up to date" if behind == 0 else f"{behind} rows behind (searched through FTS5 meanwhile)"
+
+
+def _copy_line(state: dict[str, Any]) -> str:
+    if not state.get("enabled"):
+        return "off"
+    if not state.get("present"):
+        return "none yet (the worker fills it)"
+    done = "complete" if state["complete"] else "filling, not used until complete"
+    return f"{state['documents']} documents, {done}"
 
 
 def result_line(r: Any) -> str:

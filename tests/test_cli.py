@@ -128,8 +128,19 @@ class TestSyncCommands:
         st = json.loads(out)
         assert code == 0 and st["totals"]["observations"]["rows"] == 2
         assert st["kinds"]["prompts"]["alpha"]["synced_rows"] == 2 and st["kinds"]["prompts"]["beta"]["rows"] == 1
+        # resync filled the vector copy and the text index; the deletes above reach the copy at the
+        # next sync
+        assert st["vector_copy"] == {"enabled": True, "present": True, "complete": True, "documents": 21}
+        assert st["text_index"]["built"] is True and st["text_index"]["pending_rows"] == 0
         code, out, _ = invoke("status", *args)
         assert code == 0 and "observations" in out and "alpha" in out
+        assert "vector copy: 21 documents, complete" in out and "text index: up to date" in out
+        code, out, _ = invoke("resync", *args)
+        assert code == 0 and json.loads(invoke("status", *args, "--json")[1])["vector_copy"]["documents"] == 18
+        from worker.status import vector_copy_state
+
+        off = settings.model_copy(update={"vector_copy": False})
+        assert vector_copy_state(off, "memsync-g1") == {"enabled": False}
 
     def test_dry_run_json(self, args: list[str]) -> None:
         code, out, _ = invoke("resync", *args, "--dry-run", "--json")

@@ -15,6 +15,8 @@ from typing import Any
 from config.chroma_server import pid_alive
 from config.schema import KINDS, Kind
 from config.settings import Settings
+from config.textindex import index_path, read_meta, source_id
+from config.vectorcopy import Manifest, copy_dir, open_arrays
 from worker.daemon import read_worker_status
 from worker.source import SourceReader
 from worker.state import ACTIVE_COLLECTION, FAILED, SyncState, now_ms
@@ -53,6 +55,8 @@ class StatusReport:
     worker: dict[str, Any] = field(default_factory=dict)
     lag_ms: int = 0
     pending_rows: int = 0
+    text_index: dict[str, Any] = field(default_factory=dict)
+    vector_copy: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -65,6 +69,8 @@ class StatusReport:
             "worker": self.worker,
             "lag_ms": self.lag_ms,
             "pending_rows": self.pending_rows,
+            "text_index": self.text_index,
+            "vector_copy": self.vector_copy,
         }
 
     def total(self, kind: str) -> Bucket:
@@ -90,6 +96,33 @@ def worker_state(settings: Settings) -> dict[str, Any]:
     up = alive and fresh and not raw.get("stopping")
     reason = None if up else ("stopped" if raw.get("stopping") or not alive else "heartbeat is stale")
     return {**raw, "up": up, "reason": reason}
+
+
+def text_index_state(settings: Settings, max_ids: dict[Kind, int]) -> dict[str, Any]:
+    """memsync's text index: whether it is on and built for this database, and how many rows
+    (by id) it trails the database; search reads those trailing rows from FTS5 meanwhile."""
+    if not settings.text_index:
+        return {"enabled": False}
+    meta = read_meta(index_path(settings))
+    if meta is None or meta.get("db") != source_id(settings.db):
+        return {"enabled": True, "built": False}
+    marks = {k: int(meta.get("kinds", {}).get(k.value, {}).get("max_id", 0)) for k in KINDS}
+    return {"enabled": True, "built": True, "max_ids": {k.value: marks[k] for k in KINDS},
+            "pending_rows": sum(max(0, max_ids[k] - marks[k]) for k in KINDS)}
+
+
+def vector_copy_state(settings: Settings, collection: str | None) -> dict[str, Any]:
+    """The worker's vector copy of the active collection: live documents and whether it is
+    complete (only a complete copy answers searches; an incomplete one is being filled)."""
+    if not settings.vector_copy:
+        return {"enabled": False}
+    directory = copy_dir(settings, collection) if collection else None
+    manifest = Manifest.read(directory) if directory else None
+    arrays = open_arrays(directory, manifest) if directory and manifest else None
+    if manifest is None or arrays is None:
+        return {"enabled": True, "present": False}
+    live = int(arrays[1]["live"].sum())
+    return {"enabled": True, "present": True, "complete": manifest.complete, "documents": live}
 
 
 def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
@@ -129,6 +162,8 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
         report.pending_rows = sum(max(0, max_ids[k] - above[k]) for k in KINDS)
         oldest = oldest_pending_ms(reader, above)
         report.lag_ms = max(0, now_ms() - oldest) if oldest is not None else 0
+        report.text_index = text_index_state(settings, max_ids)
+    report.vector_copy = vector_copy_state(settings, collection)
     report.worker = worker_state(settings)
     if last:
         report.last_run = {"finished_at_ms": last[0], **json.loads(last[1])}

@@ -17,6 +17,8 @@ from search.models import Window
 from search.textindex import TextIndex, merge_tail
 from tests.conftest import BASE_MS, make_db, mixed_records, obs, prompt
 from worker.importer import import_records
+from worker.source import SourceReader
+from worker.status import text_index_state
 from worker.textsync import TextSync
 
 
@@ -57,11 +59,23 @@ def test_index_holds_every_kind_with_filters(tmp_path: Path, era: Era) -> None:
     assert index.count(Kind.OBSERVATION, "zeppelin", Filters(), before) == 1
 
 
+def _status_pending(s: Settings) -> int:
+    """Rows the index trails the database by, as `memsync status` reports it."""
+    with SourceReader(s.db, 1000) as reader:
+        state = text_index_state(s, reader.max_ids())
+    assert state["built"] is True
+    return int(state["pending_rows"])
+
+
 def test_rows_newer_than_the_index_come_from_fts5_until_it_catches_up(tmp_path: Path) -> None:
     s = _settings(tmp_path)
     make_db(s.db, mixed_records(4))
+    with SourceReader(s.db, 1000) as reader:
+        assert text_index_state(s, reader.max_ids()) == {"enabled": True, "built": False}
     _refresh(s)
+    assert _status_pending(s) == 0
     import_records(s.db, [obs(50, narrative="quokka sighting near the build server")])
+    assert _status_pending(s) == 1
     engine = Searcher(s)
     try:
         resp = engine.search("quokka", mode=Mode.LEXICAL, window_days=0)
@@ -69,6 +83,7 @@ def test_rows_newer_than_the_index_come_from_fts5_until_it_catches_up(tmp_path: 
         index = TextIndex.open(s)
         assert index is not None and index.watermark(Kind.OBSERVATION) == 4  # the tail answered
         _refresh(s, full=False)
+        assert _status_pending(s) == 0
         index = TextIndex.open(s)
         assert index is not None and index.watermark(Kind.OBSERVATION) == 5
         assert [i for i, _ in index.search(Kind.OBSERVATION, "quokka", Filters(), Window(0, None, None, "all_time"),
