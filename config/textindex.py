@@ -29,7 +29,7 @@ from config.settings import Settings
 
 INDEX_DIR = "text-index"
 META_FILE = "memsync-meta.json"
-VERSION = 1
+VERSION = 2  # 2: per-kind fingerprints are text hashes (1 had text lengths); a 1 is rebuilt
 ANALYZER = "memsync_en"
 KIND_CODE = {Kind.OBSERVATION: "o", Kind.SUMMARY: "s", Kind.PROMPT: "p"}
 

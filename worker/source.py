@@ -6,6 +6,7 @@ a long-open read would stop the app's WAL checkpoints. The connection is ``mode=
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,18 @@ from config.errors import SourceUnavailable
 from config.schema import KINDS, TABLES, Kind, SchemaError, SourceSchema, detect
 from config.sources import fetch_all, open_source_db
 from worker.documents import SourceRow
+
+ROW_HASH_BYTES = 4  # per-row text hashes that SQLite sums: 2^31 rows before an int64 could overflow
+ROW_HASH_SQL = "memsync_row_hash"
+
+
+def row_hash(*values: bytes | None) -> int:
+    """A 32-bit hash of one row's id and text columns (given as blobs, so any bytes hash and no
+    invalid UTF-8 can fail the call). Length-prefixed: moving text between columns changes it."""
+    h = hashlib.blake2b(digest_size=ROW_HASH_BYTES)
+    for v in values:
+        h.update(b"\xff" * 8 if v is None else len(v).to_bytes(8, "little") + v)
+    return int.from_bytes(h.digest(), "little")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +46,7 @@ class SourceReader:
         self.path = path
         self._conn = open_source_db(path, busy_timeout_ms)
         self.immutable = self._conn.immutable  # a snapshot: reopen when the file changes
+        self._conn.create_function(ROW_HASH_SQL, -1, row_hash, deterministic=True)
         try:
             self.schema: SourceSchema = detect(self._conn)
         except SchemaError:
@@ -114,15 +128,17 @@ class SourceReader:
         return [RowRef(int(r["id"]), r["project"] or "", r["merged"] or "") for r in self._fetch(sql, {})]
 
     def text_fingerprint(self, kind: Kind, columns: Sequence[str], after: int, up_to: int) -> tuple[int, int]:
-        """(row count, total length of the logical ``columns``) of the rows with after < id <= up_to:
-        a cheap stand-in for "unchanged" (used by the text index; an edit that keeps every length
-        is not seen by it)."""
+        """(row count, sum of per-row hashes of id and the logical ``columns``) of the rows with
+        after < id <= up_to: equal for two ranges only when (but for a 2^-32 chance) no row was
+        added, deleted or edited. Both parts are sums, so a range's fingerprint is the sum of its
+        pieces (the text index adds each appended range to what it had). Streams in SQLite: no
+        row's text is held longer than its hash takes."""
         table = TABLES[kind]
         phys = [c for c in (self.schema.column(table, x) for x in columns) if c]
-        lengths = " + ".join(f'coalesce(length(t."{c}"), 0)' for c in phys) or "0"
-        row = self._fetch(f"SELECT count(*) AS n, coalesce(sum({lengths}), 0) AS chars FROM {table} t "
+        args = ", ".join(["CAST(t.id AS BLOB)", *(f'CAST(t."{c}" AS BLOB)' for c in phys)])
+        row = self._fetch(f"SELECT count(*) AS n, coalesce(sum({ROW_HASH_SQL}({args})), 0) AS h FROM {table} t "
                           "WHERE t.id > :after AND t.id <= :up_to", {"after": after, "up_to": up_to})[0]
-        return int(row["n"]), int(row["chars"])
+        return int(row["n"]), int(row["h"])
 
     def max_ids(self) -> dict[Kind, int]:
         """The highest id per kind (0 when empty): a cheap change check."""

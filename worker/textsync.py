@@ -3,7 +3,7 @@ with the agent's database.
 
 The daemon calls :meth:`TextSync.step` on every loop, Chroma up or down: the index is what keeps
 the lexical fallback fast while Chroma is away. New rows are appended when the database file
-changed; each table's fingerprint (row count, text length) is compared at start-up and once per
+changed; each table's fingerprint (row count, sum of per-row text hashes) is compared at start-up and once per
 reconcile interval, and a kind whose older rows were edited or deleted is rebuilt. The index is an
 accelerator, so nothing about it may stop the sync: failures are logged (once per distinct
 message) and retried at the next change.
@@ -111,21 +111,21 @@ class TextIndexWriter:
             if mark is not None and max_id < int(mark["max_id"]):
                 mark = None  # ids went down: the database was replaced
             if full and mark is not None and reader.text_fingerprint(kind, cols, 0, int(mark["max_id"])) != (
-                    int(mark["n"]), int(mark["chars"])):
+                    int(mark["n"]), int(mark["hash"])):
                 mark = None  # an edit or delete below the watermark
             if mark is None:
                 self._writer.delete_documents_by_term("kind", KIND_CODE[kind])
                 self._add_rows(reader, kind, cols, 0, max_id)
-                n, chars = reader.text_fingerprint(kind, cols, 0, max_id)
+                n, text_hash = reader.text_fingerprint(kind, cols, 0, max_id)
                 rebuilt.append(kind.value)
             elif max_id > int(mark["max_id"]):
                 old = int(mark["max_id"])
                 appended[kind.value] = self._add_rows(reader, kind, cols, old, max_id)
-                n, chars = reader.text_fingerprint(kind, cols, old, max_id)
-                n, chars = n + int(mark["n"]), chars + int(mark["chars"])
+                n, text_hash = reader.text_fingerprint(kind, cols, old, max_id)
+                n, text_hash = n + int(mark["n"]), text_hash + int(mark["hash"])
             else:
                 continue
-            kinds_meta[kind.value] = {"max_id": max_id, "n": n, "chars": chars}
+            kinds_meta[kind.value] = {"max_id": max_id, "n": n, "hash": text_hash}
             changed = True
         if changed:
             self._writer.commit()

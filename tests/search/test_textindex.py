@@ -94,14 +94,20 @@ def test_rows_newer_than_the_index_come_from_fts5_until_it_catches_up(tmp_path: 
         engine.close()
 
 
-def test_edit_below_the_watermark_rebuilds_the_kind_at_a_full_refresh(tmp_path: Path) -> None:
+@pytest.mark.parametrize("same_length", [False, True], ids=["new-length", "same-length"])
+def test_edit_below_the_watermark_rebuilds_the_kind_at_a_full_refresh(tmp_path: Path, same_length: bool) -> None:
     s = _settings(tmp_path)
     make_db(s.db, mixed_records(4))
     text = TextSync(s)
     try:
         assert text.step() is not None  # the first step is a full one (start-up)
         with sqlite3.connect(s.db) as conn:  # the agent edits an old row
-            conn.execute("UPDATE observations SET narrative = 'axolotl habitat notes' WHERE id = 2")
+            old = conn.execute("SELECT narrative FROM observations WHERE id = 2").fetchone()[0]
+            new = "axolotl habitat notes"
+            if same_length:  # a typo fixed: no count or length changes, only the text
+                new = (new + " " + "x" * len(old))[:len(old)]
+                assert len(new) == len(old) and new != old
+            conn.execute("UPDATE observations SET narrative = ? WHERE id = 2", (new,))
         quick = text.step()
         assert quick is not None and quick.rebuilt == [] and quick.appended == {}  # appends only
         full = text.step(force_full=True)
