@@ -177,9 +177,10 @@ class Syncer:
             tally.rows += len(rows)
             if self.progress:
                 self.progress(len(rows), len(plan.embed))
-            self.log.info(logs.SYNC_BATCH, kind=kind.value, rows=len(rows), first_id=after + 1,
-                          embed=len(plan.embed), relabel=len(plan.relabel), delete=len(plan.delete),
-                          failed=len(plan.failed_rows), dry_run=dry_run)
+            if rows or plan.delete:  # a tail pass over a kind with nothing new is not a batch
+                self.log.info(logs.SYNC_BATCH, kind=kind.value, rows=len(rows), first_id=after + 1,
+                              embed=len(plan.embed), relabel=len(plan.relabel), delete=len(plan.delete),
+                              failed=len(plan.failed_rows), dry_run=dry_run)
             if hi == INF_ID:
                 return True
             after = hi

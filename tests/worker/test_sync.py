@@ -169,6 +169,22 @@ class TestChanges:
         assert result.added == 3 and result.updated == result.deleted == 0
 
 
+    def test_a_tail_pass_logs_one_line_per_batch_it_had(
+        self, settings: Settings, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        from structlog.testing import capture_logs
+
+        from worker.importer import import_records
+
+        import_records(settings.db, [obs(100, "gamma")])
+        with capture_logs() as logged:  # the worker's fast path: only rows above each watermark
+            result, _ = run(settings, chroma, fake_embedder,
+                            start_after={Kind.OBSERVATION: 12, Kind.SUMMARY: 12, Kind.PROMPT: 12})
+        batches = [e for e in logged if e["event"] == "sync_batch"]
+        assert result.added == 3
+        assert [(e["kind"], e["rows"], e["embed"]) for e in batches] == [("observation", 1, 3)]
+
+
 class TestProjectFilter:
     def test_project_resync_touches_only_that_project(
         self, settings: Settings, source_db: Path, chroma: Any, fake_embedder: FakeEmbedder
