@@ -187,7 +187,14 @@ def test_first_row_arrives_within_a_second(managed: Settings) -> None:
         worker.kill()
 
 
-def test_metrics_endpoint(managed: Settings) -> None:
+def status_check(settings: Settings, *args: str) -> tuple[int, dict[str, Any]]:
+    """`memsync status --check --json` as a health check script runs it: (exit code, report)."""
+    done = subprocess.run([sys.executable, "-m", "scripts.cli", "status", "--check", "--json", *args], cwd=ROOT,
+                          env=env_for(settings), capture_output=True, text=True, timeout=120)
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_metrics_endpoint_and_status_check(managed: Settings) -> None:
     make_db(managed.db, mixed_records(2))
     port = free_port()
     worker = WorkerProcess(managed, extra_args=["--metrics-port", str(port)])
@@ -196,9 +203,17 @@ def test_metrics_endpoint(managed: Settings) -> None:
         body = wait_for(lambda: _get(f"http://127.0.0.1:{port}/metrics"), 30, "metrics")
         assert "memsync_worker_up 1.0" in body and "memsync_lag_seconds" in body
         assert 'memsync_documents_total{op="added"} 14.0' in body
+        code, report = status_check(managed)
+        assert code == 0 and report["healthy"] and report["problems"] == []
     finally:
         worker.stop()
         worker.kill()
+    code, report = status_check(managed)
+    assert code == 1 and report["problems"] == ["worker down (stopped)"]
+    # A row committed while the worker is down, created long ago: its age is the lag.
+    import_records(managed.db, [prompt(900, created_at_epoch=1_000)])
+    code, report = status_check(managed, "--max-lag", "60")
+    assert code == 1 and report["problems"][0] == "worker down (stopped)" and report["problems"][1].startswith("lag ")
 
 
 def _get(url: str) -> str | None:
