@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     chroma_path: Path | None = Field(None, description="Chroma persistence directory; default DATA_DIR/chroma.")
     chroma_timeout_s: float = Field(30.0, gt=0, description="Timeout of every Chroma HTTP call, seconds.")
     chroma_start_timeout_s: float = Field(60.0, gt=0, description="How long to wait for a managed server to start.")
+    chroma_log_level: Literal["error", "warn", "info", "debug"] = Field(
+        "warn", description="Log level of the managed server (DATA_DIR/chroma-server.log); `info` logs every request.",
+    )
     collection: str = Field(
         "memsync", min_length=3, max_length=60, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]$",
         description="Chroma collection name (a pointer to the active generation).",

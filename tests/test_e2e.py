@@ -87,6 +87,11 @@ def managed(tmp_path: Path) -> Iterator[Settings]:
 
 
 def test_managed_mode_starts_and_stops_its_own_server(managed: Settings) -> None:
+    from config.chroma_server import LOG_FILE, LOG_ROTATE_BYTES
+
+    log = managed.data_dir / LOG_FILE
+    managed.data_dir.mkdir(parents=True)
+    log.write_bytes(b"an old server's log\n" * (LOG_ROTATE_BYTES // 20 + 1))
     result = memsync(managed, "resync", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["added"] == 28
@@ -95,6 +100,10 @@ def test_managed_mode_starts_and_stops_its_own_server(managed: Settings) -> None
     verified = memsync(managed, "verify", "--json")
     assert verified.returncode == 0 and json.loads(verified.stdout)["clean"]
     assert not heartbeat("127.0.0.1", managed.chroma_port)
+    # The long log was set aside at the start; the server logged no INFO line (one per request).
+    assert (managed.data_dir / (LOG_FILE + ".1")).stat().st_size > LOG_ROTATE_BYTES
+    text = log.read_text(errors="replace")
+    assert "Saving data to" in text and " INFO" not in text
 
 
 def test_managed_mode_adopts_a_running_server(managed: Settings) -> None:
