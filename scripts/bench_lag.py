@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from config.embedding import get_embedder
-from scripts.benchlib import report, start_worker
+from scripts.benchlib import report, start_worker, stop_worker
 from worker.demo import generate
 from worker.importer import import_records
 
@@ -144,8 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         idle_cpu = 100 * (cpu_seconds(proc.pid) - c0) / (time.monotonic() - w0)
         rss = rss_mb(proc.pid)
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        stop_worker(s, proc)
 
     result = {
         "steady_rate_per_s": args.rate, "steady_rows": n, "lag_p50_s": statistics.median(lags),

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from scripts.bench_lag import rss_mb, wait, worker_status
-from scripts.benchlib import report, start_worker
+from scripts.benchlib import report, start_worker, stop_worker
 from worker.demo import generate
 from worker.importer import import_records
 
@@ -64,8 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         wait(lambda: worker_status(s.data_dir).get("pending_rows", 1) == 0, 120, "the worker to catch up")
         samples.append((time.monotonic() - start, rss_mb(proc.pid)))
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        stop_worker(s, proc)
     after_warmup = samples[1:] or samples
     result = {
         "minutes": args.minutes, "rows_written": rows, "samples": samples,

@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -340,7 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--findable-after", type=float, default=3.0, help="seconds after commit a row must be found")
     p.add_argument("--disk-margin", type=float, default=2.0, help="allowed Chroma size / fresh rebuild size")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--work", type=Path, default=None, help="directory to keep (default: a temporary one)")
+    p.add_argument("--work", type=Path, default=None,
+                   help="directory to keep (default: a temporary one, removed when every check passed)")
     p.add_argument("--out", type=Path, default=Path(".bench/soak.json"))
     p.add_argument("--quiet-every", type=float, default=5.0,
                    help="minutes between the writer's quiet periods (0: never quiet)")
@@ -470,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
             *({"figure": f"check: {k}", "value": "ok" if v else "FAILED"} for k, v in checks.items())]
     print_table(rows)
     write_json(summary, args.out)
+    if args.work is None and summary["passed"]:  # a failed run keeps its directory to look into
+        shutil.rmtree(work, ignore_errors=True)
     return 0 if summary["passed"] else 1
 
 
