@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     text_index: bool = Field(
         True, description="Worker: keep memsync's own BM25 index (tantivy) of the database in the data directory; "
         "searches use it for lexical ranking when it is there (FTS5 otherwise, and for rows it does not hold yet).")
+    text_index_append_s: float = Field(
+        30.0, ge=0, description="Worker: append new rows to the text index at most this often (each append is a "
+        "commit and a segment to merge); searches take newer rows from FTS5 meanwhile.")
     vector_copy: bool = Field(
         True, description="Worker: keep a local int8 copy of the vectors it writes to Chroma, with their project, "
         "type and date, in the data directory; searches with a window or filter rank exactly from it.")

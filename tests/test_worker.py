@@ -63,7 +63,7 @@ class WorkerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "scripts.cli", "worker", *(extra_args or [])], cwd=ROOT, text=True,
             env=env_for(settings, **{"MEMSYNC_POLL_INTERVAL_S": "0.2", "MEMSYNC_BACKOFF_CAP_S": "1",
-                                     "MEMSYNC_HEALTH_INTERVAL_S": "0.5", **env}),
+                                     "MEMSYNC_HEALTH_INTERVAL_S": "0.5", "MEMSYNC_TEXT_INDEX_APPEND_S": "1", **env}),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -22,9 +22,10 @@ from worker.status import text_index_state
 from worker.textsync import TextSync
 
 
-def _settings(tmp_path: Path) -> Settings:
+def _settings(tmp_path: Path, append_s: float = 0.0) -> Settings:
     return Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http",
-                    chroma_port=9)  # nothing listens: searches answer lexically
+                    chroma_port=9,  # nothing listens: searches answer lexically
+                    text_index_append_s=append_s)
 
 
 def _refresh(settings: Settings, full: bool = True) -> None:
@@ -117,6 +118,26 @@ def test_edit_below_the_watermark_rebuilds_the_kind_at_a_full_refresh(tmp_path: 
     index = TextIndex.open(s)
     assert index is not None
     assert [i for i, _ in index.search(Kind.OBSERVATION, "axolotl", Filters(), None, 5)] == [2]
+
+
+def test_appends_wait_for_the_interval_and_fts5_answers_meanwhile(tmp_path: Path) -> None:
+    s = _settings(tmp_path, append_s=3600)
+    make_db(s.db, mixed_records(4))
+    text = TextSync(s)
+    engine = Searcher(s)
+    try:
+        assert text.step() is not None  # start-up: a full refresh
+        import_records(s.db, [obs(50, narrative="wombat burrow survey")])
+        assert text.step() is None and text.step() is None  # within the interval: no commit
+        assert _status_pending(s) == 1
+        resp = engine.search("wombat", mode=Mode.LEXICAL, window_days=0)
+        assert [(r.kind, r.id) for r in resp.results] == [(Kind.OBSERVATION, 5)]  # from the FTS5 tail
+        full = text.step(force_full=True)  # a reconcile does not wait
+        assert full is not None and full.appended == {"observation": 1}
+        assert _status_pending(s) == 0
+    finally:
+        engine.close()
+        text.close()
 
 
 def test_a_replaced_database_is_indexed_from_scratch(tmp_path: Path) -> None:
