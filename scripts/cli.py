@@ -589,6 +589,10 @@ def worker(once: bool, poll_interval: float | None, reconcile_interval: float | 
     after the current batch (and stops the managed Chroma server it started); a second one stops
     at once. Another terminal can watch `memsync status`.
     """
+    # SIGUSR1's default action kills a process, and the worker's handler is installed only after
+    # seconds of imports. A reconcile asked for before then is due anyway (one runs at start-up),
+    # so until then the signal is ignored. (A soak once killed a just-restarted worker this way.)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     loaded = settings_from(kwargs)
     overrides = {k: v for k, v in (("poll_interval_s", poll_interval), ("reconcile_interval_s", reconcile_interval))
                  if v is not None}

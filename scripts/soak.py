@@ -410,8 +410,10 @@ def main(argv: list[str] | None = None) -> int:
     run.stop.set()
     for t in threads:
         t.join(60)
-    caught_up = wait_for(lambda: worker_json(settings.data_dir).get("pending_rows") == 0
-                         and worker_json(settings.data_dir).get("chroma_reachable"), 300)
+    # The status must be the running worker's: after a late kill_worker fault, worker.json is still
+    # the killed one's until its successor writes it.
+    caught_up = wait_for(lambda: (w := worker_json(settings.data_dir)).get("pid") == worker.proc.pid  # type: ignore[union-attr]
+                         and w.get("pending_rows") == 0 and w.get("chroma_reachable"), 300)
     before = int(worker_json(settings.data_dir).get("reconciles", 0))
     os.kill(worker.proc.pid, signal.SIGUSR1)  # type: ignore[union-attr]
     reconciled = wait_for(lambda: int(worker_json(settings.data_dir).get("reconciles", 0)) > before, 600)

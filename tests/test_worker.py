@@ -3,6 +3,7 @@ real `chroma run` servers. Waits are deadlines on observable state, never fixed 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -385,6 +386,32 @@ def test_managed_server_that_dies_is_restarted_and_the_backlog_drains(managed: S
         worker.kill()
     assert not pid_alive(second.pid)
     assert verify(managed).clean
+
+
+def _ignores(pid: int, sig: int) -> bool:
+    """Whether the process has ``sig`` set to ignored (its SigIgn mask in /proc)."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
+
+
+def test_reconcile_signal_during_start_up_does_not_kill_the_worker(managed: Settings) -> None:
+    make_db(managed.db, mixed_records(2))
+    worker = WorkerProcess(managed)
+    try:
+        # As soon as the command ignores SIGUSR1, well before its handler exists (imports, Chroma).
+        wait_for(lambda: _ignores(worker.proc.pid, signal.SIGUSR1), 60, "SIGUSR1 ignored")
+        assert read_worker_status(managed.data_dir) is None  # not started yet
+        worker.proc.send_signal(signal.SIGUSR1)
+        status = worker.wait_reconciles(1)
+        assert worker.proc.poll() is None and status["totals"]["added"] == 14
+        worker.proc.send_signal(signal.SIGUSR1)  # now handled: a reconcile on request
+        worker.wait_reconciles(2)
+        assert worker.stop() == 0
+    finally:
+        worker.kill()
 
 
 def test_second_signal_exits_at_once(managed: Settings) -> None:

@@ -170,6 +170,9 @@ class Worker:
         # stop is waiting (the tests send it before they give up on a worker). faulthandler's
         # handler is C code that takes no Python lock.
         faulthandler.register(signal.SIGUSR2, all_threads=True)
+        # A crash in native code (SIGSEGV, SIGABRT, ...) leaves every thread's Python stack in the
+        # log instead of a log that just stops.
+        faulthandler.enable(all_threads=True)
 
     def request_reconcile(self) -> None:
         """Ask for a full comparison at the next step (safe from any thread or signal handler)."""
