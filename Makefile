@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench lint
+.PHONY: run test test-fast bench lint
 
 $(BIN)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "memsync needs Python 3.11+ (set PYTHON=python3.11)")'
@@ -19,8 +19,13 @@ run: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest
 
+# The unit tests only (no real subprocesses or servers): about a minute.
+test-fast: $(BIN)/.installed
+	$(BIN)/python -m pytest -m "not slow"
+
 lint: $(BIN)/.installed
-	$(BIN)/ruff check config worker search servers scripts tests
+	$(BIN)/ruff check cli config worker search servers scripts tests
+	$(BIN)/python -m scripts.lint_tree
 	$(BIN)/mypy
 
 bench: $(BIN)/.installed

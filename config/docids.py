@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from config.schema import SUMMARY_FIELDS, Kind
+from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
 
 OBSERVATION_FIELDS: tuple[str, ...] = ("narrative", "text", "title")
 FACT_PREFIX = "fact_"

@@ -55,6 +55,11 @@ class EmbeddingError(RuntimeError):
     """The model cannot be loaded or run (a configuration problem, not a transient one)."""
 
 
+def tokenizer_json() -> str:
+    """The shipped MiniLM WordPiece tokenizer (``memsync.config.data``), as JSON text."""
+    return resources.files("memsync.config.data").joinpath("minilm-tokenizer.json").read_text("utf-8")
+
+
 class MiniLMOnnx:
     """all-MiniLM-L6-v2 int8 on onnxruntime; tokenised with the ``tokenizers`` library."""
 
@@ -67,8 +72,7 @@ class MiniLMOnnx:
             raise EmbeddingError(f"embedding model package missing: {exc}") from exc
         self._spec = MODELS["all-MiniLM-L6-v2-int8"]
         self._batch_size = batch_size
-        tok_json = resources.files("config").joinpath("data/minilm-tokenizer.json").read_text("utf-8")
-        self._tokenizer = Tokenizer.from_str(tok_json)
+        self._tokenizer = Tokenizer.from_str(tokenizer_json())
         # The shipped tokenizer.json pads every text to 128; padding is done here per sub-batch.
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(max_length=max_tokens)

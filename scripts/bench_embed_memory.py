@@ -24,8 +24,8 @@ from scripts.benchlib import ROOT, print_table, write_json
 
 def child(tokens_per_text: int) -> dict[str, float]:
     """Run in the child: the measurement for one budget."""
-    import config.embedding as embedding
-    from worker.demo import generate
+    import memsync.config.embedding as embedding
+    from memsync.worker.demo import generate
 
     embedding.TOKENS_PER_TEXT = tokens_per_text
     texts = [str(r[k]) for r in generate(n_sessions=300, seed=3) for k in ("narrative", "prompt_text", "learned")

@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from config.embedding import get_embedder
+from memsync.config.embedding import get_embedder
+from memsync.worker.demo import generate
+from memsync.worker.importer import import_records
 from scripts.benchlib import report, start_worker, stop_worker
-from worker.demo import generate
-from worker.importer import import_records
 
 TICK = os.sysconf("SC_CLK_TCK")
 

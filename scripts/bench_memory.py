@@ -15,10 +15,10 @@ import argparse
 import time
 from pathlib import Path
 
+from memsync.worker.demo import generate
+from memsync.worker.importer import import_records
 from scripts.bench_lag import rss_mb, wait, worker_status
 from scripts.benchlib import report, start_worker, stop_worker
-from worker.demo import generate
-from worker.importer import import_records
 
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float:

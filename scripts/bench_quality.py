@@ -20,14 +20,14 @@ from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
-from config.schema import Kind
-from config.settings import Settings
+from memsync.config.claude_mem.schema import Kind
+from memsync.config.settings import Settings
+from memsync.search import Filters, Mode, Searcher
+from memsync.search.fusion import Weights
+from memsync.worker.importer import import_records, init_db
+from memsync.worker.resync import resync
 from scripts.benchlib import ROOT, print_table, write_json
 from scripts.locomo import DEFAULT_DATA, Question, load
-from search import Filters, Mode, Searcher
-from search.fusion import Weights
-from worker.importer import import_records, init_db
-from worker.resync import resync
 
 KS = (5, 10, 20)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}

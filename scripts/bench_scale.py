@@ -26,16 +26,16 @@ import sys
 import time
 from pathlib import Path
 
-from config.chroma_server import ManagedServer, ServerInfo
-from config.embedding import get_embedder
-from config.settings import Settings
+from memsync.config.chroma.server import ManagedServer, ServerInfo
+from memsync.config.embedding import get_embedder
+from memsync.config.settings import Settings
+from memsync.search import Mode, Searcher
+from memsync.worker.demo import PROJECTS, generate
+from memsync.worker.importer import import_records, init_db
+from memsync.worker.resync import resync
 from scripts.bench_lag import rss_mb, worker_status
 from scripts.bench_search import QUERIES, PoolEmbedder, pct
 from scripts.benchlib import ROOT, free_port, print_table, settings_env, write_json
-from search import Mode, Searcher
-from worker.demo import PROJECTS, generate
-from worker.importer import import_records, init_db
-from worker.resync import resync
 
 
 def size_mb(path: Path) -> float:
@@ -78,7 +78,7 @@ def worker_reconcile(settings: Settings) -> tuple[float, float]:
     """Start `memsync worker` on the synced data; (RSS MB, seconds) at the end of its first reconcile."""
     env = settings_env(settings)
     t = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "scripts.cli", "worker"], env=env, cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "memsync", "worker"], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while not worker_status(settings.data_dir).get("reconciles"):

@@ -28,18 +28,18 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from config import stores
-from config.chroma_server import ManagedServer
-from config.embedding import get_embedder
-from config.settings import Settings
+from memsync.config.chroma import collections as stores
+from memsync.config.chroma.server import ManagedServer
+from memsync.config.embedding import get_embedder
+from memsync.config.settings import Settings
+from memsync.search import Filters, Mode, Searcher
+from memsync.worker.demo import PROJECTS, generate
+from memsync.worker.importer import import_records, init_db
+from memsync.worker.resync import resync
+from memsync.worker.state import SyncState
+from memsync.worker.textsync import TextSync
+from memsync.worker.vectorcopy import fill_from_store, open_writer
 from scripts.benchlib import ROOT, free_port, print_table, write_json
-from search import Filters, Mode, Searcher
-from worker.demo import PROJECTS, generate
-from worker.importer import import_records, init_db
-from worker.resync import resync
-from worker.state import SyncState
-from worker.textsync import TextSync
-from worker.vectorcopy import fill_from_store, open_writer
 
 QUERIES = (
     "connection pool exhausted under load", "refund endpoint returns 500", "flaky test timing",

@@ -23,15 +23,15 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from config.embedding import get_embedder
-from config.schema import KINDS
-from config.settings import Settings
+from memsync.config.claude_mem.schema import KINDS
+from memsync.config.embedding import get_embedder
+from memsync.config.settings import Settings
+from memsync.worker.demo import generate
+from memsync.worker.documents import RowError, build_documents
+from memsync.worker.importer import import_records, init_db
+from memsync.worker.resync import resync
+from memsync.worker.source import SourceReader
 from scripts.benchlib import report
-from worker.demo import generate
-from worker.documents import RowError, build_documents
-from worker.importer import import_records, init_db
-from worker.resync import resync
-from worker.source import SourceReader
 
 
 def make_database(path: Path, rows: int, seed: int) -> None:
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(".bench/bench_sync.json"))
     args = parser.parse_args(argv)
 
-    from worker import logs
+    from memsync.worker import logs
 
     logs.configure(level="warning")
     with tempfile.TemporaryDirectory(prefix="memsync-bench-") as tmp:

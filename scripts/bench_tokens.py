@@ -19,18 +19,18 @@ import asyncio
 import json
 import tempfile
 import time
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer
 
-from config.settings import Settings
+from memsync.config.embedding import tokenizer_json
+from memsync.config.settings import Settings
+from memsync.main import make_demo_db
+from memsync.search import Searcher
+from memsync.servers.mcp_tools import build_server
+from memsync.worker.resync import resync
 from scripts.benchlib import print_table, write_json
-from scripts.cli import make_demo_db
-from search import Searcher
-from servers.mcp_tools import build_server
-from worker.resync import resync
 
 CALLS: list[tuple[str, dict[str, Any]]] = [
     ("search", {"query": "connection pool timeout", "limit": 5}),
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path(".bench/bench_tokens.json"))
     args = p.parse_args(argv)
 
-    wordpiece = Tokenizer.from_str(resources.files("config").joinpath("data/minilm-tokenizer.json").read_text("utf-8"))
+    wordpiece = Tokenizer.from_str(tokenizer_json())
     wordpiece.no_padding()
     wordpiece.no_truncation()
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from config.settings import ENV_PREFIX, Settings
-from worker.demo import generate
-from worker.importer import import_records, init_db
+from memsync.config.settings import ENV_PREFIX, Settings
+from memsync.worker.demo import generate
+from memsync.worker.importer import import_records, init_db
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +56,7 @@ def start_worker(prefix: str) -> tuple[Settings, subprocess.Popen[bytes]]:
     import_records(s.db, generate(n_sessions=25, seed=5))
     env = {**os.environ, "MEMSYNC_DB": str(s.db), "MEMSYNC_DATA_DIR": str(s.data_dir),
            "MEMSYNC_CHROMA_PORT": str(s.chroma_port), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "scripts.cli", "worker"], env=env, cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "memsync", "worker"], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return s, proc
 

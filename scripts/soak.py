@@ -39,14 +39,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from config import stores
-from config.chroma_server import ServerInfo, pid_alive
-from config.settings import Settings
+from memsync.config.chroma import collections as stores
+from memsync.config.chroma.server import ServerInfo, pid_alive
+from memsync.config.settings import Settings
+from memsync.search import Searcher
+from memsync.worker.importer import import_records, init_db
 from scripts.benchlib import ROOT, free_port, print_table, settings_env, write_json
-from search import Searcher
-from worker.importer import import_records, init_db
 
-MEMSYNC = [sys.executable, "-m", "scripts.cli"]
+MEMSYNC = [sys.executable, "-m", "memsync"]
 FAULTS = ("kill_worker", "kill_chroma", "write_lock", "hostile_rows")
 
 

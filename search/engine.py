@@ -27,18 +27,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from config.docids import possible_doc_ids
-from config.embedding import Embedder, get_embedder
-from config.schema import KINDS, Kind
-from config.settings import Settings
-from config.syncstate import synced_doc_ids
-from search import fts
-from search.fusion import Ranked, Weights, fuse
-from search.models import Filters, Format, Mode, Order, Response, Result, Signal, Window
-from search.rows import QueryTimeout, SourceRows, title_of
-from search.semantic import RowHit, VectorSide, VectorUnavailable
-from search.textindex import TextIndex, merge_tail
-from search.vectorcopy import VectorCopy
+from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.docids import possible_doc_ids
+from memsync.config.embedding import Embedder, get_embedder
+from memsync.config.formats.sync_records import synced_doc_ids
+from memsync.config.settings import Settings
+from memsync.search import fts
+from memsync.search.fusion import Ranked, Weights, fuse
+from memsync.search.models import Filters, Format, Mode, Order, Response, Result, Signal, Window
+from memsync.search.rows import QueryTimeout, SourceRows, title_of
+from memsync.search.semantic import RowHit, VectorSide, VectorUnavailable
+from memsync.search.textindex import TextIndex, merge_tail
+from memsync.search.vectorcopy import VectorCopy
 
 Key = tuple[Kind, int]
 EXCLUDED_CAP = 100  # counting matches outside the window stops here per kind (then: "at least")
@@ -118,7 +118,7 @@ class Searcher:
     def _rows(self) -> SourceRows:
         rows = SourceRows(self.settings.db, self.settings.sqlite_busy_timeout_ms, self.settings.fts_timeout_ms)
         if not all(rows.has_fts(k) for k in KINDS):
-            from search.lexical_index import LexicalIndex
+            from memsync.search.lexical_index import LexicalIndex
 
             rows.lexical_index = LexicalIndex.refreshed(self.settings, rows)
         return rows

@@ -16,9 +16,9 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from config.schema import FTS_TABLES, KINDS, TABLES, Kind
-from config.settings import Settings
-from search.rows import ALIAS, SourceRows
+from memsync.config.claude_mem.schema import FTS_TABLES, KINDS, TABLES, Kind
+from memsync.config.settings import Settings
+from memsync.search.rows import ALIAS, SourceRows
 
 INDEX_FILE = "lexical.db"
 _last_stamp: dict[str, tuple[float, ...]] = {}

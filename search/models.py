@@ -12,7 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from config.schema import KINDS, Kind
+from memsync.config.claude_mem.schema import KINDS, Kind
 
 
 class Mode(StrEnum):

@@ -17,11 +17,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from config.errors import SourceUnavailable
-from config.schema import FTS_TABLES, SESSIONS_TABLE, SUMMARY_FIELDS, TABLES, Kind, SourceSchema, detect
-from config.sources import fetch_all, open_source_db
-from search import fts
-from search.models import Filters, Window
+from memsync.config.claude_mem.connection import fetch_all, open_source_db
+from memsync.config.claude_mem.schema import (
+    FTS_TABLES,
+    SESSIONS_TABLE,
+    SUMMARY_FIELDS,
+    TABLES,
+    Kind,
+    SourceSchema,
+    detect,
+)
+from memsync.config.errors import SourceUnavailable
+from memsync.search import fts
+from memsync.search.models import Filters, Window
 
 ALIAS = "t"
 # A word in more than half the rows has no BM25 weight (FTS5 clamps its idf to ~0), so leaving it

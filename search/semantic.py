@@ -20,12 +20,12 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
-from config import stores
-from config.docids import DocIdError, parse_doc_id
-from config.embedding import Embedder
-from config.errors import ConfigError, StoreUnavailable
-from config.schema import Kind
-from config.settings import Settings
+from memsync.config.chroma import collections as stores
+from memsync.config.claude_mem.schema import Kind
+from memsync.config.docids import DocIdError, parse_doc_id
+from memsync.config.embedding import Embedder
+from memsync.config.errors import ConfigError, StoreUnavailable
+from memsync.config.settings import Settings
 
 RETRY_AFTER_S = 3.0
 ID_CHUNK = 8000  # ids per existence check: 35k ids cost ~640 ms in chunks of 2,000, ~240 ms in 8,000

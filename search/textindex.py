@@ -17,11 +17,11 @@ from typing import Any
 
 import tantivy
 
-from config.schema import Kind
-from config.settings import Settings
-from config.textindex import KIND_CODE, index_path, open_index, read_meta, source_id, terms
-from search import fts
-from search.models import Filters, Window
+from memsync.config.claude_mem.schema import Kind
+from memsync.config.formats.text_index import KIND_CODE, index_path, open_index, read_meta, source_id, terms
+from memsync.config.settings import Settings
+from memsync.search import fts
+from memsync.search.models import Filters, Window
 
 _EPOCH_MAX = 2**62
 _readers: dict[str, Any] = {}  # one open index per path and process: opening reads every segment's meta

@@ -14,11 +14,11 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
-from config.schema import KINDS, Kind
-from config.settings import Settings
-from config.vectorcopy import KIND_CODE, Manifest, copy_dir, open_arrays
-from search.models import Filters, Window
-from search.semantic import RowHit
+from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.formats.vector_copy import KIND_CODE, Manifest, copy_dir, open_arrays
+from memsync.config.settings import Settings
+from memsync.search.models import Filters, Window
+from memsync.search.semantic import RowHit
 
 CHUNK = 4096  # rows gathered per int8→float32 product: small enough to stay in cache
 

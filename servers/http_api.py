@@ -27,13 +27,13 @@ from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
-from config.errors import ConfigError, MemsyncError
-from config.schema import Kind, SchemaError
-from config.settings import Settings
-from search import Searcher
-from search.rows import QueryTimeout
-from search.semantic import VectorUnavailable
-from servers.params import MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, BadRequest, Requests, SearchArgs, ref
+from memsync.config.claude_mem.schema import Kind, SchemaError
+from memsync.config.errors import ConfigError, MemsyncError
+from memsync.config.settings import Settings
+from memsync.search import Searcher
+from memsync.search.rows import QueryTimeout
+from memsync.search.semantic import VectorUnavailable
+from memsync.servers.params import MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, BadRequest, Requests, SearchArgs, ref
 
 log = logging.getLogger("memsync.http")
 
@@ -87,7 +87,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None) -> FastAPI:
     searcher = searcher or Searcher(settings)
     requests = Requests(searcher, settings.max_query_chars)
     metrics = Metrics()
-    page = files("servers").joinpath("page/index.html").read_text(encoding="utf-8")
+    page = files("memsync.servers").joinpath("page/index.html").read_text(encoding="utf-8")
     token = settings.api_token.get_secret_value() if settings.api_token else None
 
     app = FastAPI(title="memsync", version=version("memsync"), docs_url=None, redoc_url=None,
@@ -213,7 +213,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None) -> FastAPI:
 
     @app.get("/api/status", dependencies=guarded, summary="Worker state, lag, Chroma reachability, counts")
     def api_status() -> dict[str, Any]:
-        from worker.status import status
+        from memsync.worker.status import status
 
         report = status(settings).as_dict()
         worker = {k: public(v) if isinstance(v, str) else v for k, v in report["worker"].items() if k != "db"}

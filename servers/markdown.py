@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from config.schema import Kind
-from search import Response, Result
-from servers.params import ref
+from memsync.config.claude_mem.schema import Kind
+from memsync.search import Response, Result
+from memsync.servers.params import ref
 
 FIELD_CHARS = 4000  # one field of a full record; longer text is cut with a note
 

@@ -17,13 +17,13 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from config.errors import MemsyncError
-from config.schema import SchemaError
-from config.settings import Settings
-from search import Searcher
-from search.rows import QueryTimeout
-from servers import markdown
-from servers.params import MAX_DEPTH, MAX_IDS, MAX_LIMIT, BadRequest, Requests, SearchArgs, parse_ref, ref
+from memsync.config.claude_mem.schema import SchemaError
+from memsync.config.errors import MemsyncError
+from memsync.config.settings import Settings
+from memsync.search import Searcher
+from memsync.search.rows import QueryTimeout
+from memsync.servers import markdown
+from memsync.servers.params import MAX_DEPTH, MAX_IDS, MAX_LIMIT, BadRequest, Requests, SearchArgs, parse_ref, ref
 
 INSTRUCTIONS = """memsync searches this project's memory: past observations (#123), session
 summaries (#S12) and user prompts (#P5) recorded by the coding agent. Search by meaning and by

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from config.schema import Kind
-from search import Filters, Format, Order, Response, Result, Searcher, SearchError, parse_kinds
+from memsync.config.claude_mem.schema import Kind
+from memsync.search import Filters, Format, Order, Response, Result, Searcher, SearchError, parse_kinds
 
 MAX_LIMIT = 100  # results per page; agents should start small and page with offset
 MAX_OFFSET = 10_000

@@ -14,9 +14,9 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from config.schema import Era
-from config.settings import Settings
-from worker.importer import import_records, init_db
+from memsync.config.claude_mem.schema import Era
+from memsync.config.settings import Settings
+from memsync.worker.importer import import_records, init_db
 
 DAY_MS = 86_400_000
 BASE_MS = 1_780_000_000_000
@@ -118,7 +118,7 @@ def source_db(settings: Settings) -> Path:
 @pytest.fixture
 def chroma(settings: Settings) -> Iterator[Any]:
     """An embedded Chroma client on the settings' data dir, closed afterwards."""
-    from config import stores
+    from memsync.config.chroma import collections as stores
 
     handle = stores.connect(settings)
     try:

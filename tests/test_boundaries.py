@@ -1,5 +1,11 @@
-"""Import direction: config ← worker, config ← search; worker and search never import each other;
-nothing imports scripts; only the adapters import chromadb."""
+"""Import direction inside the ``memsync`` package, checked on the source with ``ast``.
+
+config ← worker, config ← search; worker and search never import each other; servers sit on the
+libraries; the command (``cli/``: ``memsync.main``, ``memsync.commands``) sits on top and nothing
+below imports it; nothing imports ``scripts``; only the adapters import chromadb; and no module
+imports one of our folders by its bare name (``import config``), which would shadow or be shadowed
+by a user's own ``config`` module.
+"""
 
 from __future__ import annotations
 
@@ -9,43 +15,86 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMA_ADAPTERS = {"config/stores.py", "worker/sink.py"}
+FOLDERS = {"config": "config", "worker": "worker", "search": "search", "servers": "servers", "cli": "cli"}
+# Sub-packages of ``memsync`` that live in cli/ (the package root): the command.
+CLI_MODULES = {"main", "commands", "__main__"}
+CHROMA_ADAPTERS = {"config/chroma/collections.py", "worker/sink.py"}
 
 
-def imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
+def imported_modules(path: Path) -> set[str]:
+    """Every absolute module name a file imports (``from a.b import c`` gives ``a.b`` and ``a.b.c``)."""
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[0] for a in node.names}
+            found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}
     return found
 
 
-def files(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+def layer_of(module: str) -> str | None:
+    """The layer a ``memsync.*`` module belongs to: the segment after ``memsync.`` (cli for the root)."""
+    parts = module.split(".")
+    if parts[0] != "memsync":
+        return None
+    if len(parts) == 1 or parts[1] in CLI_MODULES:
+        return "cli"
+    return parts[1] if parts[1] in FOLDERS else None
 
 
-@pytest.mark.parametrize(("package", "forbidden"), [
-    ("config", {"worker", "search", "scripts"}),
-    ("worker", {"search", "scripts"}),
-    ("search", {"worker", "scripts"}),
+def layers_imported(path: Path) -> set[str]:
+    return {layer for m in imported_modules(path) if (layer := layer_of(m)) is not None}
+
+
+def files(folder: str) -> list[Path]:
+    return sorted((ROOT / folder).rglob("*.py"))
+
+
+@pytest.mark.parametrize(("folder", "forbidden"), [
+    ("config", {"worker", "search", "servers", "cli"}),
+    ("worker", {"search", "servers", "cli"}),
+    ("search", {"worker", "servers", "cli"}),
+    ("servers", {"cli"}),
 ])
-def test_dependencies_point_one_way(package: str, forbidden: set[str]) -> None:
-    for path in files(package):
-        assert not imports(path) & forbidden, f"{path.relative_to(ROOT)} imports {imports(path) & forbidden}"
+def test_dependencies_point_one_way(folder: str, forbidden: set[str]) -> None:
+    checked = 0
+    for path in files(folder):
+        bad = layers_imported(path) & forbidden
+        assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+        checked += 1
+    assert checked > 3, f"no modules found in {folder}/"
+
+
+def test_the_checker_sees_memsync_imports() -> None:
+    """Guard against a vacuous pass: the layers are read from the segment after ``memsync.``."""
+    assert layer_of("memsync.search.engine") == "search"
+    assert layer_of("memsync.main") == "cli"
+    assert layer_of("memsync") == "cli"
+    assert layer_of("search.engine") is None
+    assert "search" in layers_imported(ROOT / "servers" / "params.py")
+    assert "config" in layers_imported(ROOT / "worker" / "sync.py")
+
+
+@pytest.mark.parametrize("folder", [*FOLDERS, "scripts", "tests"])
+def test_nothing_imports_a_bare_folder_name_or_scripts(folder: str) -> None:
+    bare = {"config", "worker", "search", "servers", "cli"}
+    for path in files(folder):
+        roots = {m.split(".")[0] for m in imported_modules(path)}
+        assert not roots & bare, f"{path.relative_to(ROOT)} imports {roots & bare} (use memsync.*)"
+        if folder not in ("scripts", "tests"):
+            assert "scripts" not in roots, f"{path.relative_to(ROOT)} imports scripts"
 
 
 def test_only_adapters_import_chromadb() -> None:
-    for package in ("config", "worker", "search"):
-        for path in files(package):
+    for folder in ("config", "worker", "search", "servers", "cli"):
+        for path in files(folder):
             rel = str(path.relative_to(ROOT))
-            if "chromadb" in imports(path):
+            if any(m.split(".")[0] == "chromadb" for m in imported_modules(path)):
                 assert rel in CHROMA_ADAPTERS, rel
 
 
 def test_search_exports() -> None:
-    import search
+    import memsync.search
 
-    assert {"Searcher", "Filters", "Response", "Result", "Mode", "Order", "Format"} <= set(search.__all__)
+    assert {"Searcher", "Filters", "Response", "Result", "Mode", "Order", "Format"} <= set(memsync.search.__all__)

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from config.chroma_server import INFO_FILE, ServerInfo, chroma_executable, heartbeat, pid_alive
-from config.errors import ConfigError
-from config.settings import Settings
+from memsync.config.chroma.server import INFO_FILE, ServerInfo, chroma_executable, heartbeat, pid_alive
+from memsync.config.errors import ConfigError
+from memsync.config.settings import Settings
+from memsync.worker.verify import verify
 from scripts.benchlib import settings_env
 from tests.conftest import free_port, make_db, mixed_records
-from worker.verify import verify
 
 pytestmark = pytest.mark.slow
-MEMSYNC = [sys.executable, "-m", "scripts.cli"]
+MEMSYNC = [sys.executable, "-m", "memsync"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -34,7 +34,7 @@ def memsync(settings: Settings, *args: str, **extra: str) -> subprocess.Complete
 
 
 def chroma_ids(settings: Settings) -> list[str]:
-    from config import stores
+    from memsync.config.chroma import collections as stores
 
     with stores.connect(settings) as handle:
         col = stores.open_collection(handle.client, settings, "all-MiniLM-L6-v2-int8", 384)
@@ -87,7 +87,7 @@ def managed(tmp_path: Path) -> Iterator[Settings]:
 
 
 def test_managed_mode_starts_and_stops_its_own_server(managed: Settings) -> None:
-    from config.chroma_server import LOG_FILE, LOG_ROTATE_BYTES
+    from memsync.config.chroma.server import LOG_FILE, LOG_ROTATE_BYTES
 
     log = managed.data_dir / LOG_FILE
     managed.data_dir.mkdir(parents=True)
@@ -107,7 +107,7 @@ def test_managed_mode_starts_and_stops_its_own_server(managed: Settings) -> None
 
 
 def test_managed_mode_adopts_a_running_server(managed: Settings) -> None:
-    from config.chroma_server import ManagedServer
+    from memsync.config.chroma.server import ManagedServer
 
     owner = ManagedServer(managed)
     info = owner.ensure()
@@ -122,8 +122,8 @@ def test_managed_mode_adopts_a_running_server(managed: Settings) -> None:
 
 
 def test_embedded_mode_refuses_while_a_managed_server_owns_the_store(managed: Settings) -> None:
-    from config import stores
-    from config.chroma_server import ManagedServer
+    from memsync.config.chroma import collections as stores
+    from memsync.config.chroma.server import ManagedServer
 
     owner = ManagedServer(managed)
     owner.ensure()
@@ -135,7 +135,7 @@ def test_embedded_mode_refuses_while_a_managed_server_owns_the_store(managed: Se
 
 
 def test_embedded_mode_is_exclusive(settings: Settings) -> None:
-    from config import stores
+    from memsync.config.chroma import collections as stores
 
     with stores.connect(settings), pytest.raises(ConfigError, match="single-process"):
         stores.connect(settings)
@@ -149,7 +149,7 @@ def test_http_mode_against_a_separate_chroma_server(tmp_path: Path) -> None:
         s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http",
                      chroma_port=port, chroma_start_timeout_s=60)
         make_db(s.db, mixed_records(3))
-        from config.chroma_server import ManagedServer
+        from memsync.config.chroma.server import ManagedServer
 
         assert ManagedServer(s)._wait_healthy(ServerInfo(server.pid, "127.0.0.1", port, ""), server)
         result = memsync(s, "resync", "--json")

@@ -12,12 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from config.chroma_server import ServerInfo, chroma_executable, pid_alive
-from config.settings import Settings
+from memsync.config.chroma.server import ServerInfo, chroma_executable, pid_alive
+from memsync.config.settings import Settings
+from memsync.worker.verify import verify
 from tests.conftest import free_port, make_db, mixed_records
 from tests.servers.conftest import MEMSYNC, ROOT, HttpServer, server_env
 from tests.test_worker import write_rows
-from worker.verify import verify
 
 pytestmark = pytest.mark.slow
 LAST_OBSERVATION = 50  # 20 from mixed_records, then every tenth of the 300 written rows
@@ -35,7 +35,7 @@ def test_worker_and_two_search_servers_share_one_remote_chroma(tmp_path: Path) -
     s.data_dir.mkdir(parents=True)
     log = (s.data_dir / "worker.log").open("w")
     try:
-        from config.chroma_server import ManagedServer
+        from memsync.config.chroma.server import ManagedServer
 
         assert ManagedServer(s)._wait_healthy(ServerInfo(chroma.pid, "127.0.0.1", port, ""), chroma)
         worker = subprocess.Popen([MEMSYNC, "worker", "--poll-interval", "0.2"], env=server_env(s), cwd=ROOT,

@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 
-from config.chroma_server import INFO_FILE, ServerInfo, chroma_executable, heartbeat, pid_alive
-from config.schema import TABLES, Kind
-from config.settings import Settings
-from search.textindex import TextIndex
+from memsync.config.chroma.server import INFO_FILE, ServerInfo, chroma_executable, heartbeat, pid_alive
+from memsync.config.claude_mem.schema import TABLES, Kind
+from memsync.config.settings import Settings
+from memsync.search.textindex import TextIndex
+from memsync.worker.daemon import read_worker_status
+from memsync.worker.importer import import_records
+from memsync.worker.verify import verify
 from tests.conftest import make_db, mixed_records, prompt
 from tests.test_e2e import ROOT, env_for, free_port
-from worker.daemon import read_worker_status
-from worker.importer import import_records
-from worker.verify import verify
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +62,7 @@ class WorkerProcess:
         self.settings = settings
         self.lines: list[dict[str, Any]] = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scripts.cli", "worker", *(extra_args or [])], cwd=ROOT, text=True,
+            [sys.executable, "-m", "memsync", "worker", *(extra_args or [])], cwd=ROOT, text=True,
             env=env_for(settings, **{"MEMSYNC_POLL_INTERVAL_S": "0.2", "MEMSYNC_BACKOFF_CAP_S": "1",
                                      "MEMSYNC_HEALTH_INTERVAL_S": "0.5", "MEMSYNC_TEXT_INDEX_APPEND_S": "1", **env}),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -90,7 +90,7 @@ class WorkerProcess:
 
     def wait_caught_up(self, timeout: float = 180.0) -> None:
         """Until every row in the database has a sync record (judged from memsync's own state)."""
-        from worker.status import status
+        from memsync.worker.status import status
 
         wait_for(lambda: status(self.settings).pending_rows == 0, timeout, "worker to catch up")
 
@@ -190,7 +190,7 @@ def test_first_row_arrives_within_a_second(managed: Settings) -> None:
 
 def status_check(settings: Settings, *args: str) -> tuple[int, dict[str, Any]]:
     """`memsync status --check --json` as a health check script runs it: (exit code, report)."""
-    done = subprocess.run([sys.executable, "-m", "scripts.cli", "status", "--check", "--json", *args], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "memsync", "status", "--check", "--json", *args], cwd=ROOT,
                           env=env_for(settings), capture_output=True, text=True, timeout=120)
     return done.returncode, json.loads(done.stdout)
 
@@ -426,7 +426,7 @@ def test_second_signal_exits_at_once(managed: Settings) -> None:
     info = ServerInfo.read(managed.data_dir)
     if info is not None:  # asked to stop with the worker; adopted by the next start otherwise
         wait_for(lambda: not pid_alive(info.pid), 30, "the server to stop")
-    again = subprocess.run([sys.executable, "-m", "scripts.cli", "worker", "--once"], env=env_for(managed),
+    again = subprocess.run([sys.executable, "-m", "memsync", "worker", "--once"], env=env_for(managed),
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert verify(managed).clean
@@ -434,7 +434,7 @@ def test_second_signal_exits_at_once(managed: Settings) -> None:
 
 def test_worker_fills_the_vector_copy_of_a_generation_synced_without_one(managed: Settings) -> None:
     make_db(managed.db, mixed_records(40))
-    before = subprocess.run([sys.executable, "-m", "scripts.cli", "worker", "--once"], cwd=ROOT, text=True,
+    before = subprocess.run([sys.executable, "-m", "memsync", "worker", "--once"], cwd=ROOT, text=True,
                             env=env_for(managed, MEMSYNC_VECTOR_COPY="false"), capture_output=True, timeout=300)
     assert before.returncode == 0, before.stderr
     report = verify(managed)

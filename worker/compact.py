@@ -34,12 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from config import stores
-from config.chroma_server import chroma_executable
-from config.settings import Settings
-from worker import logs
-from worker.state import ACTIVE_COLLECTION, SyncState
-from worker.vectorcopy import drop_copy, open_writer
+from memsync.config.chroma import collections as stores
+from memsync.config.chroma.server import chroma_executable
+from memsync.config.settings import Settings
+from memsync.worker import logs
+from memsync.worker.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.vectorcopy import drop_copy, open_writer
 
 PAGE = 1000  # documents per get/upsert: a few MB of vectors and metadata
 _SEGMENT_DIR = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

@@ -31,22 +31,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from config import stores
-from config.chroma_server import ManagedServer, heartbeat
-from config.embedding import get_embedder
-from config.errors import ConfigError, SourceUnavailable, StoreUnavailable
-from config.schema import KINDS, Kind
-from config.settings import Settings
-from worker import compact, logs
-from worker.backoff import Backoff
-from worker.signals import SignalRelay
-from worker.sink import ChromaSink
-from worker.source import SourceReader
-from worker.state import ACTIVE_COLLECTION, SyncState, now_ms
-from worker.sync import Syncer, SyncResult
-from worker.tail import FileStamp, oldest_pending_ms, stamp
-from worker.textsync import TextSync
-from worker.vectorcopy import VectorCopyWriter, fill_from_store, open_writer
+from memsync.config.chroma import collections as stores
+from memsync.config.chroma.server import ManagedServer, heartbeat
+from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.embedding import get_embedder
+from memsync.config.errors import ConfigError, SourceUnavailable, StoreUnavailable
+from memsync.config.settings import Settings
+from memsync.worker import compact, logs
+from memsync.worker.backoff import Backoff
+from memsync.worker.signals import SignalRelay
+from memsync.worker.sink import ChromaSink
+from memsync.worker.source import SourceReader
+from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
+from memsync.worker.sync import Syncer, SyncResult
+from memsync.worker.tail import FileStamp, oldest_pending_ms, stamp
+from memsync.worker.textsync import TextSync
+from memsync.worker.vectorcopy import VectorCopyWriter, fill_from_store, open_writer
 
 STATUS_FILE = "worker.json"
 LOCK_FILE = "worker.lock"
@@ -187,7 +187,7 @@ class Worker:
         """Run until stopped. Returns the exit code."""
         from apscheduler.schedulers.background import BackgroundScheduler
 
-        from worker.watch import watch_database
+        from memsync.worker.watch import watch_database
 
         self._acquire_lock()
         self._state = SyncState(self.s.state_path)
@@ -202,7 +202,7 @@ class Worker:
                       poll_interval_s=self.s.poll_interval_s)
         try:
             if self.metrics_port:
-                from worker.metrics import WorkerMetrics
+                from memsync.worker.metrics import WorkerMetrics
 
                 try:
                     self.metrics = WorkerMetrics(self.metrics_port)

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from config.docids import fact_field, format_doc_id
-from config.schema import SUMMARY_FIELDS, Kind
+from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
+from memsync.config.docids import fact_field, format_doc_id
 
 # Bump when the derivation below changes: every row is then re-derived and compared by hash.
 DOCS_VERSION = 1

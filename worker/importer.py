@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from config.schema import (
+from memsync.config.claude_mem.schema import (
     OBSERVATION_COLUMNS,
     PROMPT_COLUMNS,
     SUMMARY_COLUMNS,

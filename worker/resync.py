@@ -11,18 +11,18 @@ import json
 import threading
 from dataclasses import asdict
 
-from config import stores
-from config.embedding import Embedder, get_embedder
-from config.errors import ConfigError
-from config.schema import KINDS
-from config.settings import Settings
-from worker import logs
-from worker.sink import ChromaSink
-from worker.source import SourceReader
-from worker.state import ACTIVE_COLLECTION, SyncState, now_ms
-from worker.sync import ProgressFn, Syncer, SyncResult
-from worker.textsync import TextSync
-from worker.vectorcopy import drop_copy, fill_from_store, open_writer
+from memsync.config.chroma import collections as stores
+from memsync.config.claude_mem.schema import KINDS
+from memsync.config.embedding import Embedder, get_embedder
+from memsync.config.errors import ConfigError
+from memsync.config.settings import Settings
+from memsync.worker import logs
+from memsync.worker.sink import ChromaSink
+from memsync.worker.source import SourceReader
+from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
+from memsync.worker.sync import ProgressFn, Syncer, SyncResult
+from memsync.worker.textsync import TextSync
+from memsync.worker.vectorcopy import drop_copy, fill_from_store, open_writer
 
 DRY_RUN_REBUILD = "(rebuild-dry-run)"
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from config.errors import StoreUnavailable
+from memsync.config.errors import StoreUnavailable
 
 
 class RejectedBatch(ValueError):

@@ -12,10 +12,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from config.errors import SourceUnavailable
-from config.schema import KINDS, TABLES, Kind, SchemaError, SourceSchema, detect
-from config.sources import fetch_all, open_source_db
-from worker.documents import SourceRow
+from memsync.config.claude_mem.connection import fetch_all, open_source_db
+from memsync.config.claude_mem.schema import KINDS, TABLES, Kind, SchemaError, SourceSchema, detect
+from memsync.config.errors import SourceUnavailable
+from memsync.worker.documents import SourceRow
 
 ROW_HASH_BYTES = 4  # per-row text hashes that SQLite sums: 2^31 rows before an int64 could overflow
 ROW_HASH_SQL = "memsync_row_hash"

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from config.schema import Kind
-from config.syncstate import STATE_DDL
+from memsync.config.claude_mem.schema import Kind
+from memsync.config.formats.sync_records import STATE_DDL
 
 ACTIVE_COLLECTION = "active_collection"  # meta key: the generation resync last wrote
 CHURN_PREFIX = "churn:"  # meta key prefix: vectors overwritten or deleted per collection

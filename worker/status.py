@@ -12,15 +12,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from config.chroma_server import pid_alive
-from config.schema import KINDS, Kind
-from config.settings import Settings
-from config.textindex import index_path, read_meta, source_id
-from config.vectorcopy import Manifest, copy_dir, open_arrays
-from worker.daemon import read_worker_status
-from worker.source import SourceReader
-from worker.state import ACTIVE_COLLECTION, FAILED, SyncState, now_ms
-from worker.tail import oldest_pending_ms
+from memsync.config.chroma.server import pid_alive
+from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.formats.text_index import index_path, read_meta, source_id
+from memsync.config.formats.vector_copy import Manifest, copy_dir, open_arrays
+from memsync.config.settings import Settings
+from memsync.worker.daemon import read_worker_status
+from memsync.worker.source import SourceReader
+from memsync.worker.state import ACTIVE_COLLECTION, FAILED, SyncState, now_ms
+from memsync.worker.tail import oldest_pending_ms
 
 WORKER_STALE_MS = 30_000  # a running worker writes its heartbeat at least every 5 s
 

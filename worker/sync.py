@@ -22,14 +22,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from config.embedding import Embedder
-from config.schema import KINDS, Kind
-from worker import logs
-from worker.documents import Document, RowError, SourceRow, build_documents, chroma_metadata, row_hash
-from worker.sink import RejectedBatch, VectorSink
-from worker.source import SourceReader
-from worker.state import FAILED, SYNCED, DocRecord, RowRecord, SyncState
-from worker.vectorcopy import VectorCopyWriter
+from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.embedding import Embedder
+from memsync.worker import logs
+from memsync.worker.documents import Document, RowError, SourceRow, build_documents, chroma_metadata, row_hash
+from memsync.worker.sink import RejectedBatch, VectorSink
+from memsync.worker.source import SourceReader
+from memsync.worker.state import FAILED, SYNCED, DocRecord, RowRecord, SyncState
+from memsync.worker.vectorcopy import VectorCopyWriter
 
 INF_ID = 2**62
 

@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from config.schema import Kind
-from worker.source import SourceReader
+from memsync.config.claude_mem.schema import Kind
+from memsync.worker.source import SourceReader
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,9 +21,8 @@ from typing import Any
 
 import tantivy
 
-from config.schema import KINDS, Kind
-from config.settings import Settings
-from config.textindex import (
+from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.formats.text_index import (
     KIND_CODE,
     META_FILE,
     VERSION,
@@ -34,10 +33,11 @@ from config.textindex import (
     text_columns,
     write_meta,
 )
-from worker import logs
-from worker.documents import clean
-from worker.source import SourceReader
-from worker.tail import FileStamp, stamp
+from memsync.config.settings import Settings
+from memsync.worker import logs
+from memsync.worker.documents import clean
+from memsync.worker.source import SourceReader
+from memsync.worker.tail import FileStamp, stamp
 
 TEXT_INDEX_UPDATED = "text_index_updated"
 TEXT_INDEX_FAILED = "text_index_failed"

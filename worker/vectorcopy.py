@@ -21,11 +21,10 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from config import stores
-from config.docids import DocIdError, format_doc_id, parse_doc_id
-from config.schema import KINDS
-from config.settings import Settings
-from config.vectorcopy import (
+from memsync.config.chroma import collections as stores
+from memsync.config.claude_mem.schema import KINDS
+from memsync.config.docids import DocIdError, format_doc_id, parse_doc_id
+from memsync.config.formats.vector_copy import (
     ENTRIES_FILE,
     ENTRY,
     KIND_CODE,
@@ -37,8 +36,9 @@ from config.vectorcopy import (
     open_arrays,
     quantize,
 )
-from worker import logs
-from worker.state import SyncState
+from memsync.config.settings import Settings
+from memsync.worker import logs
+from memsync.worker.state import SyncState
 
 Key = tuple[int, int, int]  # kind code, row id, field code
 CODE_TABLES = ("fields", "projects", "types")

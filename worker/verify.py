@@ -11,15 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from config import stores
-from config.docids import format_doc_id
-from config.embedding import MODELS
-from config.schema import KINDS
-from config.settings import Settings
-from config.vectorcopy import Manifest, copy_dir, open_arrays
-from worker.documents import RowError, build_documents
-from worker.sink import ChromaSink
-from worker.source import SourceReader
+from memsync.config.chroma import collections as stores
+from memsync.config.claude_mem.schema import KINDS
+from memsync.config.docids import format_doc_id
+from memsync.config.embedding import MODELS
+from memsync.config.formats.vector_copy import Manifest, copy_dir, open_arrays
+from memsync.config.settings import Settings
+from memsync.worker.documents import RowError, build_documents
+from memsync.worker.sink import ChromaSink
+from memsync.worker.source import SourceReader
 
 SAMPLE = 20
 

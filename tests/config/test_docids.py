@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from config.docids import DocId, DocIdError, fact_field, format_doc_id, parse_doc_id
-from config.schema import SUMMARY_FIELDS, Kind
+from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
+from memsync.config.docids import DocId, DocIdError, fact_field, format_doc_id, parse_doc_id
 
 ids = st.integers(min_value=0, max_value=2**53)
 obs_fields = st.one_of(st.sampled_from(["narrative", "text", "title"]), st.integers(0, 10_000).map(fact_field))

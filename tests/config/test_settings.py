@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from config.settings import SettingsError, describe, load_settings
+from memsync.config.settings import SettingsError, describe, load_settings
 
 
 class TestSettings:

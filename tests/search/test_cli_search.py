@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from config.settings import Settings
-from scripts.cli import main
+from memsync.config.settings import Settings
+from memsync.main import main
 from tests.search.test_search import build, o, p, s
 
 

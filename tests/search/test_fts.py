@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from search import fts
+from memsync.search import fts
 
 HOSTILE = [
     "", " ", '"', '""', "'", "AND", "OR", "NOT", "a AND b OR NOT c", "NEAR(a b, 3)", "*", "a*", "^start",

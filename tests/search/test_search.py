@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from config.schema import Era, Kind
-from config.settings import Settings
-from search import Filters, Mode, Order, Searcher, SearchError, Signal
+from memsync.config.claude_mem.schema import Era, Kind
+from memsync.config.settings import Settings
+from memsync.search import Filters, Mode, Order, Searcher, SearchError, Signal
+from memsync.worker.resync import resync
 from tests.conftest import make_db
-from worker.resync import resync
 
 DAY_MS = 86_400_000
 NOW_MS = int(time.time() * 1000)
@@ -184,7 +184,7 @@ def test_managed_server_down_falls_back_to_lexical(tmp_path: Path) -> None:
 
 
 def test_real_server_up_then_stopped(tmp_path: Path) -> None:
-    from config.chroma_server import ManagedServer
+    from memsync.config.chroma.server import ManagedServer
 
     settings = build(tmp_path, corpus()[125:], chroma_mode="managed", chroma_port=_free_port())
     server = ManagedServer(settings)
@@ -258,7 +258,7 @@ def test_database_without_fts_uses_own_index(tmp_path: Path) -> None:
     try:
         resp = engine.search("zebra crossings", window_days=0, mode=Mode.LEXICAL)
         assert [(r.kind, r.id) for r in resp.results] == [(Kind.OBSERVATION, 1)]
-        from worker.importer import import_records
+        from memsync.worker.importer import import_records
 
         import_records(settings.db, [o("a later zebra sighting", 0.5)])
         again = engine.search("zebra", window_days=0, mode=Mode.LEXICAL)
@@ -308,7 +308,7 @@ def test_hybrid_on_a_legacy_database(tmp_path: Path) -> None:
 
 
 def test_exact_filtered_path_with_and_without_sync_records(tmp_path: Path) -> None:
-    from config.syncstate import synced_doc_ids
+    from memsync.config.formats.sync_records import synced_doc_ids
 
     records = [*OLD_NEAR[:40], RECENT_FAR]
     settings = build(tmp_path, records, candidates=2, vector_copy=False)

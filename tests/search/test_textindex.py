@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from config.schema import Era, Kind
-from config.settings import Settings
-from search import Filters, Mode, Searcher
-from search.models import Window
-from search.textindex import TextIndex, merge_tail
+from memsync.config.claude_mem.schema import Era, Kind
+from memsync.config.settings import Settings
+from memsync.search import Filters, Mode, Searcher
+from memsync.search.models import Window
+from memsync.search.textindex import TextIndex, merge_tail
+from memsync.worker.importer import import_records
+from memsync.worker.source import SourceReader
+from memsync.worker.status import text_index_state
+from memsync.worker.textsync import TextSync
 from tests.conftest import BASE_MS, make_db, mixed_records, obs, prompt
-from worker.importer import import_records
-from worker.source import SourceReader
-from worker.status import text_index_state
-from worker.textsync import TextSync
 
 
 def _settings(tmp_path: Path, append_s: float = 0.0) -> Settings:

@@ -13,11 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
-from config.settings import Settings
+from memsync.config.settings import Settings
+from memsync.worker.resync import resync
 from scripts.benchlib import settings_env
 from tests.conftest import free_port
 from tests.search.test_search import o, p, s
-from worker.resync import resync
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMSYNC = str(Path(sys.executable).parent / "memsync")
@@ -43,7 +43,7 @@ def corpus() -> list[dict[str, Any]]:
 @pytest.fixture(scope="package")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """Settings of a synced database with its managed Chroma server running (stopped at the end)."""
-    from config.chroma_server import ManagedServer
+    from memsync.config.chroma.server import ManagedServer
     from tests.conftest import make_db
 
     tmp = tmp_path_factory.mktemp("served")

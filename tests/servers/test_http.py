@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from config.settings import Settings
+from memsync.config.settings import Settings
 from tests.conftest import free_port
 from tests.servers.conftest import MEMSYNC, ROOT, HttpServer, server_env
 

@@ -12,7 +12,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from config.settings import Settings
+from memsync.config.settings import Settings
 from tests.conftest import free_port
 from tests.servers.conftest import MEMSYNC, ROOT, server_env
 

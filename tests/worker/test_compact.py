@@ -10,14 +10,14 @@ import sys
 import time
 from pathlib import Path
 
-from config import stores
-from config.settings import Settings
+from memsync.config.chroma import collections as stores
+from memsync.config.settings import Settings
+from memsync.worker.compact import compact, due, reclaim
+from memsync.worker.resync import resync
+from memsync.worker.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.verify import verify
 from scripts.benchlib import settings_env
 from tests.conftest import FakeEmbedder, make_db, mixed_records
-from worker.compact import compact, due, reclaim
-from worker.resync import resync
-from worker.state import ACTIVE_COLLECTION, SyncState
-from worker.verify import verify
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,11 +109,11 @@ def test_the_worker_compacts_by_itself_when_idle(tmp_path: Path) -> None:
                        MEMSYNC_COMPACT_CHURN_FRACTION="0.1")
     s.data_dir.mkdir(parents=True)
     with (s.data_dir / "worker.log").open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "scripts.cli", "worker", "--poll-interval", "0.2"], env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "memsync", "worker", "--poll-interval", "0.2"], env=env,
                                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
         try:
             def status() -> dict[str, object]:
-                from worker.daemon import read_worker_status
+                from memsync.worker.daemon import read_worker_status
 
                 return read_worker_status(s.data_dir) or {}
 

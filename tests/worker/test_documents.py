@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from config.schema import KINDS, Era, Kind
-from config.settings import Settings
+from memsync.config.claude_mem.schema import KINDS, Era, Kind
+from memsync.config.settings import Settings
+from memsync.worker.documents import MAX_TEXT_CHARS, RowError, SourceRow, build_documents, epoch_ms, parse_list
+from memsync.worker.resync import resync
+from memsync.worker.source import SourceReader
+from memsync.worker.status import status
+from memsync.worker.verify import verify
 from tests.conftest import FakeEmbedder, make_db, mixed_records, obs
-from worker.documents import MAX_TEXT_CHARS, RowError, SourceRow, build_documents, epoch_ms, parse_list
-from worker.resync import resync
-from worker.source import SourceReader
-from worker.status import status
-from worker.verify import verify
 
 
 def all_documents(db: Path) -> list[tuple[str, str, dict[str, Any]]]:

@@ -12,17 +12,17 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from config import stores
-from config.docids import parse_doc_id
-from config.schema import Kind
-from config.settings import Settings
+from memsync.config.chroma import collections as stores
+from memsync.config.claude_mem.schema import Kind
+from memsync.config.docids import parse_doc_id
+from memsync.config.settings import Settings
+from memsync.worker.resync import resync
+from memsync.worker.sink import ChromaSink
+from memsync.worker.source import SourceReader
+from memsync.worker.state import SyncState
+from memsync.worker.sync import Syncer, SyncResult
+from memsync.worker.verify import verify
 from tests.conftest import FakeEmbedder, make_db, mixed_records, obs
-from worker.resync import resync
-from worker.sink import ChromaSink
-from worker.source import SourceReader
-from worker.state import SyncState
-from worker.sync import Syncer, SyncResult
-from worker.verify import verify
 
 
 class RecordingSink:
@@ -161,7 +161,7 @@ class TestChanges:
     def test_new_rows_are_added_and_nothing_else_written(
         self, settings: Settings, chroma: Any, fake_embedder: FakeEmbedder
     ) -> None:
-        from worker.importer import import_records
+        from memsync.worker.importer import import_records
 
         import_records(settings.db, [obs(100, "gamma")])
         result, sink = run(settings, chroma, fake_embedder)
@@ -174,7 +174,7 @@ class TestChanges:
     ) -> None:
         from structlog.testing import capture_logs
 
-        from worker.importer import import_records
+        from memsync.worker.importer import import_records
 
         import_records(settings.db, [obs(100, "gamma")])
         with capture_logs() as logged:  # the worker's fast path: only rows above each watermark
@@ -291,7 +291,7 @@ def test_stop_inside_a_batch_reports_only_what_was_written(
 
 
 def test_model_mismatch_names_rebuild(settings: Settings, source_db: Path, fake_embedder: FakeEmbedder) -> None:
-    from config.errors import ModelMismatchError
+    from memsync.config.errors import ModelMismatchError
 
     resync(settings, embedder=fake_embedder)
     with stores.connect(settings) as handle, pytest.raises(ModelMismatchError, match="resync --rebuild"):
@@ -299,7 +299,7 @@ def test_model_mismatch_names_rebuild(settings: Settings, source_db: Path, fake_
 
 
 def test_legacy_database_syncs(tmp_path: Path, settings: Settings, fake_embedder: FakeEmbedder) -> None:
-    from config.schema import Era
+    from memsync.config.claude_mem.schema import Era
 
     make_db(settings.db, mixed_records(5), era=Era.LEGACY)
     result = resync(settings, embedder=fake_embedder)

@@ -9,18 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from config import stores
-from config.schema import Kind
-from config.settings import Settings
-from config.vectorcopy import ENTRIES_FILE, LIVE_OFFSET, Manifest, copy_dir
-from search.models import Filters, Window
-from search.vectorcopy import VectorCopy
+from memsync.config.chroma import collections as stores
+from memsync.config.claude_mem.schema import Kind
+from memsync.config.formats.vector_copy import ENTRIES_FILE, LIVE_OFFSET, Manifest, copy_dir
+from memsync.config.settings import Settings
+from memsync.search.models import Filters, Window
+from memsync.search.vectorcopy import VectorCopy
+from memsync.worker.compact import compact
+from memsync.worker.resync import resync
+from memsync.worker.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.vectorcopy import VectorCopyWriter, fill_from_store, open_writer
+from memsync.worker.verify import verify
 from tests.conftest import FakeEmbedder, make_db, mixed_records
-from worker.compact import compact
-from worker.resync import resync
-from worker.state import ACTIVE_COLLECTION, SyncState
-from worker.vectorcopy import VectorCopyWriter, fill_from_store, open_writer
-from worker.verify import verify
 
 MODEL, DIM = "test-model", 8
 ALL = Window(0, None, None, "all_time")

@@ -20,9 +20,9 @@ from typing import IO, Any
 
 import httpx
 
-from config.chroma_server import ManagedServer, ServerInfo, heartbeat, pid_alive
-from config.errors import ConfigError, ModelMismatchError, StoreUnavailable
-from config.settings import Settings
+from memsync.config.chroma.server import ManagedServer, ServerInfo, heartbeat, pid_alive
+from memsync.config.errors import ConfigError, ModelMismatchError, StoreUnavailable
+from memsync.config.settings import Settings
 
 ACTIVE_KEY = "memsync:active"
 BUILDING_KEY = "memsync:building"

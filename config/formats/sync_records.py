@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
 
-from config.schema import Kind
+from memsync.config.claude_mem.schema import Kind
 
 STATE_DDL = """
 CREATE TABLE IF NOT EXISTS docs (

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import httpx
 
-from config.errors import ConfigError, StoreUnavailable
-from config.settings import Settings
+from memsync.config.errors import ConfigError, StoreUnavailable
+from memsync.config.settings import Settings
 
 INFO_FILE = "chroma-server.json"
 LOCK_FILE = "chroma-server.lock"

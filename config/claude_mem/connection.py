@@ -18,7 +18,7 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
-from config.errors import SourceUnavailable
+from memsync.config.errors import SourceUnavailable
 
 
 def fetch_all(conn: sqlite3.Connection, sql: str, params: object = ()) -> list[sqlite3.Row]:

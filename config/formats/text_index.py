@@ -24,8 +24,8 @@ from typing import Any
 
 import tantivy
 
-from config.schema import FTS_TABLES, Kind
-from config.settings import Settings
+from memsync.config.claude_mem.schema import FTS_TABLES, Kind
+from memsync.config.settings import Settings
 
 INDEX_DIR = "text-index"
 META_FILE = "memsync-meta.json"

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 import click
 
-from config.errors import ConfigError, MemsyncError
-from config.schema import Era, SchemaError
-from config.settings import LoadedSettings, Settings, SettingsError, describe, load_settings
+from memsync.config.claude_mem.schema import Era, SchemaError
+from memsync.config.errors import ConfigError, MemsyncError
+from memsync.config.settings import LoadedSettings, Settings, SettingsError, describe, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -95,7 +95,7 @@ def graceful_stop() -> Iterator[threading.Event]:
 
     The first signal is handled on a relay thread (worker.signals: a raw handler that sets an event
     or writes to stderr can deadlock the main thread); the second raises KeyboardInterrupt."""
-    from worker.signals import SignalRelay
+    from memsync.worker.signals import SignalRelay
 
     stop = threading.Event()
 
@@ -144,7 +144,7 @@ def _progress_bar(settings: Settings, project: str | None) -> tuple[Any, Callabl
         return None, None
     from tqdm import tqdm
 
-    from worker.resync import count_rows
+    from memsync.worker.resync import count_rows
 
     # A pseudo-terminal may report a 0x0 size, with which tqdm draws nothing: assume 100x24 then.
     size = os.get_terminal_size(sys.stderr.fileno())
@@ -173,7 +173,7 @@ def resync(as_json: bool, project: str | None, rebuild: bool, dry_run: bool, **k
     current batch with nothing half-recorded; running again continues.
     """
     settings = settings_from(kwargs).settings
-    from worker.resync import resync as run_resync
+    from memsync.worker.resync import resync as run_resync
 
     with errors_as_exit(), graceful_stop() as stop:
         bar, progress = _progress_bar(settings, project)
@@ -201,7 +201,7 @@ def verify(as_json: bool, **kwargs: Any) -> None:
     when complete, holds exactly Chroma's documents with the same project, type and date.
     """
     settings = settings_from(kwargs).settings
-    from worker.verify import verify as run_verify
+    from memsync.worker.verify import verify as run_verify
 
     with errors_as_exit():
         report = run_verify(settings)
@@ -229,7 +229,7 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     """Worker state, lag, and per kind and project: rows in SQLite, documents synced, pending and
     failed rows, last sync. With --check: a health check for scripts (exit 0 healthy, 1 not)."""
     settings = settings_from(kwargs).settings
-    from worker.status import status as run_status
+    from memsync.worker.status import status as run_status
 
     with errors_as_exit():
         report = run_status(settings)
@@ -321,7 +321,7 @@ KIND_CHOICE = click.Choice(["all", "observations", "sessions", "prompts"])
 
 def _batch_request(searcher: Any, line: str, defaults: dict[str, Any]) -> dict[str, Any]:
     """One line of `search --batch`: a JSON request in, the JSON contract (or an error) out."""
-    from search import Filters, SearchError, parse_kinds
+    from memsync.search import Filters, SearchError, parse_kinds
 
     try:
         req = json.loads(line)
@@ -368,7 +368,7 @@ def search(as_json: bool, query: str, project: str | None, kind: str, types: tup
     documented contract: {"mode", "results": [{"kind", "id", "score", ...}], ...}.
     """
     settings = settings_from(kwargs).settings
-    from search import Filters, Format, Order, Searcher, SearchError, parse_kinds
+    from memsync.search import Filters, Format, Order, Searcher, SearchError, parse_kinds
 
     searcher = Searcher(settings)
     try:
@@ -409,7 +409,7 @@ def timeline(as_json: bool, anchor: str, depth_before: int, depth_after: int, pr
     timestamp, or a query (the anchor is then its best match).
     """
     settings = settings_from(kwargs).settings
-    from search import Searcher, SearchError
+    from memsync.search import Searcher, SearchError
 
     searcher = Searcher(settings)
     try:
@@ -445,7 +445,7 @@ def mcp(http_port: int | None, **kwargs: Any) -> None:
     search and say so. Register with Claude Code: claude mcp add memsync -- memsync mcp
     """
     settings = existing_db(settings_from(kwargs).settings)
-    from servers.mcp_tools import serve as serve_mcp
+    from memsync.servers.mcp_tools import serve as serve_mcp
 
     with errors_as_exit():
         serve_mcp(settings, http_port)
@@ -464,8 +464,8 @@ def serve(host: str | None, port: int | None, **kwargs: Any) -> None:
     "Authorization: Bearer <token>".
     """
     settings = existing_db(settings_from(kwargs).settings)
-    from servers.http_api import check_binding
-    from servers.http_api import serve as serve_http
+    from memsync.servers.http_api import check_binding
+    from memsync.servers.http_api import serve as serve_http
 
     with errors_as_exit():
         check_binding(host or settings.serve_host, settings)
@@ -485,7 +485,7 @@ def db() -> None:
 @click.option("--no-fts", is_flag=True, help="Leave out the FTS5 tables and triggers.")
 def db_init(path: Path, legacy: bool, no_fts: bool) -> None:
     """Create an empty database in the claude-mem schema at PATH (never overwrites)."""
-    from worker.importer import init_db
+    from memsync.worker.importer import init_db
 
     try:
         init_db(path, Era.LEGACY if legacy else Era.CURRENT, fts=not no_fts)
@@ -503,7 +503,7 @@ def db_import(path: Path, file: Path) -> None:
     One JSON object per line with "kind" (observation | summary | prompt), "project", "session",
     "created_at" (ISO) or "created_at_epoch" (ms), and the kind's fields. See the README.
     """
-    from worker.importer import RecordError, import_records, read_jsonl
+    from memsync.worker.importer import RecordError, import_records, read_jsonl
 
     try:
         result = import_records(path, read_jsonl(file))
@@ -525,8 +525,8 @@ def db_demo(path: Path, sessions: int, seed: int) -> None:
 
 def make_demo_db(path: Path, sessions: int = 40, seed: int = 7) -> str:
     """Create the demo database; the dates end at today's midnight UTC so the window covers them."""
-    from worker.demo import DAY_MS, generate
-    from worker.importer import import_records, init_db
+    from memsync.worker.demo import DAY_MS, generate
+    from memsync.worker.importer import import_records, init_db
 
     today = int(datetime.now(UTC).timestamp() * 1000) // DAY_MS * DAY_MS
     init_db(path)
@@ -542,7 +542,7 @@ DEMO_QUERIES = ("database query timeout", "flaky tests and time", "dark mode in 
 def demo(**kwargs: Any) -> None:
     """One-shot demo: the demo database if none is configured, a resync, then three searches."""
     settings = demo_or_configured(settings_from(kwargs))
-    from config.chroma_server import ManagedServer
+    from memsync.config.chroma.server import ManagedServer
 
     # One managed server for the whole demo: resync and the searches adopt it instead of each
     # starting and stopping their own.
@@ -601,7 +601,7 @@ def worker(once: bool, poll_interval: float | None, reconcile_interval: float | 
     except ValueError as exc:
         fail(f"invalid option: {exc}".splitlines()[0], EXIT_USAGE)
     settings = demo_or_configured(LoadedSettings(settings, loaded.origins, loaded.config_file))
-    from worker.daemon import Worker
+    from memsync.worker.daemon import Worker
 
     with errors_as_exit():
         if once:
@@ -615,8 +615,8 @@ def worker(once: bool, poll_interval: float | None, reconcile_interval: float | 
 
 
 def _demo_steps(settings: Settings, stop: threading.Event) -> None:
-    from search import Searcher
-    from worker.resync import resync as run_resync
+    from memsync.search import Searcher
+    from memsync.worker.resync import resync as run_resync
 
     result = run_resync(settings, stop=stop)
     click.echo(f"resync {settings.db}: {result.line()} ({result.rows} rows, {result.seconds:.1f}s)")

@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from config.schema import KINDS, Kind
-from config.settings import Settings
+from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.settings import Settings
 
 DIR = "vectors"
 VECTORS_FILE = "vectors.i8"

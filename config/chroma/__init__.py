@@ -1,0 +1,1 @@
+"""Chroma access: the collections memsync writes (generations, identity) and the managed ``chroma run`` server."""
