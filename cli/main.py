@@ -22,6 +22,7 @@ import click
 
 from memsync.config.claude_mem.schema import Era, SchemaError
 from memsync.config.errors import ConfigError, MemsyncError
+from memsync.config.records import KIND_CHOICES, RecordRefError, format_ref, parse_iso
 from memsync.config.settings import LoadedSettings, Settings, SettingsError, describe, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -284,11 +285,10 @@ def _copy_line(state: dict[str, Any]) -> str:
 
 def result_line(r: Any) -> str:
     """One search result as a line: score, signals, kind and id, date, project, type, title."""
-    tag = {"observation": "#", "summary": "#S", "prompt": "#P"}[r.kind.value]
     when = datetime.fromtimestamp((r.created_at_epoch or 0) / 1000).strftime("%Y-%m-%d %H:%M")
     kind_type = r.type or r.kind.value
     mark = "  <- anchor" if r.field == "anchor" else "  (near-duplicate)" if r.field == "near_duplicate" else ""
-    ident = f"{tag}{r.id}"
+    ident = format_ref(r.kind, r.id)
     return f"{r.score:.3f} {r.signals.value:<8} {ident:<8} {when}  [{r.project or ''}] {kind_type}: {r.title}{mark}"
 
 
@@ -309,14 +309,13 @@ def _date(value: str | None, name: str) -> datetime | None:
     if value is None:
         return None
     try:
-        d = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        return parse_iso(value)
+    except RecordRefError:
         fail(f"{name} must be an ISO date like 2026-11-01 or 2026-11-01T10:00:00Z, got {value!r}", EXIT_USAGE)
         raise
-    return d if d.tzinfo else d.replace(tzinfo=UTC)
 
 
-KIND_CHOICE = click.Choice(["all", "observations", "sessions", "prompts"])
+KIND_CHOICE = click.Choice(KIND_CHOICES)
 
 
 def _batch_request(searcher: Any, line: str, defaults: dict[str, Any]) -> dict[str, Any]:

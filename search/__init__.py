@@ -5,8 +5,9 @@ A server imports :class:`Searcher` (one per process) and calls ``search``, ``fin
 when the vector store cannot answer, results come from FTS5, labelled ``lexical_fallback``.
 """
 
+from memsync.config.records import parse_kinds
 from memsync.search.engine import Searcher, SearchError, make_window
-from memsync.search.models import Filters, Format, Mode, Order, Response, Result, Signal, Window, parse_kinds
+from memsync.search.models import Filters, Format, Mode, Order, Response, Result, Signal, Window
 
 __all__ = [
     "Filters", "Format", "Mode", "Order", "Response", "Result", "SearchError", "Searcher", "Signal",

@@ -20,7 +20,6 @@ If Chroma is down, slow, erroring or empty, the lexical answer is returned as
 from __future__ import annotations
 
 import concurrent.futures
-import re
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.docids import possible_doc_ids
 from memsync.config.embedding import Embedder, get_embedder
 from memsync.config.formats.sync_records import synced_doc_ids
+from memsync.config.records import RecordRefError, ms_from_iso, parse_record_ref
 from memsync.config.settings import Settings
 from memsync.search import fts
 from memsync.search.fusion import Ranked, Weights, fuse
@@ -44,7 +44,6 @@ Key = tuple[Kind, int]
 EXCLUDED_CAP = 100  # counting matches outside the window stops here per kind (then: "at least")
 OVERFETCH = 5  # second, deeper look before searching the filtered rows exactly ...
 MAX_OVERFETCH = 5000  # ... at most this many documents deep
-ANCHOR_PREFIX = {"": Kind.OBSERVATION, "#": Kind.OBSERVATION, "s": Kind.SUMMARY, "p": Kind.PROMPT}
 DATE_ORDER_MIN_SIMILARITY = 0.35  # a semantic candidate counts as a match for date order above this
 
 
@@ -569,20 +568,18 @@ class Searcher:
 
     def _anchor(self, rows: SourceRows, anchor: str, project: str | None) -> tuple[Key | None, int]:
         text = anchor.strip()
-        m = re.fullmatch(r"([#SsPp]?)\s*(\d+)", text)
-        if m:
-            kind = ANCHOR_PREFIX[m.group(1).lower()]
-            i = int(m.group(2))
+        try:
+            kind, i = parse_record_ref(text)
+        except RecordRefError:
+            pass
+        else:
             epochs = rows.epochs(kind, [i])
             if i not in epochs:
                 raise SearchError(f"no {kind.value} with id {i}")
             return (kind, i), epochs[i]
         try:
-            when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=UTC)
-            return None, int(when.timestamp() * 1000)
-        except ValueError:
+            return None, ms_from_iso(text)
+        except RecordRefError:
             pass
         found = self.search(text, None, Filters(project=project), 0, 1)
         if not found.results:

@@ -12,7 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.claude_mem.schema import Kind
 
 
 class Mode(StrEnum):
@@ -45,31 +45,6 @@ class Signal(StrEnum):
     SEMANTIC = "semantic"
     LEXICAL = "lexical"
     BOTH = "both"
-
-
-# Names accepted on the command line and in servers for the kinds (plural forms included).
-KIND_ALIASES: dict[str, Kind] = {
-    "observation": Kind.OBSERVATION, "observations": Kind.OBSERVATION, "obs": Kind.OBSERVATION,
-    "summary": Kind.SUMMARY, "summaries": Kind.SUMMARY, "session": Kind.SUMMARY, "sessions": Kind.SUMMARY,
-    "prompt": Kind.PROMPT, "prompts": Kind.PROMPT, "user_prompts": Kind.PROMPT,
-}
-
-
-def parse_kinds(names: str | list[str] | tuple[str, ...] | None) -> tuple[Kind, ...]:
-    """Kinds from names (``None``/``"all"`` = all three); raises ValueError naming the bad one."""
-    if names is None:
-        return KINDS
-    items = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
-    if not items or items == ["all"]:
-        return KINDS
-    out: list[Kind] = []
-    for name in items:
-        kind = KIND_ALIASES.get(name.lower())
-        if kind is None:
-            raise ValueError(f"unknown kind {name!r}; use observations, sessions or prompts")
-        if kind not in out:
-            out.append(kind)
-    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,15 +29,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 
 from memsync.config.claude_mem.schema import Kind, SchemaError
 from memsync.config.errors import ConfigError, MemsyncError
+from memsync.config.records import KindChoice, format_ref
 from memsync.config.settings import Settings
 from memsync.search import Searcher
 from memsync.search.rows import QueryTimeout
 from memsync.search.semantic import VectorUnavailable
-from memsync.servers.params import MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, BadRequest, Requests, SearchArgs, ref
+from memsync.servers.params import MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, BadRequest, Requests, SearchArgs
 
 log = logging.getLogger("memsync.http")
 
-KindName = Literal["all", "observations", "sessions", "prompts"]
 RecordKind = Literal["observation", "summary", "prompt"]
 MAX_QUERY_STRING = 56 * 1024  # bytes; 4,000 emoji percent-encoded (48 KB) plus the other parameters fit
 MAX_BODY = 64 * 1024  # bytes; no endpoint takes a body
@@ -160,7 +160,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None) -> FastAPI:
     @app.get("/api/search", dependencies=guarded, summary="Hybrid search over observations, summaries and prompts")
     def api_search(
         q: Annotated[str, Query(description="Query text; empty lists the newest records.")] = "",
-        kind: Annotated[KindName, Query(description="Which records.")] = "all",
+        kind: Annotated[KindChoice, Query(description="Which records.")] = "all",
         project: Annotated[str | None, Query(description="Only this project (merged projects included).")] = None,
         type: Annotated[list[str] | None, Query(description="Observation type(s).")] = None,
         concept: Annotated[list[str] | None, Query(description="Observation concept(s).")] = None,
@@ -187,7 +187,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None) -> FastAPI:
         project: Annotated[str | None, Query()] = None,
     ) -> dict[str, Any]:
         results, key = requests.timeline(anchor, q, before, after, project)
-        return {"anchor": {"kind": key[0].value, "id": key[1], "ref": ref(*key)},
+        return {"anchor": {"kind": key[0].value, "id": key[1], "ref": format_ref(*key)},
                 "results": [r.to_json() for r in results]}
 
     @app.get("/api/records/{kind}/{record_id}", dependencies=guarded, summary="One full record")

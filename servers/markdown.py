@@ -14,8 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from memsync.config.claude_mem.schema import Kind
+from memsync.config.records import format_ref
 from memsync.search import Response, Result
-from memsync.servers.params import ref
 
 FIELD_CHARS = 4000  # one field of a full record; longer text is cut with a note
 
@@ -78,7 +78,8 @@ def table(results: Sequence[Result], scored: bool = True) -> list[str]:
             cells = f"{score} | {r.signals.value}"
         else:
             cells = one_line(r.project, 40)
-        lines.append(f"| {ref(r.kind, r.id)} | {r.type or r.kind.value} | {when(r.created_at_epoch)} | {cells} | "
+        lines.append(f"| {format_ref(r.kind, r.id)} | {r.type or r.kind.value} | {when(r.created_at_epoch)} | "
+                     f"{cells} | "
                      f"{one_line(r.title, 120)}{mark} |")
     return lines
 
@@ -93,7 +94,7 @@ def search_markdown(resp: Response, offset: int, full: bool) -> str:
     more = ""
     if resp.total is None or offset + len(resp.results) < resp.total:
         more = f" More: offset={offset + len(resp.results)}."
-    first = ref(resp.results[0].kind, resp.results[0].id)
+    first = format_ref(resp.results[0].kind, resp.results[0].id)
     return "\n".join([head, "", *table(resp.results), "", f'Full records: get_observations(ids=["{first}", …]).{more}'])
 
 
@@ -113,7 +114,7 @@ def value_text(value: Any) -> str:
 def record_markdown(record: dict[str, Any], result: Result | None = None) -> str:
     """One full record as a short markdown section."""
     kind = Kind(record.get("kind", Kind.OBSERVATION.value))
-    head = f"## {ref(kind, int(record.get('id', 0)))} · {record.get('type') or kind.value} · " \
+    head = f"## {format_ref(kind, int(record.get('id', 0)))} · {record.get('type') or kind.value} · " \
            f"{when(record.get('created_at_epoch'))}"
     if result is not None:
         head += f" · score {result.score:.2f} ({result.signals.value})"
@@ -139,7 +140,7 @@ def timeline_markdown(results: Sequence[Result], anchor: tuple[Kind, int]) -> st
     """Chronological records around the anchor, the anchor marked."""
     if not results:
         return "No records around that anchor."
-    return "\n".join([f"Timeline around {ref(*anchor)} ({len(results)} records, oldest first)", "",
+    return "\n".join([f"Timeline around {format_ref(*anchor)} ({len(results)} records, oldest first)", "",
                       *table(results, scored=False)])
 
 

@@ -19,11 +19,12 @@ from pydantic import Field
 
 from memsync.config.claude_mem.schema import SchemaError
 from memsync.config.errors import MemsyncError
+from memsync.config.records import KindChoice, format_ref
 from memsync.config.settings import Settings
 from memsync.search import Searcher
 from memsync.search.rows import QueryTimeout
 from memsync.servers import markdown
-from memsync.servers.params import MAX_DEPTH, MAX_IDS, MAX_LIMIT, BadRequest, Requests, SearchArgs, parse_ref, ref
+from memsync.servers.params import MAX_DEPTH, MAX_IDS, MAX_LIMIT, BadRequest, Requests, SearchArgs, parse_ref
 
 INSTRUCTIONS = """memsync searches this project's memory: past observations (#123), session
 summaries (#S12) and user prompts (#P5) recorded by the coding agent. Search by meaning and by
@@ -46,7 +47,7 @@ Limit = Annotated[int, Field(description=f"Results per page, 1-{MAX_LIMIT}. Star
 Offset = Annotated[int, Field(description="Results to skip, for the next page.")]
 FormatArg = Annotated[Literal["index", "full"], Field(
     description="index: one line per result (cheap); full: whole records (use get_observations instead).")]
-KindArg = Annotated[Literal["all", "observations", "sessions", "prompts"], Field(description="Which records.")]
+KindArg = Annotated[KindChoice, Field(description="Which records.")]
 
 
 @contextmanager
@@ -180,7 +181,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
         recorded again) are flagged. Use to check whether something was done before."""
         with answers():
             results, mode, reason = requests.similar(observation_id, limit, window_days)
-            return markdown.similar_markdown(ref(*parse_ref(observation_id)), results, mode, reason,
+            return markdown.similar_markdown(format_ref(*parse_ref(observation_id)), results, mode, reason,
                                              settings.near_duplicate)
 
     return mcp

@@ -5,12 +5,12 @@ names it and says what would be accepted. Both servers call these; neither holds
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from memsync.config.claude_mem.schema import Kind
+from memsync.config.records import RecordRefError, format_ref, parse_iso, parse_record_ref
 from memsync.search import Filters, Format, Order, Response, Result, Searcher, SearchError, parse_kinds
 
 MAX_LIMIT = 100  # results per page; agents should start small and page with offset
@@ -19,34 +19,18 @@ MAX_DEPTH = 50  # timeline records on each side of the anchor
 MAX_IDS = 100  # records per get
 MAX_FILTER_VALUES = 20  # types / concepts / files per request
 
-# "123", "#123", "S12", "#S12", "P5", "#P5": the ids the index format prints.
-_REF = re.compile(r"#?\s*([SsPpOo]?)\s*(\d{1,18})")
-_REF_KINDS = {"": Kind.OBSERVATION, "o": Kind.OBSERVATION, "s": Kind.SUMMARY, "p": Kind.PROMPT}
-REF_PREFIX = {Kind.OBSERVATION: "#", Kind.SUMMARY: "#S", Kind.PROMPT: "#P"}
 
 
 class BadRequest(ValueError):
     """A value the servers refuse; the message names it and what is accepted."""
 
 
-def ref(kind: Kind, row_id: int) -> str:
-    """The printed id of a record: ``#123``, ``#S12``, ``#P5``."""
-    return f"{REF_PREFIX[kind]}{row_id}"
-
-
 def parse_ref(value: str | int) -> tuple[Kind, int]:
-    """``123``/``#123`` (observation), ``S12``/``#S12`` (summary), ``P5``/``#P5`` (prompt)."""
-    if isinstance(value, bool):
-        raise BadRequest(f"not a record id: {value!r}")
-    if isinstance(value, int):
-        if value < 1:
-            raise BadRequest(f"record ids are positive integers, got {value}")
-        return Kind.OBSERVATION, value
-    m = _REF.fullmatch(str(value).strip())
-    if not m or int(m.group(2)) < 1:
-        raise BadRequest(f"not a record id: {str(value)[:40]!r} (use 123 or #123 for an observation, "
-                         "S12 for a session summary, P5 for a user prompt)")
-    return _REF_KINDS[m.group(1).lower()], int(m.group(2))
+    """A record reference (``123``, ``#S12``, ``P5``), or BadRequest naming what is accepted."""
+    try:
+        return parse_record_ref(value)
+    except RecordRefError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def parse_date(value: str | datetime | None, name: str) -> datetime | None:
@@ -56,11 +40,10 @@ def parse_date(value: str | datetime | None, name: str) -> datetime | None:
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     try:
-        d = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
-    except ValueError:
+        return parse_iso(str(value))
+    except RecordRefError:
         raise BadRequest(f"{name} must be an ISO date like 2026-11-01 or 2026-11-01T10:00:00Z, "
                          f"got {str(value)[:40]!r}") from None
-    return d if d.tzinfo else d.replace(tzinfo=UTC)
 
 
 def bounded(value: int, name: str, low: int, high: int) -> int:
@@ -187,7 +170,7 @@ class Requests:
         for kind in dict.fromkeys(k for k, _ in keys):
             records, _ = self.searcher.get(kind, [i for k, i in keys if k is kind])
             found.update(((kind, int(r["id"])), r) for r in records)
-        return [found[k] for k in keys if k in found], [ref(*k) for k in keys if k not in found]
+        return [found[k] for k in keys if k in found], [format_ref(*k) for k in keys if k not in found]
 
     def similar(self, observation_id: int | str, limit: int,
                 window_days: int | None) -> tuple[list[Result], str, str | None]:

@@ -176,8 +176,8 @@ def test_server_left_by_a_killed_memsync_is_taken_over_and_stopped(managed: Sett
     start_and_vanish = (
         "import os, sys\n"
         "from pathlib import Path\n"
-        "from config.settings import Settings\n"
-        "from config.chroma_server import ManagedServer\n"
+        "from memsync.config.settings import Settings\n"
+        "from memsync.config.chroma.server import ManagedServer\n"
         "s = Settings(db=Path(sys.argv[1]), data_dir=Path(sys.argv[2]), chroma_port=int(sys.argv[3]))\n"
         "ManagedServer(s).ensure()\n"
         "os._exit(0)\n"

@@ -145,7 +145,7 @@ def write_rows(db: Path, total: int, per_txn: int, start: int = 1000) -> subproc
     code = (
         "import sys, json\n"
         "from pathlib import Path\n"
-        "from worker.importer import import_records\n"
+        "from memsync.worker.importer import import_records\n"
         "from tests.conftest import prompt, obs\n"
         "db, total, per, start = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])\n"
         "for base in range(start, start + total, per):\n"

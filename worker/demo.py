@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from memsync.worker.importer import iso_from_ms
+from memsync.config.records import iso_from_ms
 
 DAY_MS = 86_400_000
 

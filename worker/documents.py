@@ -16,11 +16,11 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
 from memsync.config.docids import fact_field, format_doc_id
+from memsync.config.records import RecordRefError, ms_from_iso
 
 # Bump when the derivation below changes: every row is then re-derived and compared by hash.
 DOCS_VERSION = 1
@@ -129,8 +129,8 @@ def epoch_ms(epoch: Any, iso: Any) -> int:
     text = clean(iso)
     if text:
         try:
-            return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
-        except ValueError:
+            return ms_from_iso(text)
+        except RecordRefError:
             pass
     raise RowError("no usable created_at_epoch or created_at")
 

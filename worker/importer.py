@@ -25,7 +25,6 @@ import json
 import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ from memsync.config.claude_mem.schema import (
     create_database,
     detect,
 )
+from memsync.config.records import iso_from_ms, ms_from_iso
 
 LIST_FIELDS = {"facts", "concepts", "files_read", "files_modified", "files_edited"}
 KIND_NAMES = {"observation": Kind.OBSERVATION, "summary": Kind.SUMMARY, "prompt": Kind.PROMPT}
@@ -65,18 +65,13 @@ def init_db(path: Path, era: Era = Era.CURRENT, fts: bool = True) -> None:
     create_database(str(path), era=era, fts=fts)
 
 
-def iso_from_ms(ms: int) -> str:
-    """ISO-8601 UTC with milliseconds and Z, as claude-mem writes."""
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
-
-
 def _times(rec: Mapping[str, Any]) -> tuple[str, int]:
     if "created_at_epoch" in rec and rec["created_at_epoch"] is not None:
         ms = int(rec["created_at_epoch"])
         return str(rec.get("created_at") or iso_from_ms(ms)), ms
     if rec.get("created_at"):
         text = str(rec["created_at"])
-        ms = int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+        ms = ms_from_iso(text)
         return text, ms
     raise ValueError("needs created_at or created_at_epoch")
 
