@@ -94,19 +94,11 @@ class SourceRows:
         physical = self.schema.column(table, logical)
         return f'{ALIAS}."{physical}"' if physical else None
 
-    def _session_col(self, logical: str) -> str:
-        physical = self.schema.column(SESSIONS_TABLE, logical)
-        return f'"{physical}"' if physical else "NULL"
-
     def project_expr(self, kind: Kind) -> str:
         """SQL for a row's project (prompts take theirs from their session)."""
-        if kind is Kind.PROMPT:
-            by_id = self.col(kind, "session_db_id")
-            if by_id:  # the primary key of sdk_sessions: an index lookup per row
-                return f"(SELECT s.project FROM {SESSIONS_TABLE} s WHERE s.id = {by_id})"
-            content = self.col(kind, "content_session_id")  # 5.x files: UNIQUE there, so indexed
-            return (f"(SELECT s.project FROM {SESSIONS_TABLE} s WHERE s.{self._session_col('content_session_id')}"
-                    f" = {content} LIMIT 1)")
+        if kind is Kind.PROMPT:  # an index lookup per row (see SourceSchema.session_match)
+            match = self.schema.session_match(kind, ALIAS, "s")
+            return f"(SELECT s.project FROM {SESSIONS_TABLE} s WHERE {match} LIMIT 1)"
         return f"{ALIAS}.project"
 
     # -- filters -------------------------------------------------------------------------------
@@ -385,21 +377,16 @@ class SourceRows:
         prompt_number), for observations that have one."""
         if not obs_ids:
             return {}
-        mem = self.col(Kind.OBSERVATION, "memory_session_id")
         pnum = self.col(Kind.OBSERVATION, "prompt_number")
-        p_session = self.schema.column(TABLES[Kind.PROMPT], "session_db_id")
-        p_content = self.schema.column(TABLES[Kind.PROMPT], "content_session_id")
-        if not (mem and pnum and (p_session or p_content)):
+        obs_session = self.schema.session_match(Kind.OBSERVATION, ALIAS, "s")
+        prompt_session = self.schema.session_match(Kind.PROMPT, "p", "s")
+        if not pnum or "0" in (obs_session, prompt_session):
             return {}
-        # Through the session's primary key where the file has it (user_prompts is indexed on
-        # session_db_id, not on content_session_id).
-        join = (f'p."{p_session}" = s.id' if p_session
-                else f'p."{p_content}" = s.{self._session_col("content_session_id")}')
         out: dict[int, int] = {}
         for chunk in _chunks(list(obs_ids), 900):
             sql = (f"SELECT {ALIAS}.id AS oid, p.id AS pid FROM observations {ALIAS} "
-                   f"JOIN {SESSIONS_TABLE} s ON s.{self._session_col('memory_session_id')} = {mem} "
-                   f"JOIN user_prompts p ON {join} AND p.prompt_number = {pnum} "
+                   f"JOIN {SESSIONS_TABLE} s ON {obs_session} "
+                   f"JOIN user_prompts p ON {prompt_session} AND p.prompt_number = {pnum} "
                    f"WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))})")
             for r in self.query(sql, chunk):
                 out.setdefault(int(r["oid"]), int(r["pid"]))

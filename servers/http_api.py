@@ -31,9 +31,7 @@ from memsync.config.claude_mem.schema import Kind, SchemaError
 from memsync.config.errors import ConfigError, MemsyncError
 from memsync.config.records import KindChoice, format_ref
 from memsync.config.settings import Settings
-from memsync.search import Searcher
-from memsync.search.rows import QueryTimeout
-from memsync.search.semantic import VectorUnavailable
+from memsync.search import QueryTimeout, Searcher, VectorUnavailable
 from memsync.servers.params import MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, BadRequest, Requests, SearchArgs
 
 log = logging.getLogger("memsync.http")

@@ -21,8 +21,7 @@ from memsync.config.claude_mem.schema import SchemaError
 from memsync.config.errors import MemsyncError
 from memsync.config.records import KindChoice, format_ref
 from memsync.config.settings import Settings
-from memsync.search import Searcher
-from memsync.search.rows import QueryTimeout
+from memsync.search import QueryTimeout, Searcher
 from memsync.servers import markdown
 from memsync.servers.params import MAX_DEPTH, MAX_IDS, MAX_LIMIT, BadRequest, Requests, SearchArgs, parse_ref
 

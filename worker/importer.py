@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memsync.config.claude_mem.ddl import create_database
 from memsync.config.claude_mem.schema import (
     OBSERVATION_COLUMNS,
     PROMPT_COLUMNS,
@@ -36,7 +37,6 @@ from memsync.config.claude_mem.schema import (
     Era,
     Kind,
     SourceSchema,
-    create_database,
     detect,
 )
 from memsync.config.records import iso_from_ms, ms_from_iso

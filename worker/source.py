@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memsync.config.claude_mem.connection import fetch_all, open_source_db
-from memsync.config.claude_mem.schema import KINDS, TABLES, Kind, SchemaError, SourceSchema, detect
+from memsync.config.claude_mem.schema import KINDS, SESSIONS_TABLE, TABLES, Kind, SchemaError, SourceSchema, detect
 from memsync.config.errors import SourceUnavailable
 from memsync.worker.documents import SourceRow
 
@@ -66,22 +66,14 @@ class SourceReader:
     def _session_join(self, kind: Kind, alias: str) -> tuple[str, str]:
         """(extra select columns, JOIN clause) for the session a row belongs to."""
         sch = self.schema
-        sess_ms = sch.column("sdk_sessions", "memory_session_id")
-        platform = sch.column("sdk_sessions", "platform_source")
+        platform = sch.column(SESSIONS_TABLE, "platform_source")
         plat_sql = f's."{platform}" AS platform_source' if platform else "NULL AS platform_source"
+        join = f"LEFT JOIN {SESSIONS_TABLE} s ON {sch.session_match(kind, alias, 's')}"
         if kind is Kind.PROMPT:
-            if sch.column("user_prompts", "session_db_id"):
-                on = f"s.id = {alias}.session_db_id"
-            else:
-                own = sch.column("user_prompts", "content_session_id")
-                sess = sch.column("sdk_sessions", "content_session_id")
-                on = f's."{sess}" = {alias}."{own}"' if own and sess else "0"
+            sess_ms = sch.column(SESSIONS_TABLE, "memory_session_id")
             ms = f's."{sess_ms}" AS memory_session_id' if sess_ms else "NULL AS memory_session_id"
-            select = f"{plat_sql}, s.project AS project, {ms}, NULL AS merged_into_project"
-            return select, f"LEFT JOIN sdk_sessions s ON {on}"
-        own_ms = sch.column(TABLES[kind], "memory_session_id")
-        on = f's."{sess_ms}" = {alias}."{own_ms}"' if own_ms and sess_ms else "0"
-        return plat_sql, f"LEFT JOIN sdk_sessions s ON {on}"
+            return f"{plat_sql}, s.project AS project, {ms}, NULL AS merged_into_project", join
+        return plat_sql, join
 
     def _project_clause(self, kind: Kind, alias: str) -> str:
         if kind is Kind.PROMPT:

@@ -1,5 +1,6 @@
 """The claude-mem source database contract: table and column names of both schema eras, era
-detection by column introspection, and the DDL used only by ``memsync db init`` and test fixtures.
+detection by column introspection, and the SQL that ties a row to its session. The DDL that
+creates such a file (``memsync db init``, tests) is in :mod:`memsync.config.claude_mem.ddl`.
 
 Everything outside this module speaks *logical* column names (the current schema's); the era
 mapping translates them to what a given file actually has (5.x: ``sdk_session_id`` for
@@ -99,6 +100,20 @@ class SourceSchema:
             parts.append(f'{alias}."{physical}" AS "{logical}"' if physical else f'NULL AS "{logical}"')
         return ", ".join(parts)
 
+    def session_match(self, kind: Kind, row_alias: str, session_alias: str) -> str:
+        """The SQL condition tying a row of ``kind`` (alias ``row_alias``) to its ``sdk_sessions`` row.
+
+        The one owner of the prompt -> session -> project join: prompts match by ``session_db_id``
+        (the session's primary key, an index lookup) where the file has it, else by
+        ``content_session_id`` (5.x files, UNIQUE there); observations and summaries by
+        ``memory_session_id``. ``"0"`` (never true) when this file lacks the columns."""
+        s, table = session_alias, TABLES[kind]
+        if kind is Kind.PROMPT and (by_id := self.column(table, "session_db_id")):
+            return f'{s}.id = {row_alias}."{by_id}"'
+        key = "content_session_id" if kind is Kind.PROMPT else "memory_session_id"
+        own, theirs = self.column(table, key), self.column(SESSIONS_TABLE, key)
+        return f'{s}."{theirs}" = {row_alias}."{own}"' if own and theirs else "0"
+
 
 class SchemaError(Exception):
     """The file is not a claude-mem database (a required table or column is missing)."""
@@ -132,162 +147,3 @@ def detect(conn: sqlite3.Connection) -> SourceSchema:
     names = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     fts = {kind: FTS_TABLES[kind][0] in names for kind in KINDS}
     return SourceSchema(era=era, columns=mapping, fts=fts)
-
-
-# ---------------------------------------------------------------------------------------------
-# DDL: only for `memsync db init`, the demo and test fixtures. Written from the schema notes.
-
-_CURRENT_DDL = """
-CREATE TABLE sdk_sessions (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  content_session_id TEXT NOT NULL,
-  memory_session_id TEXT UNIQUE,
-  project TEXT NOT NULL,
-  platform_source TEXT NOT NULL DEFAULT 'claude',
-  user_prompt TEXT,
-  started_at TEXT NOT NULL,
-  started_at_epoch INTEGER NOT NULL,
-  completed_at TEXT,
-  completed_at_epoch INTEGER,
-  status TEXT NOT NULL DEFAULT 'active',
-  worker_port INTEGER,
-  prompt_counter INTEGER DEFAULT 0,
-  custom_title TEXT
-);
-CREATE TABLE observations (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  memory_session_id TEXT NOT NULL REFERENCES sdk_sessions(memory_session_id) ON DELETE CASCADE,
-  project TEXT NOT NULL,
-  text TEXT,
-  type TEXT NOT NULL,
-  title TEXT, subtitle TEXT, facts TEXT, narrative TEXT, concepts TEXT,
-  files_read TEXT, files_modified TEXT,
-  prompt_number INTEGER,
-  discovery_tokens INTEGER DEFAULT 0,
-  created_at TEXT NOT NULL,
-  created_at_epoch INTEGER NOT NULL,
-  content_hash TEXT,
-  generated_by_model TEXT,
-  relevance_count INTEGER DEFAULT 0,
-  merged_into_project TEXT,
-  agent_type TEXT, agent_id TEXT, metadata TEXT,
-  synced_at INTEGER, origin_device_id TEXT, origin_local_id TEXT,
-  sync_rev TEXT NOT NULL DEFAULT '1'
-);
-CREATE TABLE session_summaries (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  memory_session_id TEXT NOT NULL,
-  project TEXT NOT NULL,
-  request TEXT, investigated TEXT, learned TEXT, completed TEXT, next_steps TEXT,
-  files_read TEXT, files_edited TEXT, notes TEXT,
-  prompt_number INTEGER,
-  discovery_tokens INTEGER DEFAULT 0,
-  created_at TEXT NOT NULL,
-  created_at_epoch INTEGER NOT NULL,
-  merged_into_project TEXT,
-  synced_at INTEGER, origin_device_id TEXT, origin_local_id TEXT,
-  sync_rev TEXT NOT NULL DEFAULT '1'
-);
-CREATE TABLE user_prompts (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  session_db_id INTEGER REFERENCES sdk_sessions(id) ON DELETE CASCADE,
-  content_session_id TEXT NOT NULL,
-  prompt_number INTEGER NOT NULL,
-  prompt_text TEXT NOT NULL,
-  created_at TEXT NOT NULL,
-  created_at_epoch INTEGER NOT NULL,
-  synced_at INTEGER, origin_device_id TEXT, origin_local_id TEXT,
-  sync_rev TEXT NOT NULL DEFAULT '1'
-);
-CREATE INDEX idx_observations_project ON observations(project);
-CREATE INDEX idx_observations_created ON observations(created_at_epoch);
-CREATE INDEX idx_summaries_project ON session_summaries(project);
-CREATE INDEX idx_prompts_session ON user_prompts(session_db_id);
-"""
-
-_LEGACY_DDL = """
-CREATE TABLE sdk_sessions (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  claude_session_id TEXT UNIQUE NOT NULL,
-  sdk_session_id TEXT UNIQUE,
-  project TEXT NOT NULL,
-  user_prompt TEXT,
-  started_at TEXT NOT NULL,
-  started_at_epoch INTEGER NOT NULL,
-  completed_at TEXT,
-  completed_at_epoch INTEGER,
-  status TEXT NOT NULL DEFAULT 'active',
-  worker_port INTEGER,
-  prompt_counter INTEGER DEFAULT 0
-);
-CREATE TABLE observations (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  sdk_session_id TEXT NOT NULL,
-  project TEXT NOT NULL,
-  text TEXT,
-  type TEXT NOT NULL,
-  title TEXT, subtitle TEXT, facts TEXT, narrative TEXT, concepts TEXT,
-  files_read TEXT, files_modified TEXT,
-  prompt_number INTEGER,
-  created_at TEXT NOT NULL,
-  created_at_epoch INTEGER NOT NULL
-);
-CREATE TABLE session_summaries (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  sdk_session_id TEXT NOT NULL,
-  project TEXT NOT NULL,
-  request TEXT, investigated TEXT, learned TEXT, completed TEXT, next_steps TEXT,
-  files_read TEXT, files_edited TEXT, notes TEXT,
-  prompt_number INTEGER,
-  created_at TEXT NOT NULL,
-  created_at_epoch INTEGER NOT NULL
-);
-CREATE TABLE user_prompts (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  claude_session_id TEXT NOT NULL,
-  prompt_number INTEGER NOT NULL,
-  prompt_text TEXT NOT NULL,
-  created_at TEXT NOT NULL,
-  created_at_epoch INTEGER NOT NULL
-);
-"""
-
-
-def _fts_ddl(kind: Kind) -> str:
-    fts, cols = FTS_TABLES[kind]
-    table = TABLES[kind]
-    col_list = ", ".join(cols)
-    new_vals = ", ".join(f"new.{c}" for c in cols)
-    old_vals = ", ".join(f"old.{c}" for c in cols)
-    return f"""
-CREATE VIRTUAL TABLE {fts} USING fts5({col_list}, content='{table}', content_rowid='id');
-CREATE TRIGGER {table}_ai AFTER INSERT ON {table} BEGIN
-  INSERT INTO {fts}(rowid, {col_list}) VALUES (new.id, {new_vals});
-END;
-CREATE TRIGGER {table}_ad AFTER DELETE ON {table} BEGIN
-  INSERT INTO {fts}({fts}, rowid, {col_list}) VALUES ('delete', old.id, {old_vals});
-END;
-CREATE TRIGGER {table}_au AFTER UPDATE ON {table} BEGIN
-  INSERT INTO {fts}({fts}, rowid, {col_list}) VALUES ('delete', old.id, {old_vals});
-  INSERT INTO {fts}(rowid, {col_list}) VALUES (new.id, {new_vals});
-END;
-"""
-
-
-def create_database(path: str, era: Era = Era.CURRENT, fts: bool = True) -> None:
-    """Create an empty claude-mem database (WAL mode) with the tables of ``era`` and, optionally,
-    the FTS5 tables and their triggers. Refuses to touch an existing file."""
-    import os
-
-    if os.path.exists(path):
-        raise FileExistsError(f"{path} already exists; memsync never modifies an existing database")
-    conn = sqlite3.connect(path)
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.executescript(_CURRENT_DDL if era is Era.CURRENT else _LEGACY_DDL)
-        if fts and era is Era.CURRENT:
-            for kind in KINDS:
-                conn.executescript(_fts_ddl(kind))
-        conn.commit()
-    finally:
-        conn.close()
