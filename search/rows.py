@@ -8,7 +8,6 @@ Column names go through the era mapping of ``config.schema``: both schema eras a
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -27,6 +26,7 @@ from memsync.config.claude_mem.schema import (
     SourceSchema,
     detect,
 )
+from memsync.config.claude_mem.values import LIST_COLUMNS, parse_list
 from memsync.config.errors import SourceUnavailable
 from memsync.search import fts
 from memsync.search.models import Filters, Window
@@ -364,8 +364,8 @@ class SourceRows:
             sql = f"SELECT {select}{extra} FROM {table} {ALIAS} WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))})"
             for r in self.query(sql, chunk):
                 row = {k: r[k] for k in r.keys()}  # noqa: SIM118 - iterating a Row yields values
-                for key in ("facts", "concepts", "files_read", "files_modified", "files_edited"):
-                    if key in row:
+                for key in LIST_COLUMNS & row.keys():
+                    if row[key] is not None:
                         row[key] = parse_list(row[key])
                 row["kind"] = kind.value
                 out[int(row["id"])] = row
@@ -444,16 +444,6 @@ def title_of(kind: Kind, row: dict[str, Any]) -> str:
         text = row.get("prompt_text") or ""
     line = " ".join(str(text).split())
     return line if len(line) <= 120 else line[:117] + "..."
-
-
-def parse_list(value: Any) -> Any:
-    """A JSON list column as a list; other JSON or plain text is returned as it is."""
-    if isinstance(value, str) and value.startswith("["):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
 
 
 def _like(text: str) -> str:

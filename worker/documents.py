@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
+from memsync.config.claude_mem.values import clean, parse_list
 from memsync.config.docids import fact_field, format_doc_id
 from memsync.config.records import RecordRefError, ms_from_iso
 
@@ -92,32 +93,6 @@ class SourceRow:
     def merged_into_project(self) -> str:
         """The project this row was merged into ('' when none)."""
         return clean(self.values.get("merged_into_project"))
-
-
-def clean(value: Any) -> str:
-    """A text value as a stripped string; NULL becomes ''."""
-    if value is None:
-        return ""
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", errors="replace")
-    return str(value).strip()
-
-
-def parse_list(value: Any) -> list[str]:
-    """A JSON-array column as strings: NULL/''/'[]' → [], invalid JSON or a bare path → [value],
-    non-string elements → their JSON text, empty elements kept as '' so positions stay stable."""
-    text = clean(value)
-    if not text:
-        return []
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return [text]
-    if isinstance(parsed, list):
-        return [x.strip() if isinstance(x, str) else "" if x is None else json.dumps(x) for x in parsed]
-    if isinstance(parsed, str):
-        return [parsed.strip()]
-    return [text]
 
 
 def epoch_ms(epoch: Any, iso: Any) -> int:

@@ -39,9 +39,9 @@ from memsync.config.claude_mem.schema import (
     SourceSchema,
     detect,
 )
+from memsync.config.claude_mem.values import LIST_COLUMNS
 from memsync.config.records import iso_from_ms, ms_from_iso
 
-LIST_FIELDS = {"facts", "concepts", "files_read", "files_modified", "files_edited"}
 KIND_NAMES = {"observation": Kind.OBSERVATION, "summary": Kind.SUMMARY, "prompt": Kind.PROMPT}
 
 
@@ -133,7 +133,7 @@ class _Writer:
             if key in ("id", "created_at", "created_at_epoch") or key in values or key not in rec:
                 continue
             value = rec[key]
-            values[key] = json.dumps(value) if key in LIST_FIELDS and isinstance(value, list) else value
+            values[key] = json.dumps(value) if key in LIST_COLUMNS and isinstance(value, list) else value
         values["created_at"], values["created_at_epoch"] = created_at, ms
         self._insert(TABLES[kind], values)
 

@@ -22,6 +22,7 @@ from typing import Any
 import tantivy
 
 from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.claude_mem.values import clean
 from memsync.config.formats.text_index import (
     KIND_CODE,
     META_FILE,
@@ -35,7 +36,6 @@ from memsync.config.formats.text_index import (
 )
 from memsync.config.settings import Settings
 from memsync.worker import logs
-from memsync.worker.documents import clean
 from memsync.worker.source import SourceReader
 from memsync.worker.tail import FileStamp, stamp
 

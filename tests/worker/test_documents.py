@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from memsync.config.claude_mem.schema import KINDS, Era, Kind
+from memsync.config.claude_mem.values import parse_list
 from memsync.config.settings import Settings
-from memsync.worker.documents import MAX_TEXT_CHARS, RowError, SourceRow, build_documents, epoch_ms, parse_list
+from memsync.worker.documents import MAX_TEXT_CHARS, RowError, SourceRow, build_documents, epoch_ms
 from memsync.worker.resync import resync
 from memsync.worker.source import SourceReader
 from memsync.worker.status import status
