@@ -1,0 +1,1 @@
+"""The ``memsync`` subcommands, one module per family; :mod:`memsync.main` registers them."""
