@@ -1,6 +1,6 @@
 """Peak memory and rate of the embedder for a given sub-batch token budget, in a fresh process.
 
-    .venv/bin/python scripts/bench_embed_memory.py [--tokens-per-text 32 64 128 256] [--rounds 2]
+    .venv/bin/python -m scripts.bench_embed_memory [--tokens-per-text 32 64 128 256] [--rounds 2]
 
 For each budget (batch_size x tokens-per-text padded tokens per sub-batch) a child process loads the
 model, embeds 1,500 mixed demo texts (rate), then 256 long texts truncated at 256 tokens (rate),

@@ -1,6 +1,6 @@
 """Worker latency benchmark: commit-to-searchable lag, burst drain rate, idle CPU and memory.
 
-    .venv/bin/python scripts/bench_lag.py [--rate 5] [--steady-seconds 30] [--burst 500] [--idle-seconds 60]
+    .venv/bin/python -m scripts.bench_lag [--rate 5] [--steady-seconds 30] [--burst 500] [--idle-seconds 60]
 
 With `memsync worker` running (managed mode) as its own process:
 1. steady: this process commits single prompts at ``--rate`` per second; a poller asks Chroma for

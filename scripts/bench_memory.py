@@ -1,6 +1,6 @@
 """Worker memory over time: RSS of `memsync worker` while a writer appends rows steadily.
 
-    .venv/bin/python scripts/bench_memory.py [--minutes 60] [--rate 5] [--sample-seconds 30]
+    .venv/bin/python -m scripts.bench_memory [--minutes 60] [--rate 5] [--sample-seconds 30]
 
 Starts the worker (managed mode) as its own process, commits ``--rate`` rows per second (prompts
 with an observation every tenth row) and samples the worker's RSS every ``--sample-seconds``.

@@ -1,6 +1,6 @@
 """Search quality on real conversational memory: LoCoMo evidence-turn retrieval.
 
-    .venv/bin/python scripts/bench_quality.py [--data ../shared/data/locomo-dev.json] [--out FILE]
+    .venv/bin/python -m scripts.bench_quality [--data ../shared/data/locomo-dev.json] [--out FILE]
 
 Builds a claude-mem database from the LoCoMo conversations (protocol in ``../shared/data/README.md``
 and ``scripts/locomo.py``), syncs it into an embedded Chroma with the shipped model, then asks

@@ -1,6 +1,6 @@
 """How the costs grow with size: 10k, 100k and 1M documents.
 
-    .venv/bin/python scripts/bench_scale.py [--sizes 10000,100000,1000000] [--out FILE]
+    .venv/bin/python -m scripts.bench_scale [--sizes 10000,100000,1000000] [--out FILE]
 
 For each size: a deterministic demo database (a year of three projects) grown until its rows make
 that many documents, synced into a managed Chroma server with the real sync code, then:

@@ -1,7 +1,7 @@
 """Search latency at 100,000 rows: hybrid, lexical-only and the fallback path, against the raw
 Chroma top-100 query measured in the same run.
 
-    .venv/bin/python scripts/bench_search.py [--rows 100000] [--queries 60] [--out FILE]
+    .venv/bin/python -m scripts.bench_search [--rows 100000] [--queries 60] [--out FILE]
 
 Builds a deterministic synthetic claude-mem database (the demo generator, spread over a year, so
 the 90-day window holds about a quarter of it) and syncs it into a managed Chroma server with the

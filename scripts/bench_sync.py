@@ -1,6 +1,6 @@
 """Sync benchmark: full resync rate against the raw embedding rate, measured in the same run.
 
-    .venv/bin/python scripts/bench_sync.py [--rows 10000] [--chroma-mode managed] [--out FILE]
+    .venv/bin/python -m scripts.bench_sync [--rows 10000] [--chroma-mode managed] [--out FILE]
 
 1. Generates a deterministic claude-mem database of ``--rows`` rows (the demo generator: realistic
    field lengths, three projects).

@@ -1,6 +1,6 @@
 """What MCP answers cost an agent: the size of each tool's output, through a real MCP client.
 
-    .venv/bin/python scripts/bench_tokens.py [--sessions 200] [--out .bench/bench_tokens.json]
+    .venv/bin/python -m scripts.bench_tokens [--sessions 200] [--out .bench/bench_tokens.json]
 
 Builds the demo database (``--sessions`` sessions of claude-mem-like records), syncs it into an
 embedded Chroma with the shipped model, connects the MCP SDK's client to memsync's MCP server

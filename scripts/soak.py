@@ -1,6 +1,6 @@
 """Soak and fault harness: nothing may be lost while rows arrive and things break.
 
-    .venv/bin/python scripts/soak.py [--minutes 30] [--rate 5] [--fault-every 40] [--seed 1]
+    .venv/bin/python -m scripts.soak [--minutes 30] [--rate 5] [--fault-every 40] [--seed 1]
 
 For the given duration, in one run:
 - a writer (thread) appends observations, summaries and prompts to a claude-mem database at
