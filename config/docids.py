@@ -1,10 +1,12 @@
-"""Vector document ids: the one owner of the upstream claude-mem id scheme.
+"""Vector documents' names: the one owner of the upstream claude-mem id scheme and ``doc_type``.
 
 - observation N: ``obs_N_narrative``, ``obs_N_text``, ``obs_N_title``, ``obs_N_fact_I``
 - summary N: ``summary_N_<field>`` for request, investigated, learned, completed, next_steps, notes
 - prompt N: ``prompt_N``
 
-Every id carries its kind, so ids of the three tables never collide (upstream defect 8).
+Every id carries its kind, so ids of the three tables never collide (upstream defect 8). Each
+document's ``doc_type`` metadata names its kind as upstream does (``DOC_TYPES``); the worker
+writes it and the search library filters on it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,12 @@ import re
 from dataclasses import dataclass
 
 from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
+
+DOC_TYPES: dict[Kind, str] = {
+    Kind.OBSERVATION: "observation",
+    Kind.SUMMARY: "session_summary",
+    Kind.PROMPT: "user_prompt",
+}
 
 OBSERVATION_FIELDS: tuple[str, ...] = ("narrative", "text", "title")
 FACT_PREFIX = "fact_"
