@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import make_db, mixed_records
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MEMSYNC = str(Path(sys.executable).parent / "memsync")
 
 # Runs inside `unshare -m`: the bind mount exists only in that namespace and vanishes with it.
