@@ -24,9 +24,9 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from memsync.commands.db import make_demo_db
 from memsync.config.embedding import tokenizer_json
 from memsync.config.settings import Settings
-from memsync.main import make_demo_db
 from memsync.search import Searcher
 from memsync.servers.mcp_tools import build_server
 from memsync.worker.resync import resync

@@ -32,7 +32,7 @@ from memsync.config.errors import ConfigError, MemsyncError
 from memsync.config.records import KindChoice, format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher, VectorUnavailable
-from memsync.servers.params import MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, BadRequest, Requests, SearchArgs
+from memsync.servers.params import MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS, BadRequest, Requests, SearchArgs
 
 log = logging.getLogger("memsync.http")
 
@@ -165,7 +165,8 @@ def create_app(settings: Settings, searcher: Searcher | None = None) -> FastAPI:
         file: Annotated[list[str] | None, Query(description="Substring of a file read or modified.")] = None,
         date_from: Annotated[str | None, Query(description="ISO date/time; replaces the window.")] = None,
         date_to: Annotated[str | None, Query(description="ISO date/time, inclusive.")] = None,
-        window_days: Annotated[int | None, Query(ge=0, le=36_500, description="Recency window; 0 = all time.")] = None,
+        window_days: Annotated[int | None, Query(ge=0, le=MAX_WINDOW_DAYS,
+                                                 description="Recency window; 0 = all time.")] = None,
         order: Annotated[Literal["relevance", "newest", "oldest"], Query()] = "relevance",
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 10,
         offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
@@ -199,7 +200,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None) -> FastAPI:
     @app.get("/api/similar/{observation_id}", dependencies=guarded, summary="Past work like an observation")
     def api_similar(observation_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
                     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 10,
-                    window_days: Annotated[int, Query(ge=0, le=36_500)] = 0) -> dict[str, Any]:
+                    window_days: Annotated[int, Query(ge=0, le=MAX_WINDOW_DAYS)] = 0) -> dict[str, Any]:
         try:
             results, mode, reason = requests.similar(observation_id, limit, window_days)
         except BadRequest as exc:

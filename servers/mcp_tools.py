@@ -1,7 +1,7 @@
 """The MCP server: memsync's search as tools an agent calls (official ``mcp`` SDK, MCPServer).
 
 Every tool validates through ``servers.params`` and answers in compact markdown
-(``servers.markdown``). A refused value comes back as a tool error whose text says what to
+(``servers.render``). A refused value comes back as a tool error whose text says what to
 change; nothing else of an exception reaches the agent. The tools work without the worker: when
 the vector store cannot be reached the answer is full-text only and its header says so.
 """
@@ -22,15 +22,30 @@ from memsync.config.errors import MemsyncError
 from memsync.config.records import KindChoice, format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher
-from memsync.servers import markdown
-from memsync.servers.params import MAX_DEPTH, MAX_IDS, MAX_LIMIT, BadRequest, Requests, SearchArgs, parse_ref
+from memsync.servers import render
+from memsync.servers.params import (
+    MAX_DEPTH,
+    MAX_IDS,
+    MAX_LIMIT,
+    BadRequest,
+    FindArgs,
+    FindBy,
+    Requests,
+    SearchArgs,
+    parse_ref,
+)
 
-INSTRUCTIONS = """memsync searches this project's memory: past observations (#123), session
+
+def instructions(window_days: int) -> str:
+    """What the server tells an agent about itself; ``window_days`` is the configured window."""
+    window = f"the last {window_days} days" if window_days else "all time"
+    return f"""memsync searches this project's memory: past observations (#123), session
 summaries (#S12) and user prompts (#P5) recorded by the coding agent. Search by meaning and by
 words at once. Short queries of a few key words work best. Start with a small limit (5-10),
-read the one-line results, then open the ones you need with get_observations. Results cover the
-last 90 days unless you pass window_days (0 = all time) or a date range; the header says how many
+read the one-line results, then open the ones you need with get_observations. Results cover
+{window} unless you pass window_days (0 = all time) or a date range; the header says how many
 older matches the window left out."""
+
 
 Query = Annotated[str, Field(description="A few key words or a short question; empty lists the newest records.")]
 Project = Annotated[str | None, Field(description="Only this project (merged projects included).")]
@@ -40,7 +55,8 @@ Concepts = Annotated[str | list[str] | None, Field(description="Observation conc
 Files = Annotated[str | list[str] | None, Field(description="Part of a path read or modified, e.g. 'auth/' or 'x.py'.")]
 DateFrom = Annotated[str | None, Field(description="ISO date or time; with date_to it replaces the window.")]
 DateTo = Annotated[str | None, Field(description="ISO date or time (inclusive).")]
-WindowDays = Annotated[int | None, Field(description="Recency window in days (default 90); 0 = all time.")]
+WindowDays = Annotated[int | None, Field(
+    description="Recency window in days (default: the server's window, see its instructions); 0 = all time.")]
 OrderArg = Annotated[Literal["relevance", "newest", "oldest"], Field(description="Sort order.")]
 Limit = Annotated[int, Field(description=f"Results per page, 1-{MAX_LIMIT}. Start small.")]
 Offset = Annotated[int, Field(description="Results to skip, for the next page.")]
@@ -66,12 +82,17 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
     """The MCP server with memsync's tools, on one shared (thread-safe) Searcher."""
     searcher = searcher or Searcher(settings)
     requests = Requests(searcher, settings.max_query_chars)
-    mcp: MCPServer = MCPServer("memsync", instructions=INSTRUCTIONS, version=version("memsync"))
+    mcp: MCPServer = MCPServer("memsync", instructions=instructions(settings.window_days), version=version("memsync"))
 
     def run_search(args: SearchArgs) -> str:
         with answers():
             resp = requests.search(args)
-            return markdown.search_markdown(resp, args.offset, args.full)
+            return render.search_markdown(resp, args.offset, args.full)
+
+    def run_find(by: FindBy, value: str | list[str], args: FindArgs) -> str:
+        with answers():
+            resp = requests.find_by(by, value, args)
+            return render.search_markdown(resp, args.offset, args.full)
 
     @mcp.tool(structured_output=False)
     def search(query: Query = "", kind: KindArg = "all", project: Project = None, type: Types = None,
@@ -117,8 +138,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
                         limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> str:
         """Observations tagged with a concept, ranked by the query's meaning (newest first
         without one). The tag filter comes first, so no tagged observation is missed."""
-        return run_search(SearchArgs(query, "observations", project, None, concept, None, None, None, window_days,
-                                     "relevance" if query.strip() else "newest", limit, offset, format == "full"))
+        return run_find("concept", concept, FindArgs(query, project, window_days, limit, offset, format == "full"))
 
     @mcp.tool(structured_output=False)
     def find_by_file(path: Annotated[str, Field(description="A file path or part of one, e.g. 'src/auth.py'.")],
@@ -126,9 +146,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
                      limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> str:
         """Observations and session summaries that read or modified a file (path substring),
         ranked by the query's meaning (newest first without one). Use before editing a file."""
-        return run_search(SearchArgs(query, ("observations", "sessions"), project, None, None, path, None, None,
-                                     window_days, "relevance" if query.strip() else "newest", limit, offset,
-                                     format == "full"))
+        return run_find("file", path, FindArgs(query, project, window_days, limit, offset, format == "full"))
 
     @mcp.tool(structured_output=False)
     def find_by_type(type: Annotated[str | list[str], Field(
@@ -137,8 +155,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
                      limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> str:
         """Observations of a type (e.g. every bugfix or decision), ranked by the query's meaning
         (newest first without one)."""
-        return run_search(SearchArgs(query, "observations", project, type, None, None, None, None, window_days,
-                                     "relevance" if query.strip() else "newest", limit, offset, format == "full"))
+        return run_find("type", type, FindArgs(query, project, window_days, limit, offset, format == "full"))
 
     @mcp.tool(structured_output=False)
     def timeline(anchor: Annotated[str | None, Field(
@@ -152,7 +169,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
         first, the anchor marked. Use after a search to see the context of a result."""
         with answers():
             results, key = requests.timeline(anchor, query, depth_before, depth_after, project)
-            return markdown.timeline_markdown(results, key)
+            return render.timeline_markdown(results, key)
 
     @mcp.tool(structured_output=False)
     def recent_context(project: Project = None,
@@ -160,7 +177,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
         """The newest session summaries and observations (of a project), newest first: a quick
         catch-up at the start of a session."""
         with answers():
-            return markdown.recent_markdown(requests.recent(project, limit), project)
+            return render.recent_markdown(requests.recent(project, limit), project)
 
     @mcp.tool(structured_output=False)
     def get_observations(ids: Annotated[list[str | int], Field(
@@ -169,7 +186,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
         S/P ids). Ids that do not exist are listed at the end."""
         with answers():
             records, missing = requests.get(ids)
-            return markdown.records_markdown(records, missing)
+            return render.records_markdown(records, missing)
 
     @mcp.tool(structured_output=False)
     def find_similar(observation_id: Annotated[int | str, Field(description="An observation id: 123 or #123.")],
@@ -180,7 +197,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
         recorded again) are flagged. Use to check whether something was done before."""
         with answers():
             results, mode, reason = requests.similar(observation_id, limit, window_days)
-            return markdown.similar_markdown(format_ref(*parse_ref(observation_id)), results, mode, reason,
+            return render.similar_markdown(format_ref(*parse_ref(observation_id)), results, mode, reason,
                                              settings.near_duplicate)
 
     return mcp

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, Literal
 
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.records import RecordRefError, format_ref, parse_iso, parse_record_ref
@@ -18,7 +19,9 @@ MAX_OFFSET = 10_000
 MAX_DEPTH = 50  # timeline records on each side of the anchor
 MAX_IDS = 100  # records per get
 MAX_FILTER_VALUES = 20  # types / concepts / files per request
+MAX_WINDOW_DAYS = 36_500
 
+FindBy = Literal["concept", "file", "type"]
 
 
 class BadRequest(ValueError):
@@ -83,6 +86,19 @@ class SearchArgs:
     full: bool = False
 
 
+@dataclass(frozen=True)
+class FindArgs:
+    """One find-by request (``Searcher.find_by_*``) beside its filter value: the query that ranks
+    the matches (none: newest first), the project and the page."""
+
+    query: str = ""
+    project: str | None = None
+    window_days: int | None = None
+    limit: int = 10
+    offset: int = 0
+    full: bool = False
+
+
 class Requests:
     """Validates requests against the search library and the database, then runs them."""
 
@@ -126,6 +142,14 @@ class Requests:
         return Filters(project=project, types=self.types(args.types), concepts=listed(args.concepts, "concept"),
                        files=listed(args.files, "file"), date_from=date_from, date_to=date_to)
 
+    def window(self, days: int | None) -> int | None:
+        """The recency window in days (None: the configured one; 0: all time)."""
+        return None if days is None else bounded(days, "window_days", 0, MAX_WINDOW_DAYS)
+
+    def page(self, limit: int, offset: int) -> tuple[int, int]:
+        """(limit, offset), each within the servers' bounds."""
+        return bounded(limit, "limit", 1, MAX_LIMIT), bounded(offset, "offset", 0, MAX_OFFSET)
+
     def search(self, args: SearchArgs) -> Response:
         """Validate every part of ``args``, then search."""
         query = self.query(args.query)
@@ -135,12 +159,32 @@ class Requests:
             order = Order(str(args.order).lower())
         except ValueError:
             raise BadRequest(f"order must be relevance, newest or oldest, got {str(args.order)[:40]!r}") from None
-        window = None if args.window_days is None else bounded(args.window_days, "window_days", 0, 36_500)
-        limit = bounded(args.limit, "limit", 1, MAX_LIMIT)
-        offset = bounded(args.offset, "offset", 0, MAX_OFFSET)
+        window = self.window(args.window_days)
+        limit, offset = self.page(args.limit, args.offset)
         try:
             return self.searcher.search(query, kinds, filters, window, limit, offset, order,
                                         Format.FULL if args.full else Format.INDEX)
+        except SearchError as exc:
+            raise BadRequest(str(exc)) from None
+
+    def find_by(self, by: FindBy, value: str | Sequence[str], args: FindArgs) -> Response:
+        """Validate, then ``Searcher.find_by_concept`` / ``find_by_file`` / ``find_by_type``: the
+        filter first, then the matches ranked by ``args.query`` (newest first without one)."""
+        query = self.query(args.query)
+        limit, offset = self.page(args.limit, args.offset)
+        kw: dict[str, Any] = {"project": (args.project or "").strip() or None, "limit": limit, "offset": offset,
+                              "window_days": self.window(args.window_days),
+                              "format": Format.FULL if args.full else Format.INDEX}
+        try:
+            if by == "type":
+                types = self.types(value)
+                if not types:
+                    raise BadRequest("give an observation type, e.g. bugfix")
+                return self.searcher.find_by_type(types, query, **kw)
+            if not isinstance(value, str) or not self.query(value, by).strip():
+                raise BadRequest(f"{by} must be a non-empty string")
+            find = self.searcher.find_by_concept if by == "concept" else self.searcher.find_by_file
+            return find(value.strip(), query, **kw)
         except SearchError as exc:
             raise BadRequest(str(exc)) from None
 
@@ -178,9 +222,9 @@ class Requests:
         kind, row_id = parse_ref(observation_id)
         if kind is not Kind.OBSERVATION:
             raise BadRequest("similar takes an observation id (123 or #123)")
-        window = None if window_days is None else bounded(window_days, "window_days", 0, 36_500)
         try:
-            results, mode, reason = self.searcher.similar(row_id, bounded(limit, "limit", 1, MAX_LIMIT), window)
+            results, mode, reason = self.searcher.similar(row_id, bounded(limit, "limit", 1, MAX_LIMIT),
+                                                          self.window(window_days))
         except SearchError as exc:
             raise BadRequest(str(exc)) from None
         return results, mode.value, reason

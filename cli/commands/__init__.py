@@ -1,1 +1,2 @@
-"""The ``memsync`` subcommands, one module per family; :mod:`memsync.main` registers them."""
+"""The ``memsync`` subcommands, one module per family (``sync``, ``search``, ``serve``, ``db``) on
+the shared helpers of ``options``; :mod:`memsync.main` registers them."""

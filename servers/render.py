@@ -1,40 +1,75 @@
-"""Compact markdown for agents: what the MCP tools return.
+"""How search answers are shown: the one owner of rendering, for people and for agents.
 
-The ``index`` form is one table row per result (printed id, type, date, score and signals,
-title), about 30-60 tokens each (measured: README), under a header that says how the answer was
-produced: the mode (and why it is degraded), the window and how many matches it excluded. The
-``full`` form renders each record's fields as a short section.
+Two forms, different on purpose, built from the same pieces (the printed id from
+``config.records``, the date, the type label, the mode and window in words, one-line text):
+
+- plain text for the ``memsync`` command: a header line, then one line per result
+  (:func:`result_line`, :func:`response_text`);
+- compact markdown for the MCP tools. The ``index`` form is one table row per result (printed id,
+  type, date, score and signals, title), about 30-60 tokens each (measured: README), under a
+  header that says how the answer was produced: the mode (and why it is degraded), the window and
+  how many matches it excluded. The ``full`` form renders each record's fields as a short section.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.records import format_ref
-from memsync.search import Response, Result
+
+if TYPE_CHECKING:  # annotations only: the command imports this module before it needs the search library
+    from memsync.search import Response, Result
 
 FIELD_CHARS = 4000  # one field of a full record; longer text is cut with a note
+TITLE_CHARS = 120  # a title in a result line or table row
 
 # Fields of a full record, in reading order; anything else the row has follows them.
 _SKIP = {"id", "kind", "created_at_epoch", "created_at", "discovery_tokens", "content_hash"}
 _FIRST = ("project", "type", "title", "subtitle", "request", "prompt_text", "narrative", "text", "facts",
           "investigated", "learned", "completed", "next_steps", "notes", "concepts", "files_read",
           "files_modified", "files_edited")
+# How a result's ``field`` marks it (the anchor of a timeline, a near-duplicate), per form.
+_TEXT_MARKS = {"anchor": "  <- anchor", "near_duplicate": "  (near-duplicate)"}
+_MARKDOWN_MARKS = {"anchor": " **◀ anchor**", "near_duplicate": " **(near-duplicate)**"}
 
 
-def one_line(text: Any, limit: int) -> str:
-    """Whitespace collapsed, table pipes escaped, cut at ``limit`` characters."""
-    line = " ".join(str(text or "").split()).replace("|", "\\|")
+# -- shared pieces -------------------------------------------------------------------------------
+def _cut(line: str, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def one_line(text: Any, limit: int = TITLE_CHARS) -> str:
+    """Whitespace collapsed, cut at ``limit`` characters."""
+    return _cut(" ".join(str(text or "").split()), limit)
+
+
+def cell(text: Any, limit: int) -> str:
+    """A markdown table cell: one line, pipes escaped, cut at ``limit`` characters."""
+    return _cut(" ".join(str(text or "").split()).replace("|", "\\|"), limit)
+
+
 def when(epoch_ms: int | None) -> str:
-    """A record's local date and time, minutes precision."""
+    """A record's local date and time, minutes precision (``?`` when unknown)."""
     return datetime.fromtimestamp((epoch_ms or 0) / 1000).astimezone().strftime("%Y-%m-%d %H:%M") if epoch_ms else "?"
+
+
+def utc_stamp(epoch_ms: int | None) -> str:
+    """A moment of memsync's own (a sync), UTC to the second (``never`` when unset)."""
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ") if epoch_ms else "never"
+
+
+def type_label(kind: Kind, type_: str | None) -> str:
+    """What a record is: the observation's type, else its kind."""
+    return type_ or kind.value
+
+
+def mode_text(resp: Response) -> str:
+    """The mode that answered, and why when it is degraded."""
+    return resp.mode.value + (f" ({resp.reason})" if resp.reason else "")
 
 
 def window_text(resp: Response) -> str:
@@ -49,17 +84,43 @@ def window_text(resp: Response) -> str:
     return f"{start} to {end}"
 
 
+def excluded_text(resp: Response, hint: str) -> str:
+    """How many matches the window left out, with how to include them; empty when none."""
+    n = resp.excluded_by_window
+    return f"{n} older matches outside the window ({hint})" if n else ""
+
+
+# -- plain text (the memsync command) ------------------------------------------------------------
+def result_line(r: Result) -> str:
+    """One result as a line: score, signals, id, date, project, type, title."""
+    mark = _TEXT_MARKS.get(r.field or "", "")
+    return (f"{r.score:.3f} {r.signals.value:<8} {format_ref(r.kind, r.id):<8} {when(r.created_at_epoch)}  "
+            f"[{r.project or ''}] {type_label(r.kind, r.type)}: {one_line(r.title)}{mark}")
+
+
+def response_text(resp: Response) -> str:
+    """A response for people: a header with mode, window and exclusions, then one line per result
+    (and, with full records, each record as a JSON line)."""
+    head = f"mode {mode_text(resp)} · {window_text(resp)}"
+    if resp.excluded_by_window:
+        head += " · " + excluded_text(resp, "--window-days 0 shows them")
+    if not resp.results:
+        return head + "\n(no results)"
+    lines = [head, *(result_line(r) for r in resp.results)]
+    if resp.results[0].record is not None:
+        lines += ["", *(json.dumps(r.record, default=str, ensure_ascii=False) for r in resp.results)]
+    return "\n".join(lines)
+
+
+# -- markdown (the MCP tools) --------------------------------------------------------------------
 def header(resp: Response, offset: int) -> str:
     """Mode, window, exclusions and the page shown."""
-    mode = resp.mode.value
-    if resp.reason:
-        mode += f" ({resp.reason})"
-    parts = [f"mode: {mode}", f"window: {window_text(resp)}"]
+    parts = [f"mode: {mode_text(resp)}", f"window: {window_text(resp)}"]
     if resp.results:
         total = f" of {resp.total}" if resp.total is not None else ""
         parts.append(f"results {offset + 1}-{offset + len(resp.results)}{total}")
     if resp.excluded_by_window:
-        parts.append(f"{resp.excluded_by_window} older matches outside the window (window_days=0 includes them)")
+        parts.append(excluded_text(resp, "window_days=0 includes them"))
     return " · ".join(parts)
 
 
@@ -68,19 +129,14 @@ def table(results: Sequence[Result], scored: bool = True) -> list[str]:
     middle = "score | found by" if scored else "project"
     lines = [f"| id | type | date | {middle} | title |", "|---|---|---|---|---|" + ("---|" if scored else "")]
     for r in results:
-        mark = ""
-        if r.field == "anchor":
-            mark = " **◀ anchor**"
-        elif r.field == "near_duplicate":
-            mark = " **(near-duplicate)**"
+        mark = _MARKDOWN_MARKS.get(r.field or "", "")
         if scored:
             score = f"{r.score:.2f}" if r.similarity is None else f"{r.score:.2f} (cos {r.similarity:.2f})"
             cells = f"{score} | {r.signals.value}"
         else:
-            cells = one_line(r.project, 40)
-        lines.append(f"| {format_ref(r.kind, r.id)} | {r.type or r.kind.value} | {when(r.created_at_epoch)} | "
-                     f"{cells} | "
-                     f"{one_line(r.title, 120)}{mark} |")
+            cells = cell(r.project, 40)
+        lines.append(f"| {format_ref(r.kind, r.id)} | {type_label(r.kind, r.type)} | {when(r.created_at_epoch)} | "
+                     f"{cells} | {cell(r.title, TITLE_CHARS)}{mark} |")
     return lines
 
 
@@ -104,7 +160,7 @@ def value_text(value: Any) -> str:
         items = [str(v) for v in value if str(v).strip()]
         if sum(len(i) for i in items) < 200:
             return ", ".join(items)
-        return "\n" + "\n".join(f"- {one_line(i, 600)}" for i in items)
+        return "\n" + "\n".join(f"- {cell(i, 600)}" for i in items)
     if isinstance(value, dict):
         value = json.dumps(value, ensure_ascii=False)
     text = str(value).strip()
@@ -114,8 +170,8 @@ def value_text(value: Any) -> str:
 def record_markdown(record: dict[str, Any], result: Result | None = None) -> str:
     """One full record as a short markdown section."""
     kind = Kind(record.get("kind", Kind.OBSERVATION.value))
-    head = f"## {format_ref(kind, int(record.get('id', 0)))} · {record.get('type') or kind.value} · " \
-           f"{when(record.get('created_at_epoch'))}"
+    head = (f"## {format_ref(kind, int(record.get('id', 0)))} · {type_label(kind, record.get('type'))} · "
+            f"{when(record.get('created_at_epoch'))}")
     if result is not None:
         head += f" · score {result.score:.2f} ({result.signals.value})"
     keys = [k for k in _FIRST if k in record] + [k for k in record if k not in _FIRST and k not in _SKIP]

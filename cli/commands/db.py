@@ -1,0 +1,138 @@
+"""claude-mem databases for people without claude-mem, the demo and tests: ``memsync db init``,
+``db import``, ``db demo``, and the one-shot ``memsync demo``. :func:`make_demo_db` is also what
+the benchmarks build their database with."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from memsync.commands.options import (
+    EXIT_USAGE,
+    common_options,
+    demo_db_path,
+    errors_as_exit,
+    fail,
+    graceful_stop,
+    settings_from,
+)
+from memsync.config.claude_mem.schema import Era, SchemaError
+from memsync.config.settings import LoadedSettings, Settings
+from memsync.servers.render import result_line
+
+DEMO_QUERIES = ("database query timeout", "flaky tests and time", "dark mode in the dashboard")
+
+
+@click.group()
+def db() -> None:
+    """Create and fill claude-mem databases (for people without claude-mem, the demo and tests)."""
+
+
+@db.command("init")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--legacy", is_flag=True, help="Use the older 5.x column names (no FTS tables).")
+@click.option("--no-fts", is_flag=True, help="Leave out the FTS5 tables and triggers.")
+def db_init(path: Path, legacy: bool, no_fts: bool) -> None:
+    """Create an empty database in the claude-mem schema at PATH (never overwrites)."""
+    from memsync.worker.importer import init_db
+
+    try:
+        init_db(path, Era.LEGACY if legacy else Era.CURRENT, fts=not no_fts)
+    except FileExistsError as exc:
+        fail(str(exc), EXIT_USAGE)
+    click.echo(f"created {path}")
+
+
+@db.command("import")
+@click.argument("path", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+def db_import(path: Path, file: Path) -> None:
+    """Append observations, summaries and prompts from a JSON-lines FILE to the database at PATH.
+
+    One JSON object per line with "kind" (observation | summary | prompt), "project", "session",
+    "created_at" (ISO) or "created_at_epoch" (ms), and the kind's fields. See the README.
+    """
+    from memsync.worker.importer import RecordError, import_records, read_jsonl
+
+    try:
+        result = import_records(path, read_jsonl(file))
+    except (RecordError, SchemaError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    click.echo(f"imported {result.observations} observations, {result.summaries} summaries, "
+               f"{result.prompts} prompts ({result.sessions} new sessions)")
+
+
+@db.command("demo")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--sessions", type=click.IntRange(1, 1_000_000), default=40, show_default=True,
+              help="Sessions to generate (about 8 rows each).")
+@click.option("--seed", type=int, default=7, show_default=True, help="Random seed (same seed, same data).")
+def db_demo(path: Path, sessions: int, seed: int) -> None:
+    """Create a deterministic demo database at PATH (3 projects; dates end today)."""
+    click.echo(make_demo_db(path, sessions, seed))
+
+
+def make_demo_db(path: Path, sessions: int = 40, seed: int = 7) -> str:
+    """Create the demo database; the dates end at today's midnight UTC so the window covers them."""
+    from memsync.worker.demo import DAY_MS, generate
+    from memsync.worker.importer import import_records, init_db
+
+    today = int(datetime.now(UTC).timestamp() * 1000) // DAY_MS * DAY_MS
+    init_db(path)
+    r = import_records(path, generate(n_sessions=sessions, seed=seed, end_ms=today))
+    return f"created demo database {path}: {r.observations} observations, {r.summaries} summaries, {r.prompts} prompts"
+
+
+def demo_or_configured(loaded: LoadedSettings) -> Settings:
+    """The configured database; when it is the default one and missing, the demo database (made on
+    first use) so that `make run` shows something on a fresh machine."""
+    settings = loaded.settings
+    if settings.db.exists():
+        return settings
+    if loaded.origins["db"] != "default":
+        fail(f"database not found: {settings.db}", EXIT_USAGE)
+    demo_db = demo_db_path(settings)
+    if not demo_db.exists():
+        click.echo(make_demo_db(demo_db), err=True)
+    click.echo(f"no database at {settings.db}; using the demo database {demo_db}", err=True)
+    return settings.model_copy(update={"db": demo_db})
+
+
+@click.command()
+@common_options
+def demo(**kwargs: Any) -> None:
+    """One-shot demo: the demo database if none is configured, a resync, then three searches."""
+    settings = demo_or_configured(settings_from(kwargs))
+    from memsync.config.chroma.server import ManagedServer
+
+    # One managed server for the whole demo: resync and the searches adopt it instead of each
+    # starting and stopping their own.
+    server = ManagedServer(settings) if settings.chroma_mode == "managed" else None
+    with errors_as_exit(), graceful_stop() as stop:
+        try:
+            if server is not None:
+                server.ensure()
+            _demo_steps(settings, stop)
+        finally:
+            if server is not None:
+                server.stop()
+
+
+def _demo_steps(settings: Settings, stop: threading.Event) -> None:
+    from memsync.search import Searcher
+    from memsync.worker.resync import resync as run_resync
+
+    result = run_resync(settings, stop=stop)
+    click.echo(f"resync {settings.db}: {result.line()} ({result.rows} rows, {result.seconds:.1f}s)")
+    searcher = Searcher(settings)
+    try:
+        for query in DEMO_QUERIES:
+            click.echo(f"\nsearch: {query}")
+            resp = searcher.search(query, window_days=0, limit=3)
+            click.echo("  " + "\n  ".join(result_line(r) for r in resp.results))
+    finally:
+        searcher.close()

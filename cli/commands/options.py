@@ -1,0 +1,135 @@
+"""What every ``memsync`` subcommand shares: the common options, settings from them, exit codes,
+errors as one stderr line, a graceful Ctrl-C, output on stdout.
+
+Results go to stdout (``--json`` for machines), messages and logs to stderr. Exit codes: 0 ok,
+1 failure or drift found, 2 bad usage or configuration (a bad setting names its key). Help texts
+take their defaults from the settings model (:func:`setting_default`), never restate them.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar, get_args
+
+import click
+
+from memsync.config.claude_mem.schema import SchemaError
+from memsync.config.errors import ConfigError, MemsyncError
+from memsync.config.settings import (
+    DEFAULT_CONFIG_FILE,
+    ENV_PREFIX,
+    ChromaMode,
+    LoadedSettings,
+    Settings,
+    SettingsError,
+    load_settings,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def fail(message: str, code: int = EXIT_FAIL) -> NoReturn:
+    """Print one line to stderr and exit."""
+    click.echo(f"memsync: {message}", err=True)
+    sys.exit(code)
+
+
+def setting_default(name: str) -> str:
+    """A setting's default as a help text prints it (``1.0`` as ``1``)."""
+    value = Settings.model_fields[name].default
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def settings_note(name: str) -> str:
+    """``[settings NAME: DEFAULT]``: the setting an option overrides and its default."""
+    return f"[settings {name}: {setting_default(name)}]"
+
+
+def env_note(name: str) -> str:
+    """``[env MEMSYNC_NAME; default DEFAULT]``: the variable an option overrides and the default."""
+    return f"[env {ENV_PREFIX}{name.upper()}; default {setting_default(name)}]"
+
+
+def common_options(func: F) -> F:
+    """--config, --db, --data-dir, --chroma-mode on every command."""
+    options = [
+        click.option("--config", "config_file", type=click.Path(path_type=Path), default=None,
+                     help=f"TOML settings file (default: ${ENV_PREFIX}CONFIG, then {DEFAULT_CONFIG_FILE})."),
+        click.option("--db", type=click.Path(path_type=Path), default=None,
+                     help=f"The agent's claude-mem database {env_note('db')}."),
+        click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+                     help=f"memsync's data directory {env_note('data_dir')}."),
+        click.option("--chroma-mode", type=str, default=None,
+                     help=f"{' | '.join(get_args(ChromaMode))} {env_note('chroma_mode')}."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def json_option(func: F) -> F:
+    """--json: machine-readable output on stdout."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")(func)
+
+
+def settings_from(kwargs: dict[str, Any]) -> LoadedSettings:
+    """Build settings from the common options; a bad value exits 2 with one line naming the key."""
+    cli = {k: kwargs.pop(k, None) for k in ("db", "data_dir", "chroma_mode")}
+    try:
+        loaded = load_settings(cli=cli, config_file=kwargs.pop("config_file", None))
+    except SettingsError as exc:
+        fail(str(exc), EXIT_USAGE)
+    s = loaded.settings
+    demo = demo_db_path(s)
+    if loaded.origins["db"] == "default" and not s.db.exists() and demo.exists():
+        # Same database as `make run` used: the demo, since no real one is configured.
+        return LoadedSettings(s.model_copy(update={"db": demo}), loaded.origins, loaded.config_file)
+    return loaded
+
+
+def demo_db_path(settings: Settings) -> Path:
+    """Where `make run` keeps the demo database when no real one is configured."""
+    return settings.data_dir / "demo" / "claude-mem.db"
+
+
+@contextmanager
+def errors_as_exit() -> Iterator[None]:
+    """Map memsync errors to one stderr line and an exit code (no stack traces for expected failures)."""
+    try:
+        yield
+    except (ConfigError, SchemaError, SettingsError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    except MemsyncError as exc:
+        fail(str(exc), EXIT_FAIL)
+
+
+@contextmanager
+def graceful_stop() -> Iterator[threading.Event]:
+    """First Ctrl-C/SIGTERM: finish the current batch and stop; second: stop now.
+
+    The first signal is handled on a relay thread (worker.signals: a raw handler that sets an event
+    or writes to stderr can deadlock the main thread); the second raises KeyboardInterrupt."""
+    from memsync.worker.signals import SignalRelay
+
+    stop = threading.Event()
+
+    def first(signum: int) -> None:
+        if not stop.is_set():
+            stop.set()
+            click.echo("memsync: stopping after the current batch (Ctrl-C again to stop now)", err=True)
+
+    with SignalRelay({signal.SIGINT: first, signal.SIGTERM: first}, interrupt_on_repeat=True):
+        yield stop
+
+
+def emit(data: Any, as_json: bool, text: str) -> None:
+    """JSON or text on stdout."""
+    click.echo(json.dumps(data, indent=2, default=str) if as_json else text)

@@ -1,0 +1,147 @@
+"""Searching memory from the command line: ``memsync search`` (one query, or ``--batch`` of JSON
+lines) and ``memsync timeline``. Text output comes from ``servers.render``, JSON is the search
+library's contract."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import IO, TYPE_CHECKING, Any
+
+import click
+
+from memsync.commands.options import (
+    EXIT_USAGE,
+    common_options,
+    emit,
+    errors_as_exit,
+    fail,
+    json_option,
+    setting_default,
+    settings_from,
+    settings_note,
+)
+from memsync.config.records import KIND_CHOICES, RecordRefError, parse_iso
+from memsync.servers.render import response_text, result_line
+
+if TYPE_CHECKING:  # the search library loads when a command runs, not with `memsync --help`
+    from memsync.search import Searcher
+
+WINDOW = setting_default("window_days")
+SEARCH_HELP = f"""Search memory by meaning and by words (hybrid), newest {WINDOW} days by default.
+
+Results are observations (#id), session summaries (#S id) and user prompts (#P id), each with a
+score in 0..1 and the signals that found it. When the vector store is not reachable the answer
+comes from full-text search and says so (mode lexical_fallback). With --json the output is the
+documented contract: {{"mode", "results": [{{"kind", "id", "score", ...}}], ...}}.
+"""
+
+
+def _date(value: str | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_iso(value)
+    except RecordRefError:
+        fail(f"{name} must be an ISO date like 2026-11-01 or 2026-11-01T10:00:00Z, got {value!r}", EXIT_USAGE)
+
+
+def _batch_request(searcher: Searcher, line: str, defaults: dict[str, Any]) -> dict[str, Any]:
+    """One line of `search --batch`: a JSON request in, the JSON contract (or an error) out."""
+    from memsync.search import Filters, SearchError, parse_kinds
+
+    try:
+        req = json.loads(line)
+        if not isinstance(req, dict) or not isinstance(req.get("query"), str):
+            raise ValueError('each line must be a JSON object with a string "query"')
+        kinds = parse_kinds(req.get("kind") or defaults["kind"])
+        limit = int(req.get("limit") or defaults["limit"])
+        wd = req.get("window_days", defaults["window_days"])
+        resp = searcher.search(req["query"], kinds, Filters(project=req.get("project") or defaults["project"]),
+                               None if wd is None else int(wd), limit)
+        return resp.to_json()
+    except (ValueError, TypeError, SearchError) as exc:
+        return {"error": str(exc)}
+
+
+@click.command(help=SEARCH_HELP)
+@common_options
+@json_option
+@click.argument("query", required=False, default="")
+@click.option("--project", default=None, help="Only this project (merged projects included).")
+@click.option("--kind", type=click.Choice(KIND_CHOICES), default="all", show_default=True,
+              help="Which records to search.")
+@click.option("--type", "types", multiple=True, help="Observation type (repeatable), e.g. bugfix.")
+@click.option("--concept", "concepts", multiple=True, help="Observation concept (repeatable).")
+@click.option("--file", "files", multiple=True, help="Substring of a file read or modified (repeatable).")
+@click.option("--since", default=None, help="Only records at or after this ISO date (replaces the window).")
+@click.option("--until", default=None, help="Only records at or before this ISO date.")
+@click.option("--limit", type=click.IntRange(1, 500), default=10, show_default=True, help="Results to show.")
+@click.option("--offset", type=click.IntRange(0, 100_000), default=0, show_default=True, help="Results to skip.")
+@click.option("--window-days", type=click.IntRange(0, None), default=None,
+              help=f"Recency window in days; 0 = all time {settings_note('window_days')}.")
+@click.option("--order", type=click.Choice(["relevance", "newest", "oldest"]), default="relevance", show_default=True)
+@click.option("--full", is_flag=True, help="Include each full record.")
+@click.option("--batch", type=click.File("r"), default=None,
+              help='Run one search per JSON line of FILE ("-" = stdin): {"query", "project", "kind", "limit", '
+                   '"window_days"}; one JSON response per line, in order.')
+def search(as_json: bool, query: str, project: str | None, kind: str, types: tuple[str, ...],
+           concepts: tuple[str, ...], files: tuple[str, ...], since: str | None, until: str | None, limit: int,
+           offset: int, window_days: int | None, order: str, full: bool, batch: IO[str] | None,
+           **kwargs: Any) -> None:
+    """``memsync search``: its help is SEARCH_HELP (the window's default read from the settings)."""
+    settings = settings_from(kwargs).settings
+    from memsync.search import Filters, Format, Order, Searcher, SearchError, parse_kinds
+
+    searcher = Searcher(settings)
+    try:
+        with errors_as_exit():
+            if batch is not None:
+                defaults = {"kind": None if kind == "all" else kind, "limit": limit, "window_days": window_days,
+                            "project": project}
+                for line in batch:
+                    if line.strip():
+                        click.echo(json.dumps(_batch_request(searcher, line, defaults), default=str))
+                return
+            filters = Filters(project=project, types=types, concepts=concepts, files=files,
+                              date_from=_date(since, "--since"), date_to=_date(until, "--until"))
+            try:
+                resp = searcher.search(query, parse_kinds(kind), filters, window_days, limit, offset, Order(order),
+                                       Format.FULL if full else Format.INDEX)
+            except SearchError as exc:
+                fail(str(exc), EXIT_USAGE)
+            emit(resp.to_json(), as_json, response_text(resp))
+    finally:
+        searcher.close()
+
+
+@click.command()
+@common_options
+@json_option
+@click.argument("anchor")
+@click.option("--before", "depth_before", type=click.IntRange(0, 200), default=5, show_default=True,
+              help="Records before the anchor.")
+@click.option("--after", "depth_after", type=click.IntRange(0, 200), default=5, show_default=True,
+              help="Records after the anchor.")
+@click.option("--project", default=None, help="Only this project.")
+def timeline(as_json: bool, anchor: str, depth_before: int, depth_after: int, project: str | None,
+             **kwargs: Any) -> None:
+    """What happened around ANCHOR, in order: observations, summaries and prompts mixed.
+
+    ANCHOR is an observation id (123 or #123), S123 for a summary, P123 for a prompt, an ISO
+    timestamp, or a query (the anchor is then its best match).
+    """
+    settings = settings_from(kwargs).settings
+    from memsync.search import Searcher, SearchError
+
+    searcher = Searcher(settings)
+    try:
+        with errors_as_exit():
+            try:
+                results, key = searcher.timeline(anchor, depth_before, depth_after, project)
+            except SearchError as exc:
+                fail(str(exc), EXIT_USAGE)
+            data = {"anchor": {"kind": key[0].value, "id": key[1]}, "results": [r.to_json() for r in results]}
+            emit(data, as_json, "\n".join(result_line(r) for r in results) or "(no records)")
+    finally:
+        searcher.close()

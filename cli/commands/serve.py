@@ -1,0 +1,74 @@
+"""memsync's search for agents and programs: ``memsync mcp`` (Model Context Protocol, stdio or
+streamable HTTP) and ``memsync serve`` (the HTTP API and the search page). Both refuse to start
+without a database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from memsync.commands.options import (
+    EXIT_USAGE,
+    common_options,
+    errors_as_exit,
+    fail,
+    setting_default,
+    settings_from,
+    settings_note,
+)
+from memsync.config.settings import Settings
+
+SERVE_HELP = f"""The HTTP API and search page: http://{setting_default("serve_host")}:{setting_default("serve_port")}/
+(API under /api, OpenAPI at /openapi.json).
+
+GET /api/search, /api/timeline, /api/records/{{kind}}/{{id}}, /api/similar/{{id}}, /api/status,
+/healthz, /metrics. With a token set (MEMSYNC_API_TOKEN), requests need
+"Authorization: Bearer <token>".
+"""
+
+
+def existing_db(settings: Settings) -> Settings:
+    """The settings, after checking that the database exists (servers fail at start, not per request)."""
+    if not settings.db.exists():
+        fail(f"database not found: {settings.db} (set --db or MEMSYNC_DB; `make run` creates a demo database)",
+             EXIT_USAGE)
+    return settings
+
+
+@click.command()
+@common_options
+@click.option("--http-port", type=click.IntRange(1, 65535), default=None,
+              help="Serve MCP over streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio.")
+def mcp(http_port: int | None, **kwargs: Any) -> None:
+    """Serve memsync's search to agents over the Model Context Protocol (stdio by default).
+
+    Tools: search, search_observations, search_sessions, search_user_prompts, find_by_concept,
+    find_by_file, find_by_type, timeline, recent_context, get_observations, find_similar. Works
+    without the worker: when the vector store is not reachable, answers come from full-text
+    search and say so. Register with Claude Code: claude mcp add memsync -- memsync mcp
+    """
+    settings = existing_db(settings_from(kwargs).settings)
+    from memsync.servers.mcp_tools import serve as serve_mcp
+
+    with errors_as_exit():
+        serve_mcp(settings, http_port)
+
+
+@click.command(help=SERVE_HELP)
+@common_options
+@click.option("--host", default=None,
+              help=f"Address to listen on {settings_note('serve_host')}; anything but loopback needs "
+                   "MEMSYNC_API_TOKEN.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help=f"Port {settings_note('serve_port')}.")
+def serve(host: str | None, port: int | None, **kwargs: Any) -> None:
+    """``memsync serve``: its help is SERVE_HELP (the address's default read from the settings)."""
+    settings = existing_db(settings_from(kwargs).settings)
+    from memsync.servers.http_api import check_binding
+    from memsync.servers.http_api import serve as serve_http
+
+    with errors_as_exit():
+        check_binding(host or settings.serve_host, settings)
+        click.echo(f"memsync: serving http://{host or settings.serve_host}:{port or settings.serve_port}/ "
+                   f"on {settings.db}", err=True)
+        serve_http(settings, host, port)

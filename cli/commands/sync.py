@@ -1,0 +1,229 @@
+"""Keeping Chroma in step with the database, and seeing how it stands: ``memsync resync``,
+``verify``, ``status``, ``worker`` and ``settings``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+from memsync.commands.db import demo_or_configured
+from memsync.commands.options import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    common_options,
+    emit,
+    errors_as_exit,
+    fail,
+    graceful_stop,
+    json_option,
+    settings_from,
+    settings_note,
+)
+from memsync.config.settings import LoadedSettings, Settings, describe
+from memsync.servers.render import utc_stamp
+
+
+@click.command("settings")
+@common_options
+@json_option
+def settings_cmd(as_json: bool, **kwargs: Any) -> None:
+    """Print the effective settings and where each value came from."""
+    loaded = settings_from(kwargs)
+    rows = describe(loaded)
+    if as_json:
+        emit({"config_file": str(loaded.config_file) if loaded.config_file else None, "settings": rows}, True, "")
+        return
+    width = max(len(r["key"]) for r in rows)
+    lines = [f"config file: {loaded.config_file or '(none)'}"]
+    lines += [f"{r['key']:<{width}}  {r['value']!s:<40}  {r['origin']}" for r in rows]
+    click.echo("\n".join(lines))
+
+
+def _progress_bar(settings: Settings, project: str | None) -> tuple[Any, Callable[[int, int], None] | None]:
+    if not sys.stderr.isatty():
+        return None, None
+    from tqdm import tqdm
+
+    from memsync.worker.resync import count_rows
+
+    # A pseudo-terminal may report a 0x0 size, with which tqdm draws nothing: assume 100x24 then.
+    size = os.get_terminal_size(sys.stderr.fileno())
+    bar = tqdm(total=count_rows(settings, project), unit="row", file=sys.stderr, dynamic_ncols=size.columns > 0,
+               ncols=None if size.columns > 0 else 100, nrows=size.lines or 24)
+    embedded = [0]
+
+    def progress(rows: int, docs: int) -> None:
+        embedded[0] += docs
+        bar.set_postfix(embedded=embedded[0], refresh=False)
+        bar.update(rows)
+
+    return bar, progress
+
+
+@click.command()
+@common_options
+@json_option
+@click.option("--project", default=None, help="Sync only this project (including rows merged into it).")
+@click.option("--rebuild", is_flag=True, help="Re-embed everything into a fresh collection, then switch to it.")
+@click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
+def resync(as_json: bool, project: str | None, rebuild: bool, dry_run: bool, **kwargs: Any) -> None:
+    """Bring Chroma in step with the database: add new, update changed, delete vanished documents.
+
+    A second run on an unchanged database embeds and writes nothing. Ctrl-C stops after the
+    current batch with nothing half-recorded; running again continues.
+    """
+    settings = settings_from(kwargs).settings
+    from memsync.worker.resync import resync as run_resync
+
+    with errors_as_exit(), graceful_stop() as stop:
+        bar, progress = _progress_bar(settings, project)
+        try:
+            result = run_resync(settings, project=project, rebuild=rebuild, dry_run=dry_run, stop=stop,
+                                progress=progress)
+        finally:
+            if bar is not None:
+                bar.close()
+    prefix = "dry run: would be " if dry_run else ""
+    text = f"{prefix}{result.line()} ({result.rows} rows, {result.seconds:.1f}s)"
+    if result.interrupted:
+        text += "\ninterrupted: run `memsync resync` again to continue"
+    emit(asdict(result), as_json, text)
+    sys.exit(EXIT_FAIL if result.interrupted else EXIT_OK)
+
+
+@click.command()
+@common_options
+@json_option
+def verify(as_json: bool, **kwargs: Any) -> None:
+    """Compare what SQLite implies with what Chroma holds: missing / orphan / stale documents.
+
+    Exits 0 only when all are 0 (and no duplicate vectors), and the worker's local vector copy,
+    when complete, holds exactly Chroma's documents with the same project, type and date.
+    """
+    settings = settings_from(kwargs).settings
+    from memsync.worker.verify import verify as run_verify
+
+    with errors_as_exit():
+        report = run_verify(settings)
+    text = (f"{report.missing} missing, {report.orphan} orphan, {report.stale} stale "
+            f"({report.expected} expected, {report.in_chroma} in Chroma, {report.duplicates} duplicates)")
+    if report.unusable_rows:
+        text += f"; {report.unusable_rows} unusable rows"
+    if report.copy_drift is not None:
+        text += f"; vector copy: {report.copy_drift} documents differ from Chroma"
+    emit({**asdict(report), "clean": report.clean}, as_json, text)
+    sys.exit(EXIT_OK if report.clean else EXIT_FAIL)
+
+
+@click.command()
+@common_options
+@json_option
+@click.option("--check", is_flag=True, help="Exit 1 when the worker is down or the lag exceeds --max-lag.")
+@click.option("--max-lag", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds of lag that --check tolerates.")
+def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
+    """Worker state, lag, and per kind and project: rows in SQLite, documents synced, pending and
+    failed rows, last sync. With --check: a health check for scripts (exit 0 healthy, 1 not)."""
+    settings = settings_from(kwargs).settings
+    from memsync.worker.status import status as run_status
+
+    with errors_as_exit():
+        report = run_status(settings)
+    w = report.worker
+    problems = []
+    if not w.get("up"):
+        problems.append(f"worker down ({w.get('reason')})")
+    if report.lag_ms > max_lag * 1000:
+        problems.append(f"lag {report.lag_ms / 1000:.1f}s > {max_lag:g}s")
+    if check:
+        text = "unhealthy: " + "; ".join(problems) if problems else f"healthy: lag {report.lag_ms / 1000:.1f}s"
+        emit({"healthy": not problems, "problems": problems, "lag_ms": report.lag_ms, "worker": w}, as_json, text)
+        sys.exit(EXIT_FAIL if problems else EXIT_OK)
+    if as_json:
+        emit(report.as_dict(), True, "")
+        return
+    state = "up" if w.get("up") else f"down ({w.get('reason')})"
+    if w.get("up") and w.get("degraded"):
+        state += f", degraded: {w.get('last_error')}"
+    lines = [f"worker: {state}; mode {settings.chroma_mode}; chroma reachable: {w.get('chroma_reachable', False)}",
+             f"lag: {report.lag_ms / 1000:.1f}s; pending rows: {report.pending_rows}; "
+             f"failed rows: {sum(report.total(k).failed for k in report.buckets)}",
+             f"collection: {report.collection or '(nothing synced yet)'}",
+             f"text index: {_text_index_line(report.text_index)}; vector copy: {_copy_line(report.vector_copy)}",
+             f"{'kind':<13}{'project':<24}{'rows':>8}{'synced':>8}{'docs':>8}{'pending':>8}{'failed':>8}  last sync"]
+    for kind, projects in report.buckets.items():
+        for project, b in sorted(projects.items()):
+            lines.append(f"{kind:<13}{project[:23]:<24}{b.rows:>8}{b.synced_rows:>8}{b.documents:>8}"
+                         f"{b.pending:>8}{b.failed:>8}  {utc_stamp(b.last_sync_ms)}")
+    for f in report.failures[:10]:
+        lines.append(f"failed: {f['kind']} {f['id']}: {f['reason']}")
+    click.echo("\n".join(lines))
+
+
+def _text_index_line(state: dict[str, Any]) -> str:
+    if not state.get("enabled"):
+        return "off"
+    if not state.get("built"):
+        return "not built yet (the worker builds it)"
+    behind = state["pending_rows"]
+    return "up to date" if behind == 0 else f"{behind} rows behind (searched through FTS5 meanwhile)"
+
+
+def _copy_line(state: dict[str, Any]) -> str:
+    if not state.get("enabled"):
+        return "off"
+    if not state.get("present"):
+        return "none yet (the worker fills it)"
+    done = "complete" if state["complete"] else "filling, not used until complete"
+    return f"{state['documents']} documents, {done}"
+
+
+@click.command()
+@common_options
+@click.option("--once", is_flag=True, help="One full reconcile pass, then exit (for cron and scripts).")
+@click.option("--poll-interval", type=float, default=None,
+              help=f"Seconds between checks for new rows {settings_note('poll_interval_s')}.")
+@click.option("--reconcile-interval", type=float, default=None,
+              help="Seconds between full comparisons that find edits and deletes "
+                   f"{settings_note('reconcile_interval_s')}.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+              help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics.")
+def worker(once: bool, poll_interval: float | None, reconcile_interval: float | None, metrics_port: int | None,
+           **kwargs: Any) -> None:
+    """Keep Chroma in step with the database, continuously (runs in the foreground).
+
+    New rows are searchable within about a second; edits and deletes arrive at the next reconcile
+    (at start-up, every --reconcile-interval seconds, or now on SIGUSR1). Ctrl-C or SIGTERM stops
+    after the current batch (and stops the managed Chroma server it started); a second one stops
+    at once. Another terminal can watch `memsync status`.
+    """
+    # SIGUSR1's default action kills a process, and the worker's handler is installed only after
+    # seconds of imports. A reconcile asked for before then is due anyway (one runs at start-up),
+    # so until then the signal is ignored. (A soak once killed a just-restarted worker this way.)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    loaded = settings_from(kwargs)
+    overrides = {k: v for k, v in (("poll_interval_s", poll_interval), ("reconcile_interval_s", reconcile_interval))
+                 if v is not None}
+    try:
+        settings = Settings(**{**loaded.settings.model_dump(), **overrides})
+    except ValueError as exc:
+        fail(f"invalid option: {exc}".splitlines()[0], EXIT_USAGE)
+    settings = demo_or_configured(LoadedSettings(settings, loaded.origins, loaded.config_file))
+    from memsync.worker.daemon import Worker
+
+    with errors_as_exit():
+        if once:
+            with graceful_stop() as stop:
+                result = Worker(settings, metrics_port=metrics_port, stop=stop).once()
+            click.echo(f"{result.line()} ({result.rows} rows, {result.seconds:.1f}s)")
+            sys.exit(EXIT_FAIL if result.interrupted else EXIT_OK)
+        daemon = Worker(settings, metrics_port=metrics_port)
+        daemon.install_signals()
+        sys.exit(daemon.run())
