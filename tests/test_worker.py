@@ -21,9 +21,9 @@ import pytest
 
 from memsync.config.chroma.server import INFO_FILE, ServerInfo, chroma_executable, heartbeat, pid_alive
 from memsync.config.claude_mem.schema import TABLES, Kind
+from memsync.config.formats.worker_status import read_worker_status
 from memsync.config.settings import Settings
 from memsync.search.textindex import TextIndex
-from memsync.worker.daemon import read_worker_status
 from memsync.worker.importer import import_records
 from memsync.worker.verify import verify
 from tests.conftest import make_db, mixed_records, prompt

@@ -119,10 +119,11 @@ def _hash(payload: Any) -> str:
     return hashlib.sha256(data.encode("utf-8", errors="surrogatepass")).hexdigest()[:32]
 
 
-def row_hash(row: SourceRow) -> str:
-    """Hash of every source value the derivation reads (plus its version), for skipping unchanged
-    rows. ``repr`` of the (column, value) pairs is exact for SQLite's str/int/float/bytes/None
-    values and several times cheaper than JSON on this hot path (every row, every pass)."""
+def row_values_hash(row: SourceRow) -> str:
+    """Hash of every source value the derivation reads (plus its version): what a row's sync record
+    keeps (``rows.row_hash``), so that a pass skips rows that did not change. ``repr`` of the
+    (column, value) pairs is exact for SQLite's str/int/float/bytes/None values and several times
+    cheaper than JSON on this hot path (every row, every pass)."""
     payload = f"{DOCS_VERSION}|{TITLE_POLICY}|{row.kind.value}|{row.id}|{tuple(row.values.items())!r}"
     return hashlib.blake2b(payload.encode("utf-8", errors="surrogatepass"), digest_size=16).hexdigest()
 

@@ -6,7 +6,6 @@ a long-open read would stop the app's WAL checkpoints. The connection is ``mode=
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,19 +14,10 @@ from pathlib import Path
 from memsync.config.claude_mem.connection import fetch_all, open_source_db
 from memsync.config.claude_mem.schema import KINDS, SESSIONS_TABLE, TABLES, Kind, SchemaError, SourceSchema, detect
 from memsync.config.errors import SourceUnavailable
+from memsync.config.formats.text_index import fingerprint_hash
 from memsync.worker.documents import SourceRow
 
-ROW_HASH_BYTES = 4  # per-row text hashes that SQLite sums: 2^31 rows before an int64 could overflow
-ROW_HASH_SQL = "memsync_row_hash"
-
-
-def row_hash(*values: bytes | None) -> int:
-    """A 32-bit hash of one row's id and text columns (given as blobs, so any bytes hash and no
-    invalid UTF-8 can fail the call). Length-prefixed: moving text between columns changes it."""
-    h = hashlib.blake2b(digest_size=ROW_HASH_BYTES)
-    for v in values:
-        h.update(b"\xff" * 8 if v is None else len(v).to_bytes(8, "little") + v)
-    return int.from_bytes(h.digest(), "little")
+FINGERPRINT_SQL = "memsync_fingerprint_hash"  # the SQL function text_fingerprint sums
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +36,7 @@ class SourceReader:
         self.path = path
         self._conn = open_source_db(path, busy_timeout_ms)
         self.immutable = self._conn.immutable  # a snapshot: reopen when the file changes
-        self._conn.create_function(ROW_HASH_SQL, -1, row_hash, deterministic=True)
+        self._conn.create_function(FINGERPRINT_SQL, -1, fingerprint_hash, deterministic=True)
         try:
             self.schema: SourceSchema = detect(self._conn)
         except SchemaError:
@@ -128,7 +118,7 @@ class SourceReader:
         table = TABLES[kind]
         phys = [c for c in (self.schema.column(table, x) for x in columns) if c]
         args = ", ".join(["CAST(t.id AS BLOB)", *(f'CAST(t."{c}" AS BLOB)' for c in phys)])
-        row = self._fetch(f"SELECT count(*) AS n, coalesce(sum({ROW_HASH_SQL}({args})), 0) AS h FROM {table} t "
+        row = self._fetch(f"SELECT count(*) AS n, coalesce(sum({FINGERPRINT_SQL}({args})), 0) AS h FROM {table} t "
                           "WHERE t.id > :after AND t.id <= :up_to", {"after": after, "up_to": up_to})[0]
         return int(row["n"]), int(row["h"])
 

@@ -103,10 +103,6 @@ class SyncState:
         ).fetchone()
         return int(row[0])
 
-    def all_docs(self, collection: str) -> dict[str, str | None]:
-        """doc id → content hash of every record of a collection."""
-        return dict(self._conn.execute("SELECT doc_id, content_hash FROM docs WHERE collection=?", (collection,)))
-
     def doc_counts(self, collection: str) -> list[tuple[str, int, int, int | None]]:
         """(kind, source_id, synced documents, last synced_at) per row with acknowledged documents."""
         cur = self._conn.execute(

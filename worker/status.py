@@ -1,6 +1,7 @@
 """Status: per kind and project, rows in SQLite against documents acknowledged in Chroma.
 
-Reads only the source database (read-only) and memsync's records; Chroma need not be running.
+Reads only the source database (read-only) and memsync's own files (sync records, text index
+meta, vector copy, ``worker.json``); Chroma need not be running.
 ``pending`` counts rows that have no sync record yet (new since the last pass); edits are found
 by the next pass's hash comparison, not here.
 """
@@ -12,17 +13,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from memsync.config.chroma.server import pid_alive
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.formats.text_index import index_path, read_meta, source_id
 from memsync.config.formats.vector_copy import Manifest, copy_dir, open_arrays
+from memsync.config.formats.worker_status import worker_state
 from memsync.config.settings import Settings
-from memsync.worker.daemon import read_worker_status
 from memsync.worker.source import SourceReader
 from memsync.worker.state import ACTIVE_COLLECTION, FAILED, SyncState, now_ms
 from memsync.worker.tail import oldest_pending_ms
-
-WORKER_STALE_MS = 30_000  # a running worker writes its heartbeat at least every 5 s
 
 KIND_LABELS = {Kind.OBSERVATION: "observations", Kind.SUMMARY: "summaries", Kind.PROMPT: "prompts"}
 
@@ -84,18 +82,6 @@ class StatusReport:
             out.failed += b.failed
             out.add_sync_time(b.last_sync_ms)
         return out
-
-
-def worker_state(settings: Settings) -> dict[str, Any]:
-    """The worker's own report plus ``up``: its process is alive, not stopping, heartbeat fresh."""
-    raw = read_worker_status(settings.data_dir)
-    if raw is None:
-        return {"up": False, "reason": "no worker has run for this data directory"}
-    fresh = now_ms() - int(raw.get("heartbeat_ms", 0)) < WORKER_STALE_MS
-    alive = pid_alive(int(raw.get("pid", 0)))
-    up = alive and fresh and not raw.get("stopping")
-    reason = None if up else ("stopped" if raw.get("stopping") or not alive else "heartbeat is stale")
-    return {**raw, "up": up, "reason": reason}
 
 
 def text_index_state(settings: Settings, max_ids: dict[Kind, int]) -> dict[str, Any]:
@@ -164,7 +150,7 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
         report.lag_ms = max(0, now_ms() - oldest) if oldest is not None else 0
         report.text_index = text_index_state(settings, max_ids)
     report.vector_copy = vector_copy_state(settings, collection)
-    report.worker = worker_state(settings)
+    report.worker = worker_state(settings.data_dir, now_ms())
     if last:
         report.last_run = {"finished_at_ms": last[0], **json.loads(last[1])}
     return report

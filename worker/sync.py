@@ -25,7 +25,7 @@ import numpy.typing as npt
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.embedding import Embedder
 from memsync.worker import logs
-from memsync.worker.documents import Document, RowError, SourceRow, build_documents, chroma_metadata, row_hash
+from memsync.worker.documents import Document, RowError, SourceRow, build_documents, chroma_metadata, row_values_hash
 from memsync.worker.sink import RejectedBatch, VectorSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import FAILED, SYNCED, DocRecord, RowRecord, SyncState
@@ -196,7 +196,7 @@ class Syncer:
         settled: set[int] = set()
         settled_docs = 0
         for row in rows:
-            rh = row_hash(row)
+            rh = row_values_hash(row)
             known = known_rows.get(row.id)
             if known is not None and known.row_hash == rh:
                 if known.status == SYNCED:

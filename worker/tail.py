@@ -4,11 +4,15 @@ highest id per kind. Also the lag: age of the oldest row not yet synced."""
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from memsync.config.claude_mem.schema import Kind
+from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.errors import SourceUnavailable
+from memsync.worker import logs
 from memsync.worker.source import SourceReader
+from memsync.worker.state import SyncState
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,3 +42,75 @@ def oldest_pending_ms(reader: SourceReader, above: dict[Kind, int]) -> int | Non
     """created_at_epoch of the oldest row above the watermarks, or None when there is none."""
     values = [v for kind, after in above.items() if (v := reader.oldest_after(kind, after)) is not None]
     return min(values) if values else None
+
+
+class SourceTail:
+    """The agent's database as the worker loop follows it: the open reader, the files' last stamp
+    and the highest ids seen. A database found replaced (another file, or ids that went down) logs
+    ``database_replaced`` and asks for a reconcile."""
+
+    def __init__(self, db: Path, busy_timeout_ms: int, reconcile_due: threading.Event) -> None:
+        self.db = db
+        self.busy_timeout_ms = busy_timeout_ms
+        self.reconcile_due = reconcile_due  # set when ids went down (the caller runs the full pass)
+        self.reader: SourceReader | None = None
+        self.settled = False  # the stamp was the same at the last two looks: its commits are visible
+        self.log = logs.get_logger(component="worker")
+        self._stamp: FileStamp | None = None
+        self._max_seen: dict[Kind, int] = {}
+
+    def open(self) -> SourceReader:
+        """The reader, opened when there is none (then the next look starts from no stamp)."""
+        if self.reader is None:
+            self.reader = SourceReader(self.db, self.busy_timeout_ms)
+            self._stamp = None
+        return self.reader
+
+    def close(self) -> None:
+        """Close the reader (the next ``open`` opens the file again)."""
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+
+    def _reopen(self) -> SourceReader:
+        assert self.reader is not None
+        self.reader.close()
+        self.reader = SourceReader(self.db, self.busy_timeout_ms)
+        return self.reader
+
+    def replaced(self) -> bool:
+        """True when the database file is another one than before (restored from backup, swapped)."""
+        current = stamp(self.db)
+        if current is None:
+            raise SourceUnavailable(f"source database not found: {self.db}")
+        if self._stamp is not None and current.inode != self._stamp.inode:
+            self.log.warning("database_replaced", reason="file identity changed")
+            self._reopen()
+            self._stamp, self._max_seen = None, {}
+            return True
+        return False
+
+    def changed(self, state: SyncState, collection: str, pending: bool) -> bool:
+        """Cheap check first (file stamp, no SQL); then max ids against ``collection``'s watermarks.
+        True when a tail pass is due; ``pending``: rows are known to wait above the watermarks."""
+        current = stamp(self.db)
+        if current is not None and current == self._stamp and self.settled and not pending:
+            return False
+        # The WAL file changes before its commit is visible to readers, so a changed stamp gets a
+        # second look at the next check, once it is stable; only then is it trusted.
+        self.settled = current == self._stamp
+        assert self.reader is not None
+        reader = self.reader
+        if reader.immutable and current != self._stamp:
+            # An immutable snapshot does not see later writes: read the file as it is now.
+            reader = self._reopen()
+        self._stamp = current
+        max_ids = reader.max_ids()
+        shrunk = [k.value for k in KINDS if max_ids[k] < self._max_seen.get(k, 0)]
+        self._max_seen = max_ids
+        if shrunk:
+            self.log.warning("database_replaced", reason="max id went down", kinds=shrunk)
+            self.reconcile_due.set()
+            return True
+        marks = state.watermarks(collection)
+        return any(max_ids[k] > marks.get(k, 0) for k in KINDS)

@@ -1,4 +1,4 @@
-"""Keeping memsync's text index (layout: ``config.textindex``; read by ``search.textindex``) in step
+"""Keeping memsync's text index (layout: ``config.formats.text_index``; read by ``search.textindex``) in step
 with the agent's database.
 
 The daemon calls :meth:`TextSync.step` on every loop, Chroma up or down: the index is what keeps

@@ -1,4 +1,4 @@
-"""Writes memsync's local copy of the vectors (layout and reasons: ``config.vectorcopy``).
+"""Writes memsync's local copy of the vectors (layout and reasons: ``config.formats.vector_copy``).
 
 The sync writes a document here right after Chroma acknowledged it and before its sync record
 (``worker.sync``), so the copy holds at least what the records say Chroma holds: a crash in

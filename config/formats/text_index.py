@@ -16,6 +16,7 @@ per kind, the highest row id it holds (the watermark) with a fingerprint of the 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -32,6 +33,7 @@ META_FILE = "memsync-meta.json"
 VERSION = 2  # 2: per-kind fingerprints are text hashes (1 had text lengths); a 1 is rebuilt
 ANALYZER = "memsync_en"
 KIND_CODE = {Kind.OBSERVATION: "o", Kind.SUMMARY: "s", Kind.PROMPT: "p"}
+FINGERPRINT_HASH_BYTES = 4  # per-row hashes that SQLite sums: 2^31 rows before an int64 could overflow
 
 
 def index_path(settings: Settings) -> Path:
@@ -42,6 +44,17 @@ def index_path(settings: Settings) -> Path:
 def text_columns(kind: Kind) -> tuple[str, ...]:
     """The logical columns whose text a row of ``kind`` is indexed by (the app's FTS columns)."""
     return tuple(FTS_TABLES[kind][1])
+
+
+def fingerprint_hash(*values: bytes | None) -> int:
+    """The 32-bit hash of one row's id and text columns whose sum over a table's rows is the meta
+    file's per-kind ``hash`` (changing it needs a new ``VERSION``). The values come as blobs, so any
+    bytes hash and no invalid UTF-8 can fail the call; length-prefixed, so moving text between
+    columns changes it."""
+    h = hashlib.blake2b(digest_size=FINGERPRINT_HASH_BYTES)
+    for v in values:
+        h.update(b"\xff" * 8 if v is None else len(v).to_bytes(8, "little") + v)
+    return int.from_bytes(h.digest(), "little")
 
 
 def analyzer() -> Any:

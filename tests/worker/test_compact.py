@@ -113,7 +113,7 @@ def test_the_worker_compacts_by_itself_when_idle(tmp_path: Path) -> None:
                                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
         try:
             def status() -> dict[str, object]:
-                from memsync.worker.daemon import read_worker_status
+                from memsync.config.formats.worker_status import read_worker_status
 
                 return read_worker_status(s.data_dir) or {}
 

@@ -1,0 +1,76 @@
+"""``DATA_DIR/worker.json``: what the running worker says about itself.
+
+Written by the worker (``memsync.worker.health``) and read by ``memsync status`` and the HTTP
+server's status (``memsync.worker.status``), and by a second worker that finds the lock taken
+(``memsync.worker.lock``, for the pid in its error).
+
+The worker replaces the file atomically (temp file + rename) when a pass ran, and at least every
+``HEARTBEAT_EVERY_S`` as a heartbeat. A reader calls the worker up only while its pid is alive,
+it is not stopping and its heartbeat is younger than ``STALE_MS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memsync.config.chroma.server import pid_alive
+
+STATUS_FILE = "worker.json"
+HEARTBEAT_EVERY_S = 5.0  # an idle worker rewrites the file this often
+STALE_MS = 30_000  # a heartbeat older than this: the worker is not up (hung, or killed without a word)
+
+
+@dataclass
+class WorkerStatus:
+    """The fields of ``worker.json`` (times in epoch milliseconds)."""
+
+    pid: int
+    started_at_ms: int
+    mode: str
+    db: str
+    heartbeat_ms: int = 0
+    chroma_reachable: bool = False
+    degraded: bool = False
+    consecutive_errors: int = 0
+    last_error: str | None = None
+    last_sync_ms: int | None = None
+    last_reconcile_ms: int | None = None
+    reconciles: int = 0
+    compactions: int = 0
+    passes: int = 0
+    lag_ms: int = 0
+    pending_rows: int = 0
+    failed_rows: int = 0
+    stopping: bool = False
+    totals: dict[str, int] = field(default_factory=dict)
+
+    def write(self, data_dir: Path) -> None:
+        """Replace ``worker.json`` in ``data_dir`` atomically (temp file + rename)."""
+        tmp = data_dir / (STATUS_FILE + ".tmp")
+        tmp.write_text(json.dumps(vars(self)))
+        os.replace(tmp, data_dir / STATUS_FILE)
+
+
+def read_worker_status(data_dir: Path) -> dict[str, Any] | None:
+    """The last status a worker wrote in ``data_dir``, or None (no file, or not readable JSON)."""
+    try:
+        return dict(json.loads((data_dir / STATUS_FILE).read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def worker_state(data_dir: Path, now_ms: int) -> dict[str, Any]:
+    """The worker's own report plus ``up`` (its pid is alive, it is not stopping, its heartbeat is
+    fresh at ``now_ms``) and ``reason`` (why not, else None)."""
+    raw = read_worker_status(data_dir)
+    if raw is None:
+        return {"up": False, "reason": "no worker has run for this data directory"}
+    fresh = now_ms - int(raw.get("heartbeat_ms", 0)) < STALE_MS
+    alive = pid_alive(int(raw.get("pid", 0)))
+    up = alive and fresh and not raw.get("stopping")
+    reason = None if up else ("stopped" if raw.get("stopping") or not alive else "heartbeat is stale")
+    return {**raw, "up": up, "reason": reason}

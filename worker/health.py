@@ -1,0 +1,135 @@
+"""The worker's health and what it tells others (``worker.json``, layout in
+``config.formats.worker_status``; the Prometheus metrics mirror it).
+
+- **Chroma reachable**: every ``health_interval_s`` the loop asks for a heartbeat of the server it
+  talks to (not in ``embedded`` mode); one that stops answering is treated like a failed write.
+- **Degraded**: Chroma or the database unavailable. Retries back off from the poll interval to
+  ``backoff_cap_s``; one ``sync_degraded`` line when it starts and one ``sync_recovered`` when it ends.
+- **Published**: after each step, the counters of the passes, the lag (age of the oldest row above
+  the watermarks) and the pending rows go to the metrics, and to ``worker.json`` when a pass ran or
+  as a heartbeat every ``HEARTBEAT_EVERY_S``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from memsync.config.chroma.server import heartbeat
+from memsync.config.claude_mem.schema import KINDS
+from memsync.config.errors import ConfigError, SourceUnavailable, StoreUnavailable
+from memsync.config.formats.worker_status import HEARTBEAT_EVERY_S, WorkerStatus
+from memsync.config.settings import Settings
+from memsync.worker.backoff import Backoff
+from memsync.worker.source import SourceReader
+from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
+from memsync.worker.sync import SyncResult
+from memsync.worker.tail import oldest_pending_ms
+from memsync.worker.target import SyncTarget
+
+if TYPE_CHECKING:
+    from memsync.worker.metrics import WorkerMetrics
+
+
+class Health:
+    """The worker's status (``status``: the fields of ``worker.json``), its backoff and its metrics."""
+
+    def __init__(self, settings: Settings, log: Any) -> None:
+        self.s = settings
+        self.log = log
+        self.backoff = Backoff(settings.poll_interval_s, settings.backoff_cap_s)
+        self.status = WorkerStatus(os.getpid(), now_ms(), settings.chroma_mode, str(settings.db))
+        self.metrics: WorkerMetrics | None = None
+        self._written = 0.0
+        self._passes_written = -1
+
+    def serve_metrics(self, port: int) -> None:
+        """Serve the metrics on 127.0.0.1:``port`` (ConfigError when the port cannot be bound)."""
+        from memsync.worker.metrics import WorkerMetrics
+
+        try:
+            self.metrics = WorkerMetrics(port)
+        except OSError as exc:
+            raise ConfigError(f"metrics port {port}: {exc.strerror or exc}") from exc
+
+    def check_chroma(self, target: SyncTarget) -> None:
+        """StoreUnavailable when the connected Chroma server stopped answering its heartbeat."""
+        if target.handle is None:
+            return
+        info = target.server.info if target.server is not None else None
+        host, port = (info.host, info.port) if info else (self.s.chroma_host, self.s.chroma_port)
+        if self.s.chroma_mode != "embedded" and not heartbeat(host, port, timeout_s=min(5.0, self.s.chroma_timeout_s)):
+            raise StoreUnavailable(f"Chroma at {host}:{port} stopped answering its heartbeat")
+
+    def degraded(self, exc: StoreUnavailable | SourceUnavailable) -> None:
+        """A step failed: count it (``sync_degraded`` for the first of a run) and say why."""
+        if isinstance(exc, StoreUnavailable):
+            self.status.chroma_reachable = False
+        if self.backoff.fail():
+            self.log.warning("sync_degraded", reason=str(exc)[:300])
+        self.status.degraded, self.status.consecutive_errors = True, self.backoff.failures
+        self.status.last_error = str(exc)[:500]
+
+    def recovered(self) -> None:
+        """A step succeeded: end a degraded run (``sync_recovered`` with how many errors it had)."""
+        ended = self.backoff.succeed()
+        if ended:
+            self.log.info("sync_recovered", errors=ended)
+        self.status.degraded, self.status.consecutive_errors = False, 0
+
+    def record_pass(self, result: SyncResult, full: bool) -> None:
+        """Count a sync pass: passes, last sync and reconcile times, document totals, failed rows."""
+        now = now_ms()
+        self.status.passes += 1
+        if result.written or result.failed_rows:
+            self.status.last_sync_ms = now
+        if full and not result.interrupted:
+            self.status.reconciles += 1
+            self.status.last_reconcile_ms = now
+        for key in ("added", "updated", "deleted"):
+            self.status.totals[key] = self.status.totals.get(key, 0) + int(getattr(result, key))
+        self.status.failed_rows = result.failed_rows if full else self.status.failed_rows
+
+    def update_lag(self, reader: SourceReader | None, state: SyncState | None, collection: str | None) -> None:
+        """Pending rows and lag against the watermarks of ``collection`` (the active generation the
+        records name when not connected); left as they were when the database cannot be read."""
+        if reader is None or state is None:
+            return
+        name = collection if collection is not None else state.get_meta(ACTIVE_COLLECTION)
+        marks = state.watermarks(name) if name else {}
+        try:
+            max_ids = reader.max_ids()
+            oldest = oldest_pending_ms(reader, {k: marks.get(k, 0) for k in KINDS})
+        except SourceUnavailable:
+            return
+        self.status.pending_rows = sum(max(0, max_ids[k] - marks.get(k, 0)) for k in KINDS)
+        self.status.lag_ms = max(0, now_ms() - oldest) if oldest is not None else 0
+
+    def publish(self, force: bool = False) -> None:
+        """Update the metrics; write ``worker.json`` when a pass ran since the last write, when
+        ``force``d, or as the heartbeat (an idle worker touches the disk every few seconds)."""
+        if self.metrics is not None:
+            self.metrics.update(self.status)
+        now = time.monotonic()
+        if not force and now - self._written < HEARTBEAT_EVERY_S and self.status.passes == self._passes_written:
+            return
+        self.status.heartbeat_ms = now_ms()
+        self.status.write(self.s.data_dir)
+        self._written = now
+        self._passes_written = self.status.passes
+
+    def stopping(self) -> None:
+        """The worker began to stop: say so in the metrics, then stop serving them."""
+        self.status.stopping = True
+        if self.metrics is not None:
+            self.metrics.update(self.status)
+            self.metrics.close()
+            self.metrics = None
+
+    def stopped(self) -> None:
+        """The worker let go of Chroma: the last ``worker.json`` (a read-only disk is no error)."""
+        self.status.chroma_reachable = False
+        with contextlib.suppress(OSError):
+            self.status.write(self.s.data_dir)

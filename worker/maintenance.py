@@ -1,0 +1,83 @@
+"""The worker's idle work, done on the loop's thread when no new rows wait:
+
+- **Vector copy fill**: a generation synced without a local vector copy (by an older memsync, or
+  with the copy deleted) gets one filled from Chroma, ``COPY_FILL_BUDGET`` documents per idle step,
+  so that new rows keep arriving within a second meanwhile (``worker.vectorcopy``).
+- **Compaction**: off-peak (no new rows for ``compact_idle_s``) and with enough churn, the active
+  generation is rebuilt without its dead vectors (``worker.compact``); the churn is counted at
+  most once a minute so that an idle worker stays idle. Then, when the worker started the managed
+  server itself, the server is paused while the dropped generation's files are reclaimed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import threading
+import time
+from typing import Any
+
+from memsync.config.settings import Settings
+from memsync.worker import compact, logs
+from memsync.worker.compact import CompactResult
+from memsync.worker.state import SyncState
+from memsync.worker.target import SyncTarget
+from memsync.worker.vectorcopy import fill_from_store
+
+COMPACT_CHECK_S = 60.0  # how often an idle worker looks at the churn (one COUNT over its records)
+COPY_FILL_BUDGET = 5000  # documents per idle step when filling a vector copy from Chroma (~0.5 s)
+
+
+def fill_copy(target: SyncTarget, state: SyncState, budget: int | None = COPY_FILL_BUDGET) -> None:
+    """Fill ``target``'s vector copy from Chroma, ``budget`` documents at most (None: all). A copy
+    that cannot be written is logged and closed: the sync goes on without it."""
+    assert target.copy is not None and target.sink is not None
+    try:
+        fill_from_store(target.copy, target.sink.collection, state.acknowledged_ids(target.sink.name),
+                        budget=budget)
+    except (OSError, ValueError) as exc:
+        logs.get_logger(component="worker").warning(logs.VECTOR_COPY_FAILED, op="fill", error=str(exc)[:200])
+        target.close_copy()
+
+
+class Compaction:
+    """When to compact (see the module docstring), and the compaction itself."""
+
+    def __init__(self, settings: Settings, stop: threading.Event, log: Any) -> None:
+        self.s = settings
+        self.stop = stop
+        self.log = log
+        self._last_change = time.monotonic()  # only after compact_idle_s without new rows
+        self._next_check = 0.0
+
+    def rows_arrived(self) -> None:
+        """New rows were synced: the idle time starts again."""
+        self._last_change = time.monotonic()
+
+    def churned(self) -> None:
+        """Documents were updated or deleted: look at the churn at the next idle step."""
+        self._next_check = 0.0
+
+    def due(self, state: SyncState, collection: str) -> bool:
+        """Off-peak and enough churn in ``collection``; counted at most every ``COMPACT_CHECK_S``."""
+        now = time.monotonic()
+        if now < self._next_check or now - self._last_change < self.s.compact_idle_s:
+            return False
+        self._next_check = now + min(COMPACT_CHECK_S, max(1.0, self.s.compact_idle_s))
+        return compact.due(self.s, state, collection)
+
+    def run(self, target: SyncTarget, state: SyncState) -> CompactResult:
+        """Compact the active generation, drop the connection (the next step opens the new one) and
+        reclaim the old generation's space when the worker owns the server."""
+        assert target.handle is not None
+        result = compact.compact(target.handle.client, self.s, state, target.embedder.model_id,
+                                 target.embedder.dimension, self.stop)
+        target.close_store()
+        if not result.interrupted and target.server is not None and target.server.started:
+            # Our own server: pause it so that the dropped generation's files can go (worker.compact).
+            try:
+                with target.server.paused():
+                    compact.reclaim(self.s.chroma_dir)
+            except (OSError, subprocess.SubprocessError, sqlite3.Error) as exc:
+                self.log.warning("reclaim_failed", error=str(exc))
+        return result
