@@ -1,10 +1,12 @@
-"""FTS5 query building: the one place user text becomes an FTS5 MATCH expression.
+"""FTS5 query building: user text → content words → an FTS5 MATCH expression.
 
-Any input is safe: the text is cut into word tokens (letters and digits of any script), stopwords
-are dropped, and every token is quoted, so FTS5 operators (``AND OR NOT NEAR``, ``*``, ``^``,
-``:`` column filters, parentheses, quotes) are only ever words. Tokens are OR-ed: a natural-language
-question matches rows that hold any of its content words and BM25 ranks rows holding more (and
-rarer) of them first; the whole query as one phrase (upstream defect 7) almost never matches.
+Which forms of a word to match depend on the index (``search.app_fts`` reads the app's word list;
+``search.lexical_index`` stems by itself); the expression is always built here. Any input is safe:
+the text is cut into word tokens (letters and digits of any script), stopwords are dropped, and
+every token is quoted, so FTS5 operators (``AND OR NOT NEAR``, ``*``, ``^``, ``:`` column filters,
+parentheses, quotes) are only ever words. Tokens are OR-ed: a natural-language question matches
+rows that hold any of its content words and BM25 ranks rows holding more (and rarer) of them first;
+the whole query as one phrase (upstream defect 7) almost never matches.
 
 Stemming: the app's tables use the default ``unicode61`` tokenizer, which does not stem. A token
 whose Porter stem differs is also matched by prefix (``"memories" OR "memori"*``), which on the
@@ -89,17 +91,6 @@ def _quote(token: str) -> str:
     return '"' + token.replace('"', '""') + '"'
 
 
-def match_expression(text: str) -> str | None:
-    """An FTS5 MATCH expression for free text (each word also matched by its Porter stem as a
-    prefix), or None when it has no word at all. The engine prefers per-table word forms
-    (``SourceRows.expression``); this is the table-independent form."""
-    groups = []
-    for tok in tokens(text):
-        s = prefix_stem(tok)
-        groups.append((tok, s + "*") if s else (tok,))
-    return expression_for(groups)
-
-
 def expression_for(groups: Sequence[tuple[str, ...]]) -> str | None:
     """OR of groups of alternative forms, each form quoted (a trailing ``*`` is kept as a prefix
     operator), or None when there is nothing to match."""
@@ -116,9 +107,3 @@ def prefix_stem(token: str) -> str | None:
     shorter than MIN_STEM. LoCoMo lexical recall@10 0.598 → 0.610 with words that are their own stem."""
     s = stem(token)
     return s if len(s) >= MIN_STEM else None
-
-
-def phrase_expression(text: str) -> str | None:
-    """An exact-phrase MATCH expression (all words in order), or None when there is no word."""
-    words = _WORD.findall(text[:MAX_QUERY_CHARS].lower().replace("_", " "))
-    return _quote(" ".join(words)) if words else None

@@ -1,6 +1,7 @@
 """memsync's own FTS5 index, for databases that have no FTS tables (older files, or SQLite built
 without FTS5 when the app created them). Lives in ``DATA_DIR/lexical.db``; the agent's database is
-only read.
+only read. Read with the same calls as the app's tables (``search.app_fts``); ``search.lexical``
+decides which one answers.
 
 Porter tokenizer (the better of the two on the LoCoMo dev set: BM25 recall@10 0.610 vs 0.586).
 Kept current on use: when the database files changed since the last look, each table's
@@ -18,7 +19,9 @@ from pathlib import Path
 
 from memsync.config.claude_mem.schema import FTS_TABLES, KINDS, TABLES, Kind
 from memsync.config.settings import Settings
-from memsync.search.rows import ALIAS, SourceRows
+from memsync.search import fts
+from memsync.search.models import Filters, Order, Window
+from memsync.search.sql import ALIAS, SourceRows
 
 INDEX_FILE = "lexical.db"
 _last_stamp: dict[str, tuple[float, ...]] = {}
@@ -37,10 +40,11 @@ def _stamp(db: Path) -> tuple[float, ...]:
 
 
 class LexicalIndex:
-    """Read side: BM25 matches by kind. Build side: :meth:`refreshed`."""
+    """Read side: BM25 matches by kind, filtered by the source rows. Build side: :meth:`refreshed`."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, rows: SourceRows) -> None:
         self.path = path
+        self.rows = rows
 
     @classmethod
     def refreshed(cls, settings: Settings, rows: SourceRows) -> LexicalIndex:
@@ -49,7 +53,7 @@ class LexicalIndex:
         stamp = _stamp(settings.db)
         with _stamp_lock:
             if _last_stamp.get(str(path)) == stamp and path.exists():
-                return cls(path)
+                return cls(path, rows)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         with open(settings.data_dir / (INDEX_FILE + ".lock"), "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -63,7 +67,14 @@ class LexicalIndex:
                 fcntl.flock(lock, fcntl.LOCK_UN)
         with _stamp_lock:
             _last_stamp[str(path)] = stamp
-        return cls(path)
+        return cls(path, rows)
+
+    @staticmethod
+    def expression(kind: Kind, text: str) -> str | None:
+        """The MATCH expression for ``text``: its content words OR-ed (the porter tokenizer stems
+        them itself), or None when it has none. The same on every table."""
+        words = fts.tokens(text)
+        return fts.expression_for([(w,) for w in words]) if words else None
 
     def match(self, kind: Kind, expr: str, limit: int | None = None) -> list[tuple[int, float]]:
         """(id, score) best first for a MATCH expression (higher = better)."""
@@ -80,6 +91,27 @@ class LexicalIndex:
             return []
         finally:
             conn.close()
+
+    def ranked(self, kind: Kind, expr: str, filters: Filters, window: Window | None, limit: int,
+               order: Order = Order.RELEVANCE, after_id: int = 0) -> list[tuple[int, float]]:
+        """Like ``AppFts.ranked``: every match, then the filters and window applied by the source
+        rows (this index holds text only), best (or newest/oldest) first."""
+        if not self.rows.applicable(kind, filters):
+            return []
+        matches = [(i, s) for i, s in self.match(kind, expr) if i > after_id]
+        if not matches:
+            return []
+        keep = self.rows.passing(kind, [i for i, _ in matches], filters, window)
+        out = [(i, s) for i, s in matches if i in keep]
+        if order is not Order.RELEVANCE:
+            epochs = self.rows.epochs(kind, [i for i, _ in out])
+            out.sort(key=lambda x: (epochs.get(x[0], 0), x[0]), reverse=order is Order.NEWEST)
+        return out[:limit]
+
+    def count(self, kind: Kind, expr: str, filters: Filters, window: Window | None, cap: int,
+              after_id: int = 0) -> int:
+        """How many rows (with id > ``after_id``) match within filters/window, up to ``cap``."""
+        return len(self.ranked(kind, expr, filters, window, cap, after_id=after_id))
 
 
 def _index_table(kind: Kind) -> str:

@@ -8,11 +8,17 @@ applied, how many matches the window excluded, and per-stage timings.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from memsync.config.claude_mem.schema import Kind
+
+Key = tuple[Kind, int]  # a row's identity outside SQLite: ids are unique only within a kind
+
+
+class SearchError(ValueError):
+    """A request the engine cannot answer (bad anchor, unknown id); the message says why."""
 
 
 class Mode(StrEnum):
@@ -78,6 +84,21 @@ class Window:
     source: str  # "window" | "date_range" | "all_time"
 
 
+def make_window(days: int | None, default_days: int, date_from: datetime | None = None,
+                date_to: datetime | None = None, now: datetime | None = None) -> Window:
+    """The window applied: a date range replaces the recency window; 0 days = all time."""
+    if date_from or date_to:
+        return Window(0, int(date_from.timestamp() * 1000) if date_from else None,
+                      int(date_to.timestamp() * 1000) if date_to else None, "date_range")
+    d = default_days if days is None else days
+    if d < 0:
+        raise SearchError("window_days must be 0 (all time) or positive")
+    if d == 0:
+        return Window(0, None, None, "all_time")
+    now = now or datetime.now(UTC)
+    return Window(d, int((now - timedelta(days=d)).timestamp() * 1000), None, "window")
+
+
 @dataclass(slots=True)
 class Result:
     """One row found."""
@@ -95,7 +116,7 @@ class Result:
     record: dict[str, Any] | None = None  # the full row (format=full)
 
     @property
-    def key(self) -> tuple[Kind, int]:
+    def key(self) -> Key:
         """(kind, id): the identity of a row outside SQLite."""
         return (self.kind, self.id)
 

@@ -1,193 +1,200 @@
-"""The vector side of search: the query embedded by the worker's model, Chroma's nearest documents
-collapsed onto their rows by (kind, id), every call under a deadline.
+"""The semantic side of a search: which vector strategy answers, and the rows it finds.
 
-Chroma is reached without starting anything (``stores.connect_reader``); a search that finds it
-down, slow, erroring or empty raises :class:`VectorUnavailable` with a reason, and the engine
-answers from FTS5 instead. A failed connection is retried at most every few seconds, so a server
-that is down costs each query nothing but a check of the clock.
+The query is embedded by the worker's model; then, picked by cost without losing a row that passes
+the filters and window (design note 6):
+- no filter and no window: Chroma's unfiltered top-N (2-5 ms), collapsed onto rows;
+- a window, project or type restriction and a complete local vector copy (``search.vectorcopy``):
+  the copy scanned exactly over the documents that pass, checked against SQLite;
+- otherwise Chroma's unfiltered top-N, then SQLite says which rows pass. When fewer than the page
+  needs pass, a deeper top-N (over-fetch); when still too few, the filtered rows are searched
+  exactly: by id when the filter matches at most ``filter_ids_cap`` rows, else with a Chroma
+  ``where`` on the window/project/kind/type (then the rest is checked in SQLite).
+Observations searched as evidence for prompts (linked evidence, see ``search.engine``) ride along.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import numpy as np
 import numpy.typing as npt
 
-from memsync.config.chroma import collections as stores
-from memsync.config.claude_mem.schema import Kind
-from memsync.config.docids import DocIdError, parse_doc_id
-from memsync.config.embedding import Embedder
-from memsync.config.errors import ConfigError, StoreUnavailable
+from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.docids import possible_doc_ids
+from memsync.config.formats.sync_records import synced_doc_ids
 from memsync.config.settings import Settings
+from memsync.search.models import Filters, Key, Window
+from memsync.search.sql import SourceRows
+from memsync.search.vectorcopy import VectorCopy
+from memsync.search.vectorstore import RowHit, VectorStore, VectorUnavailable
 
-RETRY_AFTER_S = 3.0
-ID_CHUNK = 8000  # ids per existence check: 35k ids cost ~640 ms in chunks of 2,000, ~240 ms in 8,000
-COUNT_TTL_S = 5.0
+OVERFETCH = 5  # second, deeper look before searching the filtered rows exactly ...
+MAX_OVERFETCH = 5000  # ... at most this many documents deep
+_DOC_TYPES = {Kind.OBSERVATION: "observation", Kind.SUMMARY: "session_summary", Kind.PROMPT: "user_prompt"}
 
-
-class VectorUnavailable(RuntimeError):
-    """The vector store cannot answer this query; the message is the reason shown to callers."""
-
-
-@dataclass(frozen=True, slots=True)
-class RowHit:
-    """The best document of one row: its cosine similarity and field."""
-
-    kind: Kind
-    id: int
-    similarity: float
-    field: str | None
+Vector = npt.NDArray[np.float32]
 
 
-def collapse(ids: Sequence[str], distances: Sequence[float]) -> list[RowHit]:
-    """Field documents → rows, best first; a row's similarity is its best document's (cosine
-    distance → similarity). Keys are (kind, id), never the id alone."""
-    best: dict[tuple[Kind, int], RowHit] = {}
-    for doc_id, dist in zip(ids, distances, strict=True):
-        try:
-            key = parse_doc_id(doc_id)
-        except DocIdError:
-            continue
-        row = (key.kind, key.sqlite_id)
-        sim = max(0.0, min(1.0, 1.0 - float(dist)))
-        if row not in best or sim > best[row].similarity:
-            best[row] = RowHit(key.kind, key.sqlite_id, sim, key.field)
-    return sorted(best.values(), key=lambda h: -h.similarity)
+@dataclass
+class SemanticAnswer:
+    """What the semantic side found, best first, and how long each strategy took."""
+
+    hits: list[RowHit] = field(default_factory=list)  # rows of the searched kinds
+    similarity: dict[Key, RowHit] = field(default_factory=dict)  # every row found, evidence included
+    linked_prompts: list[int] = field(default_factory=list)  # prompts vouched for by the observations found
+    timings: dict[str, float] = field(default_factory=dict)
 
 
-class VectorSide:
-    """One per engine: lazily connected, thread-safe, with a per-query deadline."""
+class SemanticSide:
+    """The semantic side of one search over the vector store; see the module docstring."""
 
-    def __init__(self, settings: Settings, embedder: Embedder) -> None:
+    def __init__(self, settings: Settings, store: VectorStore) -> None:
         self.settings = settings
-        self.embedder = embedder
-        self._lock = threading.Lock()
-        self._collection: Any = None
-        self._handle: stores.ChromaHandle | None = None
-        self._failed_at = 0.0
-        self._failure = ""
-        self._count_value, self._count_at = 0, -1e9
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="memsync-vector")
+        self.store = store
 
-    def close(self) -> None:
-        """Release the worker threads (a call stuck past its deadline is abandoned)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        with self._lock:
-            if self._handle is not None:
-                self._handle.close()
-            self._handle, self._collection = None, None
-
-    def _open(self) -> Any:
-        with self._lock:
-            if self._collection is not None:
-                return self._collection
-            if self._failed_at and time.monotonic() - self._failed_at < RETRY_AFTER_S:
-                raise VectorUnavailable(self._failure)
-            try:
-                if self._handle is None:
-                    self._handle = stores.connect_reader(self.settings)
-                self._collection = stores.open_active(self._handle.client, self.settings, self.embedder.model_id,
-                                                      self.embedder.dimension)
-                self._failed_at = 0.0
-                return self._collection
-            except (StoreUnavailable, ConfigError) as exc:
-                self._failed_at, self._failure = time.monotonic(), str(exc)
-                raise VectorUnavailable(str(exc)) from exc
-            except Exception as exc:  # chromadb raises plain exceptions for transport problems
-                self._failed_at, self._failure = time.monotonic(), f"Chroma error: {exc}"
-                raise VectorUnavailable(self._failure) from exc
-
-    def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
-        collection = self._open()
-        future = self._pool.submit(getattr(collection, fn), **kwargs)
+    def search(self, query: str, kinds: Sequence[Kind], filters: Filters, window: Window, need: int, depth: int,
+               linked: bool) -> SemanticAnswer:
+        """The rows nearest to ``query`` within filters/window (at least ``need`` of the searched
+        kinds when that many exist); with ``linked``, also the prompts the observations found were
+        recorded under. Raises VectorUnavailable when the store cannot answer."""
+        t = time.perf_counter()
+        self.store.ensure()  # before opening anything: a down store costs nothing more
+        rows = SourceRows.open(self.settings)
         try:
-            return future.result(timeout=self.settings.search_timeout_ms / 1000)
-        except concurrent.futures.TimeoutError:
-            raise VectorUnavailable(f"Chroma {what} exceeded {self.settings.search_timeout_ms} ms") from None
-        except Exception as exc:
-            if isinstance(exc, (httpx.TransportError, ConnectionError, OSError)):
-                with self._lock:  # reconnect later: the server may be restarting or replaced
-                    self._collection = None
-                    self._failed_at, self._failure = time.monotonic(), f"Chroma {what} failed: {exc}"
-            # Other errors concern this request only; the next query tries again.
-            raise VectorUnavailable(f"Chroma {what} failed: {exc}") from exc
+            answer = self._search(rows, query, kinds, filters, window, need, depth, linked)
+        finally:
+            rows.close()
+        answer.timings["semantic"] = _ms(t)
+        return answer
 
-    def ensure(self) -> None:
-        """Raise VectorUnavailable now (before embedding the query) when the store is not reachable."""
-        self._open()
+    def _search(self, rows: SourceRows, query: str, kinds: Sequence[Kind], filters: Filters, window: Window,
+                need: int, depth: int, linked: bool) -> SemanticAnswer:
+        t = time.perf_counter()
+        timings: dict[str, float] = {}
+        vec = self.store.embed(query)
+        timings["embed"] = _ms(t)
+        restricted = bool(filters.project or filters.types or filters.concepts or filters.files
+                          or window.start_ms is not None or window.end_ms is not None)
+        linked_kinds = (Kind.OBSERVATION,) if Kind.PROMPT in kinds and linked else ()
+        wanted = set(kinds) | set(linked_kinds)
+        copy = self._vector_copy() if restricted and not (filters.concepts or filters.files) else None
+        if copy is not None:
+            # Exact over the documents that pass, from the local copy: no over-fetch, no loss.
+            hits = self._copy_scan(rows, copy, vec, kinds, wanted, filters, window, need, depth)
+            timings["vector_copy"] = _ms(t) - timings["embed"]
+            restricted = False
+        else:
+            hits, exhaustive = self.store.nearest_docs(vec, depth)
+            timings["vector_query"] = _ms(t) - timings["embed"]
+        if restricted:
+            # Filters before the cut: the filtered rows of the unfiltered top-N are the true
+            # filtered top rows as far as they go; when too few pass, look deeper (over-fetch),
+            # then search exactly the rows that pass (by id, or with a Chroma where).
+            passing = passing_hits(rows, hits, wanted, filters, window)
+            found = sum(h.kind in kinds for h in passing)
+            if not exhaustive and found < need:
+                # Deeper, as deep as the pass rate seen so far says is needed (twice, for margin):
+                # a top-5,000 query costs ~30 ms at 313k documents, Chroma's `where` 400-1,000 ms.
+                rate = max(found, 1) / max(1, sum(h.kind in kinds for h in hits))
+                deeper = min(MAX_OVERFETCH, max(depth * OVERFETCH, int(2 * need / rate * depth / max(1, len(hits)))))
+                hits, exhaustive = self.store.nearest_docs(vec, deeper)
+                passing = passing_hits(rows, hits, wanted, filters, window)
+                timings["vector_overfetch"] = _ms(t) - timings["embed"] - timings["vector_query"]
+            if not exhaustive and sum(h.kind in kinds for h in passing) < need:
+                passing = self._exact(rows, vec, wanted, filters, window, depth)
+                timings["vector_exact"] = _ms(t) - timings["embed"] - timings["vector_query"]
+            hits = passing
+        answer = SemanticAnswer([h for h in hits if h.kind in kinds], {(h.kind, h.id): h for h in hits},
+                                timings=timings)
+        if linked_kinds:
+            obs = [h.id for h in hits if h.kind is Kind.OBSERVATION]
+            answer.linked_prompts = rows.linked_prompts(obs, filters, window)
+        return answer
 
-    def embed(self, text: str) -> npt.NDArray[np.float32]:
-        """The query's unit vector."""
-        vec: npt.NDArray[np.float32] = self.embedder.embed([text])[0]
-        return vec
+    def _vector_copy(self) -> VectorCopy | None:
+        """The local vector copy of the active generation, when this data directory has a complete one."""
+        return VectorCopy.open(self.settings, self.store.collection_name(), self.store.embedder.model_id,
+                               self.store.embedder.dimension)
 
-    def nearest(self, vector: npt.NDArray[np.float32], n: int, ids: list[str] | None = None,
-                where: dict[str, Any] | None = None, verified: bool = False) -> list[RowHit]:
-        """The rows of the ``n`` nearest documents (optionally among ``ids`` or matching ``where``).
-        ``verified``: the ids are known to exist (else they are checked first)."""
-        return self.nearest_docs(vector, n, ids, where, verified)[0]
+    @staticmethod
+    def _copy_scan(rows: SourceRows, copy: VectorCopy, vec: Vector, kinds: Sequence[Kind], wanted: set[Kind],
+                   filters: Filters, window: Window, need: int, depth: int) -> list[RowHit]:
+        """The nearest rows within filters/window from the copy, checked against SQLite (the copy's
+        metadata can trail an edit by a sync pass); deeper while too few of them pass."""
+        positions = copy.candidates(wanted, filters, window)
+        n_docs = depth * 3
+        while True:
+            hits, exhaustive = copy.nearest(vec, positions, n_docs)
+            passing = passing_hits(rows, hits, wanted, filters, window)
+            if exhaustive or sum(h.kind in kinds for h in passing) >= need:
+                return passing
+            n_docs *= 4
 
-    def collection_name(self) -> str:
-        """The name of the active generation (connecting if needed)."""
-        return str(self._open().name)
+    def _exact(self, rows: SourceRows, vec: Vector, kinds: set[Kind], filters: Filters, window: Window,
+               depth: int) -> list[RowHit]:
+        """Nearest rows among exactly those within filters/window: a query restricted to their
+        documents. Which documents exist comes from the sync records when this data directory has
+        them (one local read), else from Chroma (one round trip per 8,000 possible ids). More than
+        ``filter_ids_cap`` rows of a kind: a Chroma ``where`` instead."""
+        passing: dict[Kind, list[int]] = {}
+        for kind in kinds:
+            ids = rows.filtered_ids(kind, filters, window, self.settings.filter_ids_cap)
+            if ids is None:
+                return self._where(rows, vec, kinds, filters, window, depth)
+            passing[kind] = ids
+        synced: list[str] | None = []
+        collection = self.store.collection_name()
+        for kind, ids in passing.items():
+            found = synced_doc_ids(self.settings.state_path, collection, kind, ids)
+            synced = None if found is None or synced is None else synced + found
+        if synced is not None:
+            try:
+                return self.store.nearest(vec, depth * 3, ids=synced, verified=True)
+            except VectorUnavailable:
+                pass  # a record ahead of the store (a delete in flight): ask the store itself
+        doc_ids: list[str] = []
+        for kind, ids in passing.items():
+            facts = rows.fact_counts(ids) if kind is Kind.OBSERVATION else {}
+            for i in ids:
+                doc_ids.extend(possible_doc_ids(kind, i, facts.get(i, 0)))
+        return self.store.nearest(vec, depth * 3, ids=doc_ids)
 
-    def nearest_docs(self, vector: npt.NDArray[np.float32], n: int, ids: list[str] | None = None,
-                     where: dict[str, Any] | None = None, verified: bool = False) -> tuple[list[RowHit], bool]:
-        """Like :meth:`nearest`, plus whether the store had fewer than ``n`` documents to offer
-        (then the answer is exhaustive: no row beyond it exists)."""
-        kwargs: dict[str, Any] = {"query_embeddings": [vector.tolist()], "n_results": max(1, n),
-                                  "include": ["distances"]}
-        if ids is not None:
-            # A restricted query fails on ids the store does not have ("Error finding id"), and a
-            # row's possible ids are a superset: ask which exist first.
-            ids = ids if verified else self._existing(ids)
-            if not ids:
-                return [], True
-            kwargs["ids"] = ids
-            kwargs["n_results"] = max(1, min(n, len(ids)))
-        if where:
-            kwargs["where"] = where
-        got = self._call("query", "query", **kwargs)
-        if not got["ids"] or not got["ids"][0]:
-            if ids is None and where is None:
-                count = self._call("count", "count")
-                if not count:
-                    raise VectorUnavailable("the vector store is empty (nothing synced yet)")
-            return [], True
-        docs = got["ids"][0]
-        if ids is not None:
-            return collapse(docs, got["distances"][0]), True
-        # Fewer documents than asked is not proof of the end: Chroma's HNSW search returns at most
-        # about its ef_search candidates (177 of 500 asked, measured at 313k documents). Only a
-        # store that holds no more than was asked is exhausted.
-        exhaustive = len(docs) < kwargs["n_results"] and self._count() <= kwargs["n_results"]
-        return collapse(docs, got["distances"][0]), exhaustive
+    def _where(self, rows: SourceRows, vec: Vector, kinds: set[Kind], filters: Filters, window: Window,
+               depth: int) -> list[RowHit]:
+        """Many rows pass: let Chroma filter on the metadata it has (window, project, kind, type),
+        then check the rest (concepts, files) in SQLite."""
+        clauses: list[dict[str, Any]] = []
+        if window.start_ms is not None:
+            clauses.append({"created_at_epoch": {"$gte": window.start_ms}})
+        if window.end_ms is not None:
+            clauses.append({"created_at_epoch": {"$lte": window.end_ms}})
+        if len(kinds) < len(KINDS):
+            clauses.append({"doc_type": {"$in": [_DOC_TYPES[k] for k in kinds]}})
+        if filters.types:
+            clauses.append({"type": {"$in": list(filters.types)}})
+        if filters.project:
+            clauses.append({"$or": [{"project": filters.project}, {"merged_into_project": filters.project}]})
+        where: dict[str, Any] | None = None
+        if len(clauses) == 1:
+            where = clauses[0]
+        elif clauses:
+            where = {"$and": clauses}
+        hits = self.store.nearest(vec, depth * 3, where=where)
+        return passing_hits(rows, hits, kinds, filters, window)
 
-    def _count(self) -> int:
-        now = time.monotonic()
-        if now - self._count_at > COUNT_TTL_S:
-            self._count_value = int(self._call("count", "count"))
-            self._count_at = now
-        return self._count_value
 
-    def _existing(self, ids: list[str]) -> list[str]:
-        """The ids the store has, asked in chunks (Chroma's own SQLite limits bound variables)."""
-        out: list[str] = []
-        for i in range(0, len(ids), ID_CHUNK):
-            out.extend(self._call("get", "get", ids=ids[i:i + ID_CHUNK], include=[])["ids"])
-        return out
+def passing_hits(rows: SourceRows, hits: list[RowHit], kinds: set[Kind], filters: Filters,
+                 window: Window) -> list[RowHit]:
+    """The hits (of ``kinds``) whose rows exist and pass filters and window, in their order."""
+    keep: set[Key] = set()
+    for kind in kinds:
+        ids = [h.id for h in hits if h.kind is kind]
+        keep.update((kind, i) for i in rows.passing(kind, ids, filters, window))
+    return [h for h in hits if (h.kind, h.id) in keep]
 
-    def vectors(self, doc_ids: list[str]) -> dict[str, npt.NDArray[np.float32]]:
-        """Stored vectors of the given documents (missing ones are absent)."""
-        got = self._call("get", "get", ids=doc_ids, include=["embeddings"])
-        embs = got.get("embeddings")
-        if embs is None:
-            return {}
-        return {i: np.asarray(e, dtype=np.float32) for i, e in zip(got["ids"], embs, strict=True)}
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000

@@ -3,8 +3,8 @@
 The index (layout: ``config.textindex``) is written by the worker (``worker.textsync``) after each
 sync pass; searches only read it. It records per kind the highest row id it holds (its watermark).
 Rows above it (committed since the worker's last pass, or all of them when no worker runs) are the
-*tail*, which the engine takes from FTS5 as before: the index can be behind, never wrong about new
-rows. Edits and deletes reach it at the worker's reconcile; deleted rows are dropped at hydration
+*tail*, which the lexical side (``search.lexical``) takes from FTS5: the index can be behind, never
+wrong about new rows. Edits and deletes reach it at the worker's reconcile; deleted rows are dropped at hydration
 anyway. Filters it cannot apply (concepts, files) and date order use FTS5. Query words get the
 body field's analysis and are OR-ed as term queries (no query parser, so no input is syntax).
 """

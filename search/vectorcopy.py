@@ -18,7 +18,7 @@ from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.formats.vector_copy import KIND_CODE, Manifest, copy_dir, open_arrays
 from memsync.config.settings import Settings
 from memsync.search.models import Filters, Window
-from memsync.search.semantic import RowHit
+from memsync.search.vectorstore import RowHit
 
 CHUNK = 4096  # rows gathered per int8→float32 product: small enough to stay in cache
 

@@ -1,0 +1,183 @@
+"""The lexical side of a search: BM25 rankings per kind, and the one place that decides which index
+answers.
+
+Per kind:
+1. memsync's text index (tantivy, ``search.textindex``) when it holds the kind and can apply the
+   filters (all but concepts and files): its ranking, plus the rows newer than its watermark (the
+   tail, committed since the worker's last pass) from FTS5, interleaved by rank (``merge_tail``);
+2. else FTS5 alone.
+FTS5 is the app's table for the kind (``search.app_fts``) or, when the database has none (older
+files), memsync's own FTS index (``search.lexical_index``); the same choice answers the tail, date
+order (the newest/oldest matches) and the count of matches outside the window. Every filter and the
+window are applied inside the index's query, so nothing inside them is cut by rows outside them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Sequence
+from typing import Protocol
+
+from memsync.config.claude_mem.schema import Kind
+from memsync.config.settings import Settings
+from memsync.search.app_fts import AppFts
+from memsync.search.lexical_index import LexicalIndex
+from memsync.search.models import Filters, Key, Order, Window
+from memsync.search.sql import SourceRows
+from memsync.search.textindex import TextIndex, merge_tail
+
+EXCLUDED_CAP = 100  # counting matches outside the window stops here (then: "at least")
+
+
+class FtsSource(Protocol):
+    """An FTS5 index of the agent's rows: the app's tables or memsync's own index."""
+
+    def expression(self, kind: Kind, text: str) -> str | None:
+        """The MATCH expression for ``text`` on ``kind``'s table, or None when it has no word."""
+
+    def ranked(self, kind: Kind, expr: str, filters: Filters, window: Window | None, limit: int,
+               order: Order = Order.RELEVANCE, after_id: int = 0) -> list[tuple[int, float]]:
+        """(id, score) of the matches within filters/window with id > ``after_id``, best (or
+        newest/oldest) first."""
+
+    def count(self, kind: Kind, expr: str, filters: Filters, window: Window | None, cap: int,
+              after_id: int = 0) -> int:
+        """How many rows with id > ``after_id`` match within filters/window, up to ``cap``."""
+
+
+class _Connection:
+    """The FTS5 side over one connection: per kind the source that answers, and the query's
+    expression for it (built once)."""
+
+    def __init__(self, settings: Settings, rows: SourceRows, text: str) -> None:
+        self.settings, self.rows, self.text = settings, rows, text
+        self._app: AppFts | None = None
+        self._own: LexicalIndex | None = None
+        self._expressions: dict[Kind, str | None] = {}
+
+    def close(self) -> None:
+        if self._app is not None:
+            self._app.close()
+
+    def fts(self, kind: Kind) -> FtsSource:
+        """The app's FTS5 table for ``kind``, or memsync's own index (brought up to date) when the
+        database has none."""
+        if self.rows.has_fts(kind):
+            if self._app is None:
+                self._app = AppFts(self.rows)
+            return self._app
+        if self._own is None:
+            self._own = LexicalIndex.refreshed(self.settings, self.rows)
+        return self._own
+
+    def expression(self, kind: Kind) -> str | None:
+        if kind not in self._expressions:
+            self._expressions[kind] = self.fts(kind).expression(kind, self.text)
+        return self._expressions[kind]
+
+    def ranked(self, kind: Kind, filters: Filters, window: Window | None, limit: int,
+               order: Order = Order.RELEVANCE, after_id: int = 0) -> list[int]:
+        expr = self.expression(kind)
+        if not expr:
+            return []
+        return [i for i, _ in self.fts(kind).ranked(kind, expr, filters, window, limit, order, after_id)]
+
+    def count(self, kind: Kind, filters: Filters, window: Window, cap: int, after_id: int) -> int:
+        expr = self.expression(kind)
+        return self.fts(kind).count(kind, expr, filters, window, cap, after_id) if expr else 0
+
+
+class LexicalSide:
+    """The lexical side of one search (one query text); see the module docstring."""
+
+    def __init__(self, settings: Settings, rows: SourceRows, text: str, pool: concurrent.futures.Executor,
+                 use_text_index: bool = True) -> None:
+        self.settings = settings
+        self.text = text
+        self._pool = pool
+        self._main = _Connection(settings, rows, text)
+        self._use_text_index = settings.text_index and use_text_index
+        self._index: TextIndex | None = None
+        self._index_opened = False
+
+    def close(self) -> None:
+        """Release what the side opened (the rows' connection belongs to the caller)."""
+        self._main.close()
+
+    @property
+    def index(self) -> TextIndex | None:
+        """memsync's text index, when there is one for this database and this search may use it
+        (opened on first use: a query without words needs none)."""
+        if not self._index_opened:
+            self._index = TextIndex.open(self.settings) if self._use_text_index else None
+            self._index_opened = True
+        return self._index
+
+    def _watermark(self, kind: Kind, filters: Filters) -> int | None:
+        """The text index's watermark for ``kind`` when it can answer this search, else None."""
+        index = self.index
+        return index.watermark(kind) if index is not None and index.supports(filters) else None
+
+    def rank(self, tasks: Sequence[tuple[Kind, Filters]], window: Window, depth: int) -> dict[Kind, list[int]]:
+        """Each task's kind ranked within its filters and the window, best first, ``depth`` deep."""
+        # One table per thread (each with its own connection; SQLite runs outside the GIL): the
+        # first here, the others on the pool.
+        here, rest = list(tasks[:1]), list(tasks[1:])
+        if all(self._watermark(k, f) is not None for k, f in tasks):
+            # The text index answers in well under a millisecond per kind: a thread and a connection
+            # per kind would cost more than they save.
+            here, rest = list(tasks), []
+        futures = [self._pool.submit(self._rank_on_own_connection, k, f, window, depth) for k, f in rest]
+        results = {k: self._rank_one(self._main, k, f, window, depth) for k, f in here}
+        for (kind, _), future in zip(rest, futures, strict=True):
+            results[kind] = future.result()
+        return results
+
+    def _rank_on_own_connection(self, kind: Kind, filters: Filters, window: Window, depth: int) -> list[int]:
+        rows = SourceRows.open(self.settings)
+        conn = _Connection(self.settings, rows, self.text)
+        try:
+            return self._rank_one(conn, kind, filters, window, depth)
+        finally:
+            conn.close()
+            rows.close()
+
+    def _rank_one(self, conn: _Connection, kind: Kind, filters: Filters, window: Window, depth: int) -> list[int]:
+        """One kind's ranking: the text index for the rows it holds plus FTS5 for the newer ones,
+        or FTS5 alone."""
+        if not conn.rows.applicable(kind, filters):
+            return []
+        index, mark = self.index, self._watermark(kind, filters)
+        if index is None or mark is None:
+            return conn.ranked(kind, filters, window, depth)
+        ranked = [i for i, _ in index.search(kind, self.text, filters, window, depth)]
+        tail = conn.ranked(kind, filters, window, depth, after_id=mark) if conn.rows.max_id(kind) > mark else []
+        return merge_tail(ranked, tail, depth)
+
+    def dated(self, kinds: Sequence[Kind], filters: Filters, window: Window, limit: int,
+              order: Order) -> list[tuple[Key, int]]:
+        """The newest (``Order.NEWEST``) or oldest matches, up to ``limit`` per kind, with their
+        dates, unsorted (FTS5's own date order: the text index ranks by BM25 only)."""
+        out: list[tuple[Key, int]] = []
+        for kind in kinds:
+            ids = self._main.ranked(kind, filters, window, limit, order)
+            out.extend(((kind, i), epoch) for i, epoch in self._main.rows.epochs(kind, ids).items())
+        return out
+
+    def excluded(self, kinds: Sequence[Kind], filters: Filters, window: Window) -> int:
+        """Rows that match but fall before the window, up to EXCLUDED_CAP."""
+        if window.start_ms is None:
+            return 0
+        outside = Window(0, None, window.start_ms, "before_window")
+        n = 0
+        index = self.index
+        for kind in kinds:
+            if not self._main.rows.applicable(kind, filters):
+                continue
+            mark = self._watermark(kind, filters)
+            if index is not None and mark is not None:
+                n += index.count(kind, self.text, filters, outside)
+                if self._main.rows.max_id(kind) <= mark:
+                    continue
+            n += self._main.count(kind, filters, outside, EXCLUDED_CAP, after_id=mark or 0)
+        return min(n, EXCLUDED_CAP)

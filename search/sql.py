@@ -1,0 +1,280 @@
+"""The read-only connection to the agent's database, its time limit, and filters/window as SQL.
+
+One read-only connection (``mode=ro``, ``query_only``), every value a bound parameter (user text
+never becomes SQL), and a time limit on each statement through a progress handler, so a
+pathological query is interrupted (:class:`QueryTimeout`) instead of holding the caller. Column
+names go through the era mapping of ``config.claude_mem.schema``: both schema eras are read.
+Besides the filters, the membership questions every part of a search asks live here: which ids
+pass, their dates, the newest rows, the rows around a date, the prompt an observation belongs to.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from memsync.config.claude_mem.connection import fetch_all, open_source_db
+from memsync.config.claude_mem.schema import SESSIONS_TABLE, TABLES, Kind, SourceSchema, detect
+from memsync.config.errors import SourceUnavailable
+from memsync.config.settings import Settings
+from memsync.search.models import Filters, Window
+
+ALIAS = "t"
+CHUNK = 900  # ids per IN (...) list: under SQLite's bound-variable limit of old builds (999)
+_first_id_cache: dict[tuple[str, Kind, int], tuple[int, float]] = {}
+
+
+class QueryTimeout(RuntimeError):
+    """A statement ran past its time limit and was interrupted."""
+
+
+class SourceRows:
+    """Read-only access to the agent's database for one search call (or one server, shared)."""
+
+    def __init__(self, path: Path, busy_timeout_ms: int = 5000, statement_ms: int = 2000) -> None:
+        self.conn = open_source_db(path, busy_timeout_ms)
+        # How the file was opened, for another connection that must see the same (ATTACH): a
+        # snapshot stays one.
+        self.uri = f"file:{quote(str(path.resolve()))}?mode=ro" + ("&immutable=1" if self.conn.immutable else "")
+        self.schema: SourceSchema = detect(self.conn)
+        self.statement_ms = statement_ms
+        self._deadline = 0.0
+        self.conn.set_progress_handler(self._progress, 10_000)
+
+    @classmethod
+    def open(cls, settings: Settings) -> SourceRows:
+        """A connection to the configured database with the configured busy timeout and time limit."""
+        return cls(settings.db, settings.sqlite_busy_timeout_ms, settings.fts_timeout_ms)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+    def _progress(self) -> int:
+        return 1 if self._deadline and time.monotonic() > self._deadline else 0
+
+    @contextmanager
+    def _limited(self) -> Iterator[None]:
+        self._deadline = time.monotonic() + self.statement_ms / 1000
+        try:
+            yield
+        except sqlite3.Error as exc:
+            if "interrupted" in str(exc):
+                raise QueryTimeout(f"query exceeded {self.statement_ms} ms") from exc
+            # The database went away, is locked past the busy timeout, or is damaged: a typed
+            # error at the boundary (callers map it to an exit code, a 503 or a tool error).
+            raise SourceUnavailable(f"reading the database failed: {exc}") from exc
+        finally:
+            self._deadline = 0.0
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Run one bounded-time statement and fetch all rows."""
+        with self._limited():
+            return fetch_all(self.conn, sql, tuple(params))
+
+    # -- columns and filters -----------------------------------------------------------------------
+    def col(self, kind: Kind | str, logical: str) -> str | None:
+        """Quoted physical column (``t."name"``) for a logical one, or None when absent."""
+        table = TABLES[kind] if isinstance(kind, Kind) else kind
+        physical = self.schema.column(table, logical)
+        return f'{ALIAS}."{physical}"' if physical else None
+
+    def project_expr(self, kind: Kind) -> str:
+        """SQL for a row's project (prompts take theirs from their session)."""
+        if kind is Kind.PROMPT:  # an index lookup per row (see SourceSchema.session_match)
+            match = self.schema.session_match(kind, ALIAS, "s")
+            return f"(SELECT s.project FROM {SESSIONS_TABLE} s WHERE {match} LIMIT 1)"
+        return f"{ALIAS}.project"
+
+    def has_fts(self, kind: Kind) -> bool:
+        """Whether the app's FTS5 table for ``kind`` exists."""
+        return bool(self.schema.fts.get(kind))
+
+    @staticmethod
+    def applicable(kind: Kind, filters: Filters) -> bool:
+        """Whether rows of ``kind`` can match at all (types/concepts exist only on observations,
+        files on observations and summaries)."""
+        if filters.observation_only and kind is not Kind.OBSERVATION:
+            return False
+        return not (filters.files and kind is Kind.PROMPT)
+
+    def where(self, kind: Kind, filters: Filters, window: Window | None) -> tuple[str, list[Any]]:
+        """A WHERE fragment (without the keyword) and its parameters, for alias ``t``."""
+        parts: list[str] = []
+        params: list[Any] = []
+        if filters.project:
+            if kind is Kind.PROMPT:
+                parts.append(f"{self.project_expr(kind)} = ?")
+                params.append(filters.project)
+            else:
+                merged = self.col(kind, "merged_into_project")
+                parts.append(f"({ALIAS}.project = ? OR {merged} = ?)" if merged else f"{ALIAS}.project = ?")
+                params.extend([filters.project, filters.project] if merged else [filters.project])
+        if filters.types:
+            parts.append(f"{ALIAS}.type IN ({','.join('?' * len(filters.types))})")
+            params.extend(filters.types)
+        if filters.concepts:
+            parts.append("(" + " OR ".join(f"{ALIAS}.concepts LIKE ? ESCAPE '\\'" for _ in filters.concepts) + ")")
+            params.extend(f"%{_like(c)}%" for c in filters.concepts)
+        if filters.files:
+            cols = ["files_read", "files_modified"] if kind is Kind.OBSERVATION else ["files_read", "files_edited"]
+            ors = [f"{c} LIKE ? ESCAPE '\\'" for c in (self.col(kind, x) for x in cols) if c for _ in filters.files]
+            parts.append("(" + (" OR ".join(ors) or "0") + ")")
+            params.extend(f"%{_like(f)}%" for c in cols if self.col(kind, c) for f in filters.files)
+        if window is not None:
+            if window.start_ms is not None:
+                parts.append(f"{ALIAS}.created_at_epoch >= ?")
+                params.append(window.start_ms)
+            if window.end_ms is not None:
+                parts.append(f"{ALIAS}.created_at_epoch <= ?")
+                params.append(window.end_ms)
+        return (" AND ".join(parts) or "1"), params
+
+    # -- ids -----------------------------------------------------------------------------------------
+    def first_id_since(self, kind: Kind, start_ms: int) -> int:
+        """The smallest id of a row created at or after ``start_ms`` (a lower bound, cached for a
+        minute per start minute: the bound is taken at the start of the minute, so it is a superset)."""
+        floor = start_ms - start_ms % 60_000
+        key = (self.uri, kind, floor)
+        now = time.monotonic()
+        hit = _first_id_cache.get(key)
+        if hit is not None and now - hit[1] < 60:
+            return hit[0]
+        # min(id + 0): stop SQLite from walking the rowid order (it would read most of the table).
+        row = self.query(f"SELECT min({ALIAS}.id + 0) FROM {TABLES[kind]} {ALIAS} WHERE {ALIAS}.created_at_epoch >= ?",
+                         [floor])
+        first = int(row[0][0]) if row[0][0] is not None else self.max_id(kind) + 1
+        if len(_first_id_cache) > 1000:
+            _first_id_cache.clear()
+        _first_id_cache[key] = (first, now)
+        return first
+
+    def max_id(self, kind: Kind) -> int:
+        """The largest id of ``kind`` (an estimate of the row count that costs one index seek)."""
+        row = self.query(f"SELECT max(id) FROM {TABLES[kind]}")
+        return int(row[0][0] or 0)
+
+    def passing(self, kind: Kind, ids: Sequence[int], filters: Filters, window: Window | None) -> set[int]:
+        """The subset of ``ids`` that exist and satisfy filters and window."""
+        if not ids or not self.applicable(kind, filters):
+            return set()
+        cond, params = self.where(kind, filters, window)
+        out: set[int] = set()
+        for chunk in chunks(list(ids)):
+            sql = (f"SELECT {ALIAS}.id FROM {TABLES[kind]} {ALIAS} WHERE {ALIAS}.id IN "
+                   f"({','.join('?' * len(chunk))}) AND {cond}")
+            out.update(int(r[0]) for r in self.query(sql, [*chunk, *params]))
+        return out
+
+    def filtered_ids(self, kind: Kind, filters: Filters, window: Window | None, cap: int) -> list[int] | None:
+        """All ids of ``kind`` within filters/window, newest first, or None when there are more
+        than ``cap`` (the caller then uses another strategy)."""
+        if not self.applicable(kind, filters):
+            return []
+        cond, params = self.where(kind, filters, window)
+        sql = (f"SELECT {ALIAS}.id FROM {TABLES[kind]} {ALIAS} WHERE {cond} "
+               f"ORDER BY {ALIAS}.created_at_epoch DESC LIMIT ?")
+        rows = self.query(sql, [*params, cap + 1])
+        return None if len(rows) > cap else [int(r[0]) for r in rows]
+
+    def fact_counts(self, ids: Sequence[int]) -> dict[int, int]:
+        """Length of each observation's facts list (0 when absent or not a JSON list)."""
+        out: dict[int, int] = {}
+        for chunk in chunks(list(ids)):
+            sql = (f"SELECT {ALIAS}.id, CASE WHEN json_valid({ALIAS}.facts) AND json_type({ALIAS}.facts) = 'array' "
+                   f"THEN json_array_length({ALIAS}.facts) ELSE 0 END FROM observations {ALIAS} "
+                   f"WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))})")
+            out.update((int(r[0]), int(r[1] or 0)) for r in self.query(sql, chunk))
+        return out
+
+    def epochs(self, kind: Kind, ids: Sequence[int]) -> dict[int, int]:
+        """created_at_epoch of each id."""
+        out: dict[int, int] = {}
+        for chunk in chunks(list(ids)):
+            sql = (f"SELECT {ALIAS}.id, {ALIAS}.created_at_epoch FROM {TABLES[kind]} {ALIAS} "
+                   f"WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))})")
+            out.update((int(r[0]), int(r[1] or 0)) for r in self.query(sql, chunk))
+        return out
+
+    # -- links between kinds -------------------------------------------------------------------------
+    def prompts_of_observations(self, obs_ids: Sequence[int]) -> dict[int, int]:
+        """observation id → the id of the user prompt it was recorded under (same session, same
+        prompt_number), for observations that have one."""
+        if not obs_ids:
+            return {}
+        pnum = self.col(Kind.OBSERVATION, "prompt_number")
+        obs_session = self.schema.session_match(Kind.OBSERVATION, ALIAS, "s")
+        prompt_session = self.schema.session_match(Kind.PROMPT, "p", "s")
+        if not pnum or "0" in (obs_session, prompt_session):
+            return {}
+        out: dict[int, int] = {}
+        for chunk in chunks(list(obs_ids)):
+            sql = (f"SELECT {ALIAS}.id AS oid, p.id AS pid FROM observations {ALIAS} "
+                   f"JOIN {SESSIONS_TABLE} s ON {obs_session} "
+                   f"JOIN user_prompts p ON {prompt_session} AND p.prompt_number = {pnum} "
+                   f"WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))})")
+            for r in self.query(sql, chunk):
+                out.setdefault(int(r["oid"]), int(r["pid"]))
+        return out
+
+    def linked_prompts(self, obs_ids: list[int], filters: Filters, window: Window) -> list[int]:
+        """Prompts the observations (in rank order) were recorded under, within filters/window: the
+        prompts those observations vouch for (linked evidence)."""
+        links = self.prompts_of_observations(obs_ids)
+        prompts = list(dict.fromkeys(links[o] for o in obs_ids if o in links))
+        ok = self.passing(Kind.PROMPT, prompts, filters, window)
+        return [p for p in prompts if p in ok]
+
+    # -- listings --------------------------------------------------------------------------------------
+    def distinct(self, kind: Kind, logical: str, limit: int = 1000) -> list[str]:
+        """Distinct non-empty values of one column (observation types, projects), sorted."""
+        column = self.col(kind, logical)
+        if column is None:
+            return []
+        sql = (f"SELECT DISTINCT {column} AS v FROM {TABLES[kind]} {ALIAS} "
+               f"WHERE {column} IS NOT NULL AND {column} != '' ORDER BY v LIMIT ?")
+        return [str(r[0]) for r in self.query(sql, [limit])]
+
+    def around(self, kind: Kind, epoch: int, project: str | None, before: bool, limit: int,
+               inclusive: bool = False) -> list[tuple[int, int]]:
+        """(id, epoch) of up to ``limit`` rows of ``kind`` just before (or after) ``epoch``."""
+        cond, params = self.where(kind, Filters(project=project), None)
+        op = ("<=" if inclusive else "<") if before else (">=" if inclusive else ">")
+        sort = "DESC" if before else "ASC"
+        sql = (f"SELECT {ALIAS}.id, {ALIAS}.created_at_epoch FROM {TABLES[kind]} {ALIAS} "
+               f"WHERE {ALIAS}.created_at_epoch {op} ? AND {cond} "
+               f"ORDER BY {ALIAS}.created_at_epoch {sort}, {ALIAS}.id {sort} LIMIT ?")
+        return [(int(r[0]), int(r[1])) for r in self.query(sql, [epoch, *params, limit])]
+
+    def count(self, kind: Kind, filters: Filters, window: Window | None) -> int:
+        """Rows of ``kind`` within the filters and window."""
+        if not self.applicable(kind, filters):
+            return 0
+        cond, params = self.where(kind, filters, window)
+        return int(self.query(f"SELECT COUNT(*) FROM {TABLES[kind]} {ALIAS} WHERE {cond}", params)[0][0])
+
+    def recent(self, kind: Kind, filters: Filters, window: Window | None, limit: int,
+               offset: int = 0, newest: bool = True) -> list[tuple[int, int]]:
+        """(id, epoch) of the newest (or oldest) rows within filters/window."""
+        if not self.applicable(kind, filters):
+            return []
+        cond, params = self.where(kind, filters, window)
+        sort = "DESC" if newest else "ASC"
+        sql = (f"SELECT {ALIAS}.id, {ALIAS}.created_at_epoch FROM {TABLES[kind]} {ALIAS} WHERE {cond} "
+               f"ORDER BY {ALIAS}.created_at_epoch {sort}, {ALIAS}.id {sort} LIMIT ? OFFSET ?")
+        return [(int(r[0]), int(r[1])) for r in self.query(sql, [*params, limit, offset])]
+
+
+def chunks(items: list[Any], size: int = CHUNK) -> Iterator[list[Any]]:
+    """``items`` in consecutive slices of at most ``size`` (one ``IN (...)`` list each)."""
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def _like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -1,0 +1,196 @@
+"""Reading the vector store (Chroma): the query embedded by the worker's model, the nearest
+documents collapsed onto their rows by (kind, id), every call under a deadline.
+
+Chroma is reached without starting anything (``stores.connect_reader``); a search that finds it
+down, slow, erroring or empty raises :class:`VectorUnavailable` with a reason, and the engine
+answers from the lexical side alone instead. A failed connection is retried at most every few
+seconds, so a server that is down costs each query nothing but a check of the clock. Which query
+answers a search (top-N, by id, ``where``, or the local vector copy) is decided in
+``search.semantic``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+
+from memsync.config.chroma import collections as stores
+from memsync.config.claude_mem.schema import Kind
+from memsync.config.docids import DocIdError, parse_doc_id
+from memsync.config.embedding import Embedder
+from memsync.config.errors import ConfigError, StoreUnavailable
+from memsync.config.settings import Settings
+
+RETRY_AFTER_S = 3.0
+ID_CHUNK = 8000  # ids per existence check: 35k ids cost ~640 ms in chunks of 2,000, ~240 ms in 8,000
+COUNT_TTL_S = 5.0
+
+
+class VectorUnavailable(RuntimeError):
+    """The vector store cannot answer this query; the message is the reason shown to callers."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowHit:
+    """The best document of one row: its cosine similarity and field."""
+
+    kind: Kind
+    id: int
+    similarity: float
+    field: str | None
+
+
+def collapse(ids: Sequence[str], distances: Sequence[float]) -> list[RowHit]:
+    """Field documents → rows, best first; a row's similarity is its best document's (cosine
+    distance → similarity). Keys are (kind, id), never the id alone."""
+    best: dict[tuple[Kind, int], RowHit] = {}
+    for doc_id, dist in zip(ids, distances, strict=True):
+        try:
+            key = parse_doc_id(doc_id)
+        except DocIdError:
+            continue
+        row = (key.kind, key.sqlite_id)
+        sim = max(0.0, min(1.0, 1.0 - float(dist)))
+        if row not in best or sim > best[row].similarity:
+            best[row] = RowHit(key.kind, key.sqlite_id, sim, key.field)
+    return sorted(best.values(), key=lambda h: -h.similarity)
+
+
+class VectorStore:
+    """The Chroma collection of the active generation, one per engine: lazily connected,
+    thread-safe, with a per-query deadline."""
+
+    def __init__(self, settings: Settings, embedder: Embedder) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self._lock = threading.Lock()
+        self._collection: Any = None
+        self._handle: stores.ChromaHandle | None = None
+        self._failed_at = 0.0
+        self._failure = ""
+        self._count_value, self._count_at = 0, -1e9
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="memsync-vector")
+
+    def close(self) -> None:
+        """Release the worker threads (a call stuck past its deadline is abandoned)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            if self._handle is not None:
+                self._handle.close()
+            self._handle, self._collection = None, None
+
+    def _open(self) -> Any:
+        with self._lock:
+            if self._collection is not None:
+                return self._collection
+            if self._failed_at and time.monotonic() - self._failed_at < RETRY_AFTER_S:
+                raise VectorUnavailable(self._failure)
+            try:
+                if self._handle is None:
+                    self._handle = stores.connect_reader(self.settings)
+                self._collection = stores.open_active(self._handle.client, self.settings, self.embedder.model_id,
+                                                      self.embedder.dimension)
+                self._failed_at = 0.0
+                return self._collection
+            except (StoreUnavailable, ConfigError) as exc:
+                self._failed_at, self._failure = time.monotonic(), str(exc)
+                raise VectorUnavailable(str(exc)) from exc
+            except Exception as exc:  # chromadb raises plain exceptions for transport problems
+                self._failed_at, self._failure = time.monotonic(), f"Chroma error: {exc}"
+                raise VectorUnavailable(self._failure) from exc
+
+    def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
+        collection = self._open()
+        future = self._pool.submit(getattr(collection, fn), **kwargs)
+        try:
+            return future.result(timeout=self.settings.search_timeout_ms / 1000)
+        except concurrent.futures.TimeoutError:
+            raise VectorUnavailable(f"Chroma {what} exceeded {self.settings.search_timeout_ms} ms") from None
+        except Exception as exc:
+            if isinstance(exc, (httpx.TransportError, ConnectionError, OSError)):
+                with self._lock:  # reconnect later: the server may be restarting or replaced
+                    self._collection = None
+                    self._failed_at, self._failure = time.monotonic(), f"Chroma {what} failed: {exc}"
+            # Other errors concern this request only; the next query tries again.
+            raise VectorUnavailable(f"Chroma {what} failed: {exc}") from exc
+
+    def ensure(self) -> None:
+        """Raise VectorUnavailable now (before embedding the query) when the store is not reachable."""
+        self._open()
+
+    def embed(self, text: str) -> npt.NDArray[np.float32]:
+        """The query's unit vector."""
+        vec: npt.NDArray[np.float32] = self.embedder.embed([text])[0]
+        return vec
+
+    def nearest(self, vector: npt.NDArray[np.float32], n: int, ids: list[str] | None = None,
+                where: dict[str, Any] | None = None, verified: bool = False) -> list[RowHit]:
+        """The rows of the ``n`` nearest documents (optionally among ``ids`` or matching ``where``).
+        ``verified``: the ids are known to exist (else they are checked first)."""
+        return self.nearest_docs(vector, n, ids, where, verified)[0]
+
+    def collection_name(self) -> str:
+        """The name of the active generation (connecting if needed)."""
+        return str(self._open().name)
+
+    def nearest_docs(self, vector: npt.NDArray[np.float32], n: int, ids: list[str] | None = None,
+                     where: dict[str, Any] | None = None, verified: bool = False) -> tuple[list[RowHit], bool]:
+        """Like :meth:`nearest`, plus whether the store had fewer than ``n`` documents to offer
+        (then the answer is exhaustive: no row beyond it exists)."""
+        kwargs: dict[str, Any] = {"query_embeddings": [vector.tolist()], "n_results": max(1, n),
+                                  "include": ["distances"]}
+        if ids is not None:
+            # A restricted query fails on ids the store does not have ("Error finding id"), and a
+            # row's possible ids are a superset: ask which exist first.
+            ids = ids if verified else self._existing(ids)
+            if not ids:
+                return [], True
+            kwargs["ids"] = ids
+            kwargs["n_results"] = max(1, min(n, len(ids)))
+        if where:
+            kwargs["where"] = where
+        got = self._call("query", "query", **kwargs)
+        if not got["ids"] or not got["ids"][0]:
+            if ids is None and where is None:
+                count = self._call("count", "count")
+                if not count:
+                    raise VectorUnavailable("the vector store is empty (nothing synced yet)")
+            return [], True
+        docs = got["ids"][0]
+        if ids is not None:
+            return collapse(docs, got["distances"][0]), True
+        # Fewer documents than asked is not proof of the end: Chroma's HNSW search returns at most
+        # about its ef_search candidates (177 of 500 asked, measured at 313k documents). Only a
+        # store that holds no more than was asked is exhausted.
+        exhaustive = len(docs) < kwargs["n_results"] and self._count() <= kwargs["n_results"]
+        return collapse(docs, got["distances"][0]), exhaustive
+
+    def _count(self) -> int:
+        now = time.monotonic()
+        if now - self._count_at > COUNT_TTL_S:
+            self._count_value = int(self._call("count", "count"))
+            self._count_at = now
+        return self._count_value
+
+    def _existing(self, ids: list[str]) -> list[str]:
+        """The ids the store has, asked in chunks (Chroma's own SQLite limits bound variables)."""
+        out: list[str] = []
+        for i in range(0, len(ids), ID_CHUNK):
+            out.extend(self._call("get", "get", ids=ids[i:i + ID_CHUNK], include=[])["ids"])
+        return out
+
+    def vectors(self, doc_ids: list[str]) -> dict[str, npt.NDArray[np.float32]]:
+        """Stored vectors of the given documents (missing ones are absent)."""
+        got = self._call("get", "get", ids=doc_ids, include=["embeddings"])
+        embs = got.get("embeddings")
+        if embs is None:
+            return {}
+        return {i: np.asarray(e, dtype=np.float32) for i, e in zip(got["ids"], embs, strict=True)}

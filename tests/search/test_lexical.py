@@ -1,0 +1,120 @@
+"""The lexical side: which index answers (memsync's text index with the FTS5 tail, the app's FTS5
+tables, memsync's own FTS index), and that the choice changes the index, never the matches."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.settings import Settings
+from memsync.search.lexical import EXCLUDED_CAP, LexicalSide
+from memsync.search.models import Filters, Order, Window
+from memsync.search.sql import SourceRows
+from memsync.worker.importer import import_records
+from memsync.worker.textsync import TextSync
+from tests.conftest import BASE_MS, make_db, mixed_records, obs, prompt, summary
+
+ALL_TIME = Window(0, None, None, "all_time")
+
+
+def records() -> list[dict[str, object]]:
+    return [*mixed_records(8),
+            obs(50, narrative="zeppelin hangar doors", type="feature", concepts=["airship"]),
+            obs(51, "beta", narrative="the zeppelin mooring mast", files_read=["docs/mast.md"]),
+            summary(52, learned="zeppelins need helium"),
+            prompt(53, prompt_text="where do zeppelins land")]
+
+
+def build(tmp: Path, fts: bool = True, text_index: bool = False) -> Settings:
+    s = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", text_index=text_index)
+    make_db(s.db, records(), fts=fts)
+    if text_index:
+        sync = TextSync(s)
+        try:
+            assert sync.step(force_full=True) is not None
+        finally:
+            sync.close()
+    return s
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
+    with concurrent.futures.ThreadPoolExecutor(2) as p:
+        yield p
+
+
+def rank(s: Settings, pool: concurrent.futures.Executor, text: str, filters: Filters | None = None,
+         window: Window = ALL_TIME, use_text_index: bool = True) -> tuple[dict[Kind, list[int]], LexicalSide]:
+    rows = SourceRows.open(s)
+    side = LexicalSide(s, rows, text, pool, use_text_index)
+    try:
+        return side.rank([(k, filters or Filters()) for k in KINDS], window, 20), side
+    finally:
+        side.close()
+        rows.close()
+
+
+def test_the_app_tables_answer_without_a_text_index(tmp_path: Path, pool: concurrent.futures.Executor) -> None:
+    s = build(tmp_path)
+    ranked, side = rank(s, pool, "zeppelin")
+    assert side.index is None
+    assert ranked == {Kind.OBSERVATION: [9, 10], Kind.SUMMARY: [9], Kind.PROMPT: [9]}
+    assert not (s.data_dir / "lexical.db").exists()
+
+
+def test_own_index_answers_when_the_database_has_no_fts_tables(tmp_path: Path,
+                                                                pool: concurrent.futures.Executor) -> None:
+    s = build(tmp_path, fts=False)
+    ranked, _ = rank(s, pool, "zeppelins")
+    assert {k: sorted(v) for k, v in ranked.items()} == {Kind.OBSERVATION: [9, 10], Kind.SUMMARY: [9],
+                                                         Kind.PROMPT: [9]}
+    assert (s.data_dir / "lexical.db").exists()
+
+
+def test_text_index_with_the_fts5_tail(tmp_path: Path, pool: concurrent.futures.Executor) -> None:
+    s = build(tmp_path, text_index=True)
+    import_records(s.db, [obs(60, narrative="a zeppelin added after the index")])
+    ranked, side = rank(s, pool, "zeppelin")
+    assert side.index is not None and side.index.watermark(Kind.OBSERVATION) == 10
+    assert sorted(ranked[Kind.OBSERVATION]) == [9, 10, 11]  # 11 from FTS5: newer than the index
+    _, semantic_only = rank(s, pool, "zeppelin", use_text_index=False)
+    assert semantic_only.index is None
+
+
+@pytest.mark.parametrize("filters", [Filters(), Filters(project="beta"), Filters(types=("feature",)),
+                                     Filters(concepts=("airship",)), Filters(files=("mast.md",))],
+                         ids=["none", "project", "types", "concepts", "files"])
+@pytest.mark.parametrize("window", [ALL_TIME, Window(1, BASE_MS + 50_600, None, "window")], ids=["all", "recent"])
+def test_whichever_index_answers_the_matches_are_the_same(tmp_path_factory: pytest.TempPathFactory,
+                                                          pool: concurrent.futures.Executor, filters: Filters,
+                                                          window: Window) -> None:
+    answers = []
+    for fts, text_index in ((True, True), (True, False), (False, False)):
+        s = build(tmp_path_factory.mktemp("db"), fts=fts, text_index=text_index)
+        ranked, _ = rank(s, pool, "zeppelin helium", filters, window)
+        answers.append({k: sorted(v) for k, v in ranked.items()})
+    assert answers[0] == answers[1] == answers[2]
+    # The feature with the concept is older than the recent window.
+    nothing_expected = bool(filters.types or filters.concepts) and window.start_ms is not None
+    assert any(answers[0].values()) is not nothing_expected
+
+
+def test_date_order_and_the_count_outside_the_window(tmp_path: Path, pool: concurrent.futures.Executor) -> None:
+    s = build(tmp_path, text_index=True)
+    import_records(s.db, [obs(200 + i, narrative=f"zeppelin log {i}") for i in range(EXCLUDED_CAP + 5)])
+    rows = SourceRows.open(s)
+    side = LexicalSide(s, rows, "zeppelin", pool)
+    try:
+        newest = side.dated([Kind.OBSERVATION], Filters(), ALL_TIME, 3, Order.NEWEST)
+        assert {k for k, _ in newest} == {(Kind.OBSERVATION, i) for i in (115, 114, 113)}
+        recent = Window(1, BASE_MS + 50_500, None, "window")  # obs 50 and 51 fall before it
+        assert side.excluded([Kind.OBSERVATION], Filters(), recent) == 1  # obs(50), at +50 s
+        assert side.excluded([Kind.OBSERVATION], Filters(), Window(1, BASE_MS + 10**9, None, "window")) == EXCLUDED_CAP
+        assert side.excluded(list(KINDS), Filters(), ALL_TIME) == 0
+    finally:
+        side.close()
+        rows.close()
