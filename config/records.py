@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal, get_args
 
 from memsync.config.claude_mem.schema import KINDS, Kind
@@ -25,11 +25,16 @@ _REF_KINDS = {"": Kind.OBSERVATION, "o": Kind.OBSERVATION, "s": Kind.SUMMARY, "p
 KIND_NAMES: dict[Kind, str] = {Kind.OBSERVATION: "observations", Kind.SUMMARY: "sessions", Kind.PROMPT: "prompts"}
 KindChoice = Literal["all", "observations", "sessions", "prompts"]
 KIND_CHOICES: tuple[str, ...] = get_args(KindChoice)
+# The plural of each kind's own name, for counts (``memsync status``: "12 summaries").
+KIND_PLURALS: dict[Kind, str] = {Kind.OBSERVATION: "observations", Kind.SUMMARY: "summaries", Kind.PROMPT: "prompts"}
 KIND_ALIASES: dict[str, Kind] = {
     "observation": Kind.OBSERVATION, "observations": Kind.OBSERVATION, "obs": Kind.OBSERVATION,
     "summary": Kind.SUMMARY, "summaries": Kind.SUMMARY, "session": Kind.SUMMARY, "sessions": Kind.SUMMARY,
     "prompt": Kind.PROMPT, "prompts": Kind.PROMPT, "user_prompts": Kind.PROMPT,
 }
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class RecordRefError(ValueError):
@@ -87,8 +92,11 @@ def parse_iso(text: str) -> datetime:
 
 
 def ms_from_iso(text: str) -> int:
-    """Epoch milliseconds of an ISO-8601 date or date-time (naive = UTC)."""
-    return int(parse_iso(text).timestamp() * 1000)
+    """Epoch milliseconds of an ISO-8601 date or date-time (naive = UTC).
+
+    Integer arithmetic on the timedelta: ``int(timestamp() * 1000)`` loses a millisecond on
+    values such as ``...00.001Z`` (1.001 * 1000 = 1000.999...), found by the round-trip test."""
+    return (parse_iso(text) - _EPOCH) // timedelta(milliseconds=1)
 
 
 def iso_from_ms(ms: int) -> str:

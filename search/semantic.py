@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memsync.config.claude_mem.schema import KINDS, Kind
-from memsync.config.docids import possible_doc_ids
+from memsync.config.docids import DOC_TYPES, possible_doc_ids
 from memsync.config.formats.sync_records import synced_doc_ids
 from memsync.config.settings import Settings
 from memsync.search.models import Filters, Key, Window
@@ -33,7 +33,6 @@ from memsync.search.vectorstore import RowHit, VectorStore, VectorUnavailable
 
 OVERFETCH = 5  # second, deeper look before searching the filtered rows exactly ...
 MAX_OVERFETCH = 5000  # ... at most this many documents deep
-_DOC_TYPES = {Kind.OBSERVATION: "observation", Kind.SUMMARY: "session_summary", Kind.PROMPT: "user_prompt"}
 
 Vector = npt.NDArray[np.float32]
 
@@ -172,7 +171,7 @@ class SemanticSide:
         if window.end_ms is not None:
             clauses.append({"created_at_epoch": {"$lte": window.end_ms}})
         if len(kinds) < len(KINDS):
-            clauses.append({"doc_type": {"$in": [_DOC_TYPES[k] for k in kinds]}})
+            clauses.append({"doc_type": {"$in": [DOC_TYPES[k] for k in kinds]}})
         if filters.types:
             clauses.append({"type": {"$in": list(filters.types)}})
         if filters.project:

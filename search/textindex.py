@@ -18,7 +18,7 @@ from typing import Any
 import tantivy
 
 from memsync.config.claude_mem.schema import Kind
-from memsync.config.formats.text_index import KIND_CODE, index_path, open_index, read_meta, source_id, terms
+from memsync.config.formats.text_index import KIND_TERM, index_path, open_index, read_meta, source_id, terms
 from memsync.config.settings import Settings
 from memsync.search import fts
 from memsync.search.models import Filters, Window
@@ -71,7 +71,7 @@ class TextIndex:
         Q, Occur = tantivy.Query, tantivy.Occur
         words = Q.boolean_query([(Occur.Should, Q.term_query(self._schema, "body", t)) for t in wanted])
         must: list[tuple[Any, Any]] = [(Occur.Must, words),
-                                       (Occur.Must, Q.term_query(self._schema, "kind", KIND_CODE[kind]))]
+                                       (Occur.Must, Q.term_query(self._schema, "kind", KIND_TERM[kind]))]
         if filters.project:
             must.append((Occur.Must, Q.term_query(self._schema, "project", filters.project)))
         if filters.types:

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memsync.config.claude_mem.schema import KINDS, Kind
-from memsync.config.formats.vector_copy import KIND_CODE, Manifest, copy_dir, open_arrays
+from memsync.config.formats.vector_copy import KIND_BYTE, Manifest, copy_dir, open_arrays
 from memsync.config.settings import Settings
 from memsync.search.models import Filters, Window
 from memsync.search.vectorstore import RowHit
@@ -56,7 +56,7 @@ class VectorCopy:
         """Positions of the live documents that pass kind, window, project and types."""
         e = self._entries
         mask = e["live"] == 1
-        codes = [KIND_CODE[k] for k in kinds]
+        codes = [KIND_BYTE[k] for k in kinds]
         if len(codes) < len(KINDS):
             mask &= np.isin(e["kind"], codes)
         if window.start_ms is not None:

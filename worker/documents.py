@@ -20,7 +20,7 @@ from typing import Any
 
 from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
 from memsync.config.claude_mem.values import clean, parse_list
-from memsync.config.docids import fact_field, format_doc_id
+from memsync.config.docids import DOC_TYPES, fact_field, format_doc_id
 from memsync.config.records import RecordRefError, ms_from_iso
 
 # Bump when the derivation below changes: every row is then re-derived and compared by hash.
@@ -37,12 +37,6 @@ TITLE_POLICY = "fold"
 MAX_TEXT_CHARS = 8000
 # Metadata strings are capped: they are for filtering and display, and bloat the index otherwise.
 MAX_META_CHARS = 1000
-
-DOC_TYPES: dict[Kind, str] = {
-    Kind.OBSERVATION: "observation",
-    Kind.SUMMARY: "session_summary",
-    Kind.PROMPT: "user_prompt",
-}
 
 COMMON_KEYS = (
     "sqlite_id", "doc_type", "memory_session_id", "project", "merged_into_project", "platform_source",

@@ -42,8 +42,6 @@ from memsync.config.claude_mem.schema import (
 from memsync.config.claude_mem.values import LIST_COLUMNS
 from memsync.config.records import iso_from_ms, ms_from_iso
 
-KIND_NAMES = {"observation": Kind.OBSERVATION, "summary": Kind.SUMMARY, "prompt": Kind.PROMPT}
-
 
 class RecordError(ValueError):
     """A record cannot be imported; the message names the line and the problem."""
@@ -147,11 +145,11 @@ def import_records(path: Path, records: Iterable[Mapping[str, Any]]) -> ImportRe
         writer = _Writer(conn, detect(conn))
         with conn:
             for n, rec in enumerate(records, start=1):
+                if rec.get("kind") not in set(Kind):  # the kinds' own names: observation, summary, prompt
+                    raise RecordError(f"record {n}: kind must be one of {', '.join(Kind)}")
+                kind = Kind(rec["kind"])
                 try:
-                    kind = KIND_NAMES[str(rec.get("kind"))]
                     writer.record(kind, rec)
-                except KeyError:
-                    raise RecordError(f"record {n}: kind must be one of {', '.join(KIND_NAMES)}") from None
                 except (ValueError, TypeError, sqlite3.IntegrityError) as exc:
                     raise RecordError(f"record {n}: {exc}") from exc
                 counts[kind] += 1

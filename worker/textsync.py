@@ -24,7 +24,7 @@ import tantivy
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.claude_mem.values import clean
 from memsync.config.formats.text_index import (
-    KIND_CODE,
+    KIND_TERM,
     META_FILE,
     VERSION,
     index_path,
@@ -115,7 +115,7 @@ class TextIndexWriter:
                     int(mark["n"]), int(mark["hash"])):
                 mark = None  # an edit or delete below the watermark
             if mark is None:
-                self._writer.delete_documents_by_term("kind", KIND_CODE[kind])
+                self._writer.delete_documents_by_term("kind", KIND_TERM[kind])
                 self._add_rows(reader, kind, cols, 0, max_id)
                 n, text_hash = reader.text_fingerprint(kind, cols, 0, max_id)
                 rebuilt.append(kind.value)
@@ -142,7 +142,7 @@ class TextIndexWriter:
             batch = [r for r in reader.read_batch(kind, after, READ_BATCH) if r.id <= up_to]
             for row in batch:
                 doc = tantivy.Document()
-                doc.add_text("kind", KIND_CODE[kind])
+                doc.add_text("kind", KIND_TERM[kind])
                 doc.add_integer("row", row.id)
                 for project in {row.project, row.merged_into_project} - {""}:
                     doc.add_text("project", project)

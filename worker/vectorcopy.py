@@ -27,7 +27,7 @@ from memsync.config.docids import DocIdError, format_doc_id, parse_doc_id
 from memsync.config.formats.vector_copy import (
     ENTRIES_FILE,
     ENTRY,
-    KIND_CODE,
+    KIND_BYTE,
     LIVE_OFFSET,
     LOCK_FILE,
     VECTORS_FILE,
@@ -128,7 +128,7 @@ class VectorCopyWriter:
         field_name = d.field or ""
         if not add and field_name not in self._codes["fields"]:
             return None
-        return KIND_CODE[d.kind], d.sqlite_id, self._code("fields", field_name)
+        return KIND_BYTE[d.kind], d.sqlite_id, self._code("fields", field_name)
 
     def put(self, doc_ids: Sequence[str], vectors: npt.NDArray[np.float32],
             metadatas: Sequence[Mapping[str, Any]]) -> None:

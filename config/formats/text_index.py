@@ -32,7 +32,7 @@ INDEX_DIR = "text-index"
 META_FILE = "memsync-meta.json"
 VERSION = 2  # 2: per-kind fingerprints are text hashes (1 had text lengths); a 1 is rebuilt
 ANALYZER = "memsync_en"
-KIND_CODE = {Kind.OBSERVATION: "o", Kind.SUMMARY: "s", Kind.PROMPT: "p"}
+KIND_TERM: dict[Kind, str] = {Kind.OBSERVATION: "o", Kind.SUMMARY: "s", Kind.PROMPT: "p"}  # the `kind` field's term
 FINGERPRINT_HASH_BYTES = 4  # per-row hashes that SQLite sums: 2^31 rows before an int64 could overflow
 
 

@@ -50,7 +50,7 @@ ENTRY = np.dtype([
     ("field", "<i2"), ("type", "<i2"), ("kind", "u1"), ("live", "u1"),
 ])
 LIVE_OFFSET = ENTRY.itemsize - 1  # `live`, the last byte of a packed entry
-KIND_CODE: dict[Kind, int] = {k: i for i, k in enumerate(KINDS)}
+KIND_BYTE: dict[Kind, int] = {k: i for i, k in enumerate(KINDS)}  # an entry's `kind` byte
 
 
 def copy_dir(settings: Settings, collection: str) -> Path:

@@ -17,7 +17,7 @@ from memsync.config.settings import Settings
 from memsync.worker.verify import verify
 from tests.conftest import free_port, make_db, mixed_records
 from tests.servers.conftest import MEMSYNC, ROOT, HttpServer, server_env
-from tests.test_worker import write_rows
+from tests.system.test_worker import write_rows
 
 pytestmark = pytest.mark.slow
 LAST_OBSERVATION = 50  # 20 from mixed_records, then every tenth of the 300 written rows

@@ -27,7 +27,7 @@ from memsync.search.textindex import TextIndex
 from memsync.worker.importer import import_records
 from memsync.worker.verify import verify
 from tests.conftest import make_db, mixed_records, prompt
-from tests.test_e2e import ROOT, env_for, free_port
+from tests.system.test_e2e import ROOT, env_for, free_port
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ from tests.conftest import free_port, make_db, mixed_records
 
 pytestmark = pytest.mark.slow
 MEMSYNC = [sys.executable, "-m", "memsync"]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def env_for(settings: Settings, **extra: str) -> dict[str, str]:
