@@ -14,7 +14,6 @@ With `memsync worker` running (managed mode) as its own process:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import threading
@@ -25,7 +24,7 @@ from typing import Any
 from memsync.config.embedding import get_embedder
 from memsync.worker.demo import generate
 from memsync.worker.importer import import_records
-from scripts.benchlib import report, start_worker, stop_worker
+from scripts.benchlib import report, start_worker, stop_worker, worker_status
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -41,13 +40,6 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def worker_status(data_dir: Path) -> dict[str, Any]:
-    try:
-        return dict(json.loads((data_dir / "worker.json").read_text()))
-    except (OSError, ValueError):
-        return {}
 
 
 def wait(predicate: Any, timeout: float, what: str) -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from memsync.worker.demo import generate
 from memsync.worker.importer import import_records
-from scripts.bench_lag import rss_mb, wait, worker_status
-from scripts.benchlib import report, start_worker, stop_worker
+from scripts.bench_lag import rss_mb, wait
+from scripts.benchlib import report, start_worker, stop_worker, worker_status
 
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float:

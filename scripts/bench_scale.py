@@ -33,9 +33,9 @@ from memsync.search import Mode, Searcher
 from memsync.worker.demo import PROJECTS, generate
 from memsync.worker.importer import import_records, init_db
 from memsync.worker.resync import resync
-from scripts.bench_lag import rss_mb, worker_status
+from scripts.bench_lag import rss_mb
 from scripts.bench_search import QUERIES, PoolEmbedder, pct
-from scripts.benchlib import ROOT, free_port, print_table, settings_env, write_json
+from scripts.benchlib import ROOT, free_port, print_table, settings_env, worker_status, write_json
 
 
 def size_mb(path: Path) -> float:

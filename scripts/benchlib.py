@@ -15,11 +15,17 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from memsync.config.formats.worker_status import read_worker_status
 from memsync.config.settings import ENV_PREFIX, Settings
 from memsync.worker.demo import generate
 from memsync.worker.importer import import_records, init_db
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def worker_status(data_dir: Path) -> dict[str, Any]:
+    """What the worker of ``data_dir`` last wrote in ``worker.json`` ({} before it wrote anything)."""
+    return read_worker_status(data_dir) or {}
 
 
 def free_port() -> int:

@@ -44,7 +44,7 @@ from memsync.config.chroma.server import ServerInfo, pid_alive
 from memsync.config.settings import Settings
 from memsync.search import Searcher
 from memsync.worker.importer import import_records, init_db
-from scripts.benchlib import ROOT, free_port, print_table, settings_env, write_json
+from scripts.benchlib import ROOT, free_port, print_table, settings_env, worker_status, write_json
 
 MEMSYNC = [sys.executable, "-m", "memsync"]
 FAULTS = ("kill_worker", "kill_chroma", "write_lock", "hostile_rows")
@@ -297,13 +297,6 @@ class WorkerProcess:
         return code
 
 
-def worker_json(data_dir: Path) -> dict[str, Any]:
-    try:
-        return dict(json.loads((data_dir / "worker.json").read_text()))
-    except (OSError, ValueError):
-        return {}
-
-
 def wait_for(predicate: Any, seconds: float) -> bool:
     """Poll ``predicate`` every 0.2 s until it holds or ``seconds`` pass."""
     deadline = time.monotonic() + seconds
@@ -364,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     run = Run(settings, random.Random(args.seed))
     worker = WorkerProcess(settings, settings.data_dir / "worker.log")
     worker.start()
-    if not wait_for(lambda: worker_json(settings.data_dir).get("chroma_reachable"), 180):
+    if not wait_for(lambda: worker_status(settings.data_dir).get("chroma_reachable"), 180):
         print("the worker did not come up", file=sys.stderr)
         worker.stop()
         return 1
@@ -412,11 +405,11 @@ def main(argv: list[str] | None = None) -> int:
         t.join(60)
     # The status must be the running worker's: after a late kill_worker fault, worker.json is still
     # the killed one's until its successor writes it.
-    caught_up = wait_for(lambda: (w := worker_json(settings.data_dir)).get("pid") == worker.proc.pid  # type: ignore[union-attr]
+    caught_up = wait_for(lambda: (w := worker_status(settings.data_dir)).get("pid") == worker.proc.pid  # type: ignore[union-attr]
                          and w.get("pending_rows") == 0 and w.get("chroma_reachable"), 300)
-    before = int(worker_json(settings.data_dir).get("reconciles", 0))
+    before = int(worker_status(settings.data_dir).get("reconciles", 0))
     os.kill(worker.proc.pid, signal.SIGUSR1)  # type: ignore[union-attr]
-    reconciled = wait_for(lambda: int(worker_json(settings.data_dir).get("reconciles", 0)) > before, 600)
+    reconciled = wait_for(lambda: int(worker_status(settings.data_dir).get("reconciles", 0)) > before, 600)
     worker_exit = worker.stop()
     report = memsync_json(settings, "verify")
     status = memsync_json(settings, "status")
