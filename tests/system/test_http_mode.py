@@ -83,13 +83,18 @@ def test_worker_and_two_search_servers_share_one_remote_chroma(tmp_path: Path) -
         report = verify(s)
         assert report.clean and report.duplicates == 0
     finally:
+        # Stop everything before asserting on how it stopped: a failed assertion here must not
+        # leave the Chroma server running (it once did, when the worker had crashed).
         for srv in servers:
             srv.close()
+        worker_code = None
         if worker is not None:
             worker.terminate()
-            assert worker.wait(60) == 0
-        assert chroma.poll() is None  # http mode never stops a server it did not start
+            worker_code = worker.wait(60)
+        chroma_survived = chroma.poll() is None
         chroma.terminate()
         chroma.wait(30)
         log.close()
+    assert worker_code == 0, (s.data_dir / "worker.log").read_text()[-3000:]
+    assert chroma_survived  # http mode never stops a server it did not start
     assert not pid_alive(chroma.pid) and all(srv.proc.poll() is not None for srv in servers)
