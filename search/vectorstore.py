@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,6 +28,7 @@ from memsync.config.claude_mem.schema import Kind
 from memsync.config.docids import DocIdError, parse_doc_id
 from memsync.config.embedding import Embedder
 from memsync.config.errors import ConfigError, StoreUnavailable
+from memsync.config.formats.worker_status import worker_state
 from memsync.config.settings import Settings
 
 RETRY_AFTER_S = 3.0
@@ -46,6 +48,18 @@ class RowHit:
     id: int
     similarity: float
     field: str | None
+
+
+def empty_store_reason(data_dir: Path) -> str:
+    """Why an empty store cannot answer, from what the worker last said (``worker.json``): nothing
+    synced yet, or a store that lost the documents the sync records hold (being repaired, or not)."""
+    worker = worker_state(data_dir, int(time.time() * 1000))
+    records = worker.get("records_documents")
+    if not isinstance(records, int) or records <= 0:
+        return "the vector store is empty (nothing synced yet)"
+    repair = ("the worker is repairing it" if worker["up"]
+              else "start `memsync worker` or run `memsync resync` to repair it")
+    return f"the vector store holds 0 of {records:,} documents; {repair}"
 
 
 def collapse(ids: Sequence[str], distances: Sequence[float]) -> list[RowHit]:
@@ -162,7 +176,7 @@ class VectorStore:
             if ids is None and where is None:
                 count = self._call("count", "count")
                 if not count:
-                    raise VectorUnavailable("the vector store is empty (nothing synced yet)")
+                    raise VectorUnavailable(empty_store_reason(self.settings.data_dir))
             return [], True
         docs = got["ids"][0]
         if ids is not None:
