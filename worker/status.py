@@ -54,6 +54,7 @@ class StatusReport:
     pending_rows: int = 0
     text_index: dict[str, Any] = field(default_factory=dict)
     vector_copy: dict[str, Any] = field(default_factory=dict)
+    store: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -68,6 +69,7 @@ class StatusReport:
             "pending_rows": self.pending_rows,
             "text_index": self.text_index,
             "vector_copy": self.vector_copy,
+            "store": self.store,
         }
 
     def total(self, kind: str) -> Bucket:
@@ -110,6 +112,23 @@ def vector_copy_state(settings: Settings, collection: str | None) -> dict[str, A
     return {"enabled": True, "present": True, "complete": manifest.complete, "documents": live}
 
 
+def store_state(worker: dict[str, Any], now: int, reconcile_interval_s: float) -> dict[str, Any]:
+    """The vector store beside the sync records, as the worker last read both (``worker.json``;
+    status itself never asks Chroma). Documents the records hold but the store lacks are
+    ``missing``: pending until the worker's repair re-drives them, never counted as synced.
+    ``stuck`` when the two have differed for longer than one reconcile interval (a repair should
+    have run by then; an in-flight batch differs only for a moment)."""
+    count, records = worker.get("store_documents"), worker.get("records_documents")
+    if not isinstance(count, int) or not isinstance(records, int):
+        return {"known": False}
+    since = worker.get("store_differs_since_ms")
+    differing_ms = now - int(since) if isinstance(since, int) else 0
+    return {"known": True, "documents": count, "records": records, "read_at_ms": worker.get("store_read_at_ms"),
+            "missing": max(0, records - count), "extra": max(0, count - records),
+            "differs_since_ms": since, "repairs": int(worker.get("store_repairs") or 0),
+            "stuck": differing_ms > reconcile_interval_s * 1000}
+
+
 def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
     """Build the status report from the source database and the sync records."""
     with SyncState(settings.state_path) as state:
@@ -150,6 +169,7 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
         report.text_index = text_index_state(settings, max_ids)
     report.vector_copy = vector_copy_state(settings, collection)
     report.worker = worker_state(settings.data_dir, now_ms())
+    report.store = store_state(report.worker, now_ms(), settings.reconcile_interval_s)
     if last:
         report.last_run = {"finished_at_ms": last[0], **json.loads(last[1])}
     return report

@@ -142,6 +142,10 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
         problems.append(f"worker down ({w.get('reason')})")
     if report.lag_ms > max_lag * 1000:
         problems.append(f"lag {report.lag_ms / 1000:.1f}s > {max_lag:g}s")
+    store = report.store
+    if store.get("stuck"):
+        problems.append(f"the vector store holds {store['documents']} documents, the sync records "
+                        f"{store['records']}, for over one reconcile interval")
     if check:
         text = "unhealthy: " + "; ".join(problems) if problems else f"healthy: lag {report.lag_ms / 1000:.1f}s"
         emit({"healthy": not problems, "problems": problems, "lag_ms": report.lag_ms, "worker": w}, as_json, text)
@@ -155,7 +159,7 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     lines = [f"worker: {state}; mode {settings.chroma_mode}; chroma reachable: {w.get('chroma_reachable', False)}",
              f"lag: {report.lag_ms / 1000:.1f}s; pending rows: {report.pending_rows}; "
              f"failed rows: {sum(report.total(k).failed for k in report.buckets)}",
-             f"collection: {report.collection or '(nothing synced yet)'}",
+             f"collection: {report.collection or '(nothing synced yet)'}; store: {_store_line(store)}",
              f"text index: {_text_index_line(report.text_index)}; vector copy: {_copy_line(report.vector_copy)}",
              f"{'kind':<13}{'project':<24}{'rows':>8}{'synced':>8}{'docs':>8}{'pending':>8}{'failed':>8}  last sync"]
     for kind, projects in report.buckets.items():
@@ -165,6 +169,17 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     for f in report.failures[:10]:
         lines.append(f"failed: {f['kind']} {f['id']}: {f['reason']}")
     click.echo("\n".join(lines))
+
+
+def _store_line(store: dict[str, Any]) -> str:
+    if not store.get("known"):
+        return "not read yet (the worker reads its count)"
+    line = f"{store['documents']} documents, read {utc_stamp(store['read_at_ms'])}"
+    if store["missing"]:
+        line += f"; {store['missing']} missing (pending: the worker re-drives them)"
+    if store["extra"]:
+        line += f"; {store['extra']} without a sync record (the worker checks them)"
+    return line
 
 
 def _text_index_line(state: dict[str, Any]) -> str:
