@@ -9,6 +9,8 @@ Errors: a refused value is 400 ``{"detail": message}``; the database or store be
 503 with the reason; anything unexpected is a 500 with a fixed message (the details go to the
 log, never to the client). Listening beyond loopback needs ``api_token``; when a token is set,
 every endpoint but ``/``, ``/healthz`` and the OpenAPI document needs ``Authorization: Bearer``.
+A request for a foreign ``Host`` (421) or from a foreign ``Origin`` (403) is refused before any
+of this (``servers.hosts``: DNS rebinding); CORS headers only for the configured origins.
 """
 
 from __future__ import annotations
@@ -24,14 +26,17 @@ from importlib.resources import files
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memsync.config.claude_mem.schema import Kind, SchemaError
 from memsync.config.errors import ConfigError, MemsyncError
 from memsync.config.records import KindChoice, format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher, VectorUnavailable
+from memsync.servers.hosts import HostGuard, HostRule
 from memsync.servers.params import MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS, BadRequest, Requests, SearchArgs
 
 log = logging.getLogger("memsync.http")
@@ -66,6 +71,56 @@ def check_binding(host: str, settings: Settings) -> None:
                           "listen on 127.0.0.1.")
 
 
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes gets 413, declared (``Content-Length``)
+    or not (chunked: counted as it arrives, never read past the limit). The body, at most
+    ``limit`` bytes, is read before the app runs and handed to it as one message."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def refuse(self, send: Send, status: int, detail: str) -> None:
+        body = JSONResponse({"detail": detail}).body
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_big = f"request body larger than {self.limit} bytes"
+        declared = [v for k, v in scope.get("headers") or [] if k == b"content-length"]
+        if declared and (not declared[0].isdigit() or int(declared[0]) > self.limit):
+            await self.refuse(send, 413 if declared[0].isdigit() else 400,
+                              too_big if declared[0].isdigit() else "bad Content-Length")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        pending: list[Message] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                pending.append(message)  # the client went away: the app sees it after the body
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await self.refuse(send, 413, too_big)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        pending.insert(0, {"type": "http.request", "body": b"".join(chunks), "more_body": False})
+
+        async def replay() -> Message:
+            return pending.pop(0) if pending else await receive()
+
+        await self.app(scope, replay, send)
+
+
 class Metrics:
     """The server's own Prometheus figures, in a registry of their own."""
 
@@ -80,8 +135,10 @@ class Metrics:
                              ["mode"], registry=self.registry)
 
 
-def create_app(settings: Settings, searcher: Searcher | None = None) -> FastAPI:
-    """The FastAPI application on one shared Searcher (closed when the app shuts down)."""
+def create_app(settings: Settings, searcher: Searcher | None = None, host: str | None = None,
+               port: int | None = None) -> FastAPI:
+    """The FastAPI application on one shared Searcher (closed when the app shuts down), answering
+    the names of a server on ``host:port`` (default ``serve_host:serve_port``)."""
     searcher = searcher or Searcher(settings)
     requests = Requests(searcher, settings.max_query_chars)
     metrics = Metrics()
@@ -103,15 +160,22 @@ def create_app(settings: Settings, searcher: Searcher | None = None) -> FastAPI:
 
     guarded = [Depends(authorized)]
 
+    # Outermost last: measure → HostGuard → CORS (configured origins only) → BodyLimit → routes.
+    rule = HostRule.of(settings, host or settings.serve_host, port or settings.serve_port)
+    app.add_middleware(BodyLimit, limit=MAX_BODY)
+    if rule.cors:
+        app.add_middleware(CORSMiddleware, allow_origins=list(rule.cors), allow_methods=["GET"],
+                           allow_headers=["Authorization"], allow_credentials=False)
+    app.add_middleware(HostGuard, rule=rule)
+
     @app.middleware("http")
     async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         t = time.perf_counter()
-        # Every endpoint is a GET with a short query string: refuse anything bigger before it is read.
+        # Every endpoint is a GET with a short query string: refuse anything bigger before it is read
+        # (bodies: BodyLimit).
         if len(request.scope.get("query_string", b"")) > MAX_QUERY_STRING:
             response: Response = JSONResponse({"detail": f"query string longer than {MAX_QUERY_STRING} bytes"},
                                               status_code=414)
-        elif int(request.headers.get("content-length") or 0) > MAX_BODY:
-            response = JSONResponse({"detail": f"request body larger than {MAX_BODY} bytes"}, status_code=413)
         else:
             response = await call_next(request)
         route = request.scope.get("route")
@@ -233,6 +297,7 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     import uvicorn
 
     host = host or settings.serve_host
+    port = port or settings.serve_port
     check_binding(host, settings)
-    uvicorn.run(create_app(settings), host=host, port=port or settings.serve_port, log_level="warning",
+    uvicorn.run(create_app(settings, host=host, port=port), host=host, port=port, log_level="warning",
                 limit_concurrency=64, timeout_graceful_shutdown=5)

@@ -3,7 +3,9 @@
 Every tool validates through ``servers.params`` and answers in compact markdown
 (``servers.render``). A refused value comes back as a tool error whose text says what to
 change; nothing else of an exception reaches the agent. The tools work without the worker: when
-the vector store cannot be reached the answer is full-text only and its header says so.
+the vector store cannot be reached the answer is full-text only and its header says so. Over
+HTTP it answers only allowed ``Host`` and ``Origin`` values, by the same rule and settings as the
+HTTP API (``servers.hosts``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Annotated, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import Field
 
 from memsync.config.claude_mem.schema import SchemaError
@@ -23,6 +26,7 @@ from memsync.config.records import KindChoice, format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher
 from memsync.servers import render
+from memsync.servers.hosts import HostGuard, HostRule
 from memsync.servers.params import (
     MAX_DEPTH,
     MAX_IDS,
@@ -203,6 +207,9 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
     return mcp
 
 
+MCP_HOST = "127.0.0.1"
+
+
 def serve(settings: Settings, http_port: int | None = None) -> None:
     """Serve over stdio, or over streamable HTTP on 127.0.0.1:``http_port``."""
     searcher = Searcher(settings)
@@ -211,6 +218,15 @@ def serve(settings: Settings, http_port: int | None = None) -> None:
         if http_port is None:
             server.run("stdio")
         else:
-            server.run("streamable-http", host="127.0.0.1", port=http_port)
+            import uvicorn
+
+            # The SDK's transport security gets the lists of servers.hosts, and HostGuard refuses
+            # first with the HTTP API's answer: one rule for both servers.
+            rule = HostRule.of(settings, MCP_HOST, http_port)
+            security = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=rule.sdk_hosts(),
+                                                 allowed_origins=rule.sdk_origins())
+            app = server.streamable_http_app(host=MCP_HOST, transport_security=security)
+            uvicorn.run(HostGuard(app, rule), host=MCP_HOST, port=http_port,
+                        log_level=server.settings.log_level.lower())
     finally:
         searcher.close()

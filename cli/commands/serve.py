@@ -24,7 +24,9 @@ SERVE_HELP = f"""The HTTP API and search page: http://{setting_default("serve_ho
 
 GET /api/search, /api/timeline, /api/records/{{kind}}/{{id}}, /api/similar/{{id}}, /api/status,
 /healthz, /metrics. With a token set (MEMSYNC_API_TOKEN), requests need
-"Authorization: Bearer <token>".
+"Authorization: Bearer <token>". Requests naming another Host than 127.0.0.1, localhost,
+::1 or the listen address get 421, from another web page's Origin 403 (DNS rebinding
+protection); allow more with MEMSYNC_ALLOWED_HOSTS and MEMSYNC_ALLOWED_ORIGINS.
 """
 
 
@@ -39,7 +41,8 @@ def existing_db(settings: Settings) -> Settings:
 @click.command()
 @common_options
 @click.option("--http-port", type=click.IntRange(1, 65535), default=None,
-              help="Serve MCP over streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio.")
+              help="Serve MCP over streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio (Host and "
+                   "Origin checked as by `memsync serve`).")
 def mcp(http_port: int | None, **kwargs: Any) -> None:
     """Serve memsync's search to agents over the Model Context Protocol (stdio by default).
 
@@ -64,11 +67,14 @@ def mcp(http_port: int | None, **kwargs: Any) -> None:
 def serve(host: str | None, port: int | None, **kwargs: Any) -> None:
     """``memsync serve``: its help is SERVE_HELP (the address's default read from the settings)."""
     settings = existing_db(settings_from(kwargs).settings)
-    from memsync.servers.http_api import check_binding
+    from memsync.servers.http_api import check_binding, is_loopback
     from memsync.servers.http_api import serve as serve_http
 
     with errors_as_exit():
         check_binding(host or settings.serve_host, settings)
         click.echo(f"memsync: serving http://{host or settings.serve_host}:{port or settings.serve_port}/ "
                    f"on {settings.db}", err=True)
+        if not settings.allowed_hosts and not is_loopback(host or settings.serve_host):
+            click.echo("memsync: clients reaching this server by another name than its address or a loopback "
+                       "name get 421: list those names in MEMSYNC_ALLOWED_HOSTS", err=True)
         serve_http(settings, host, port)

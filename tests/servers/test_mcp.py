@@ -179,6 +179,18 @@ def test_streamable_http_transport_on_loopback(served: Settings) -> None:
 
             n, text = asyncio.run(run())
             assert n == len(TOOLS) and refs(text)[0] == "#P1" and text.startswith("mode: hybrid")
+
+            # DNS rebinding: the HTTP API's rule (servers.hosts) refuses a foreign Host or Origin.
+            listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            accept = {"Accept": "application/json, text/event-stream"}
+            for headers, status in [({"Host": "attacker.example"}, 421),
+                                    ({"Host": f"attacker.example:{port}"}, 421),
+                                    ({"Origin": "http://attacker.example"}, 403),
+                                    ({"Origin": "http://localhost:3000"}, 403)]:
+                r = httpx.post(f"http://127.0.0.1:{port}/mcp", json=listing, headers={**accept, **headers}, timeout=30)
+                assert r.status_code == status, (headers, r.status_code, r.text)
+                assert "search_user_prompts" not in r.text and "uploads" not in r.text
+                assert ("allowed_hosts" if status == 421 else "allowed_origins") in r.json()["detail"]
         finally:
             proc.terminate()
             proc.wait(10)
