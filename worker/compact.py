@@ -107,6 +107,7 @@ def compact(client: Any, settings: Settings, state: SyncState, model_id: str, di
         if copy is not None:
             copy.close()
     state.copy_records(old, new)
+    state.bind_store(new, stores.collection_identity(new_col, settings), audited_at_ms=state.audited_at(old))
     stores.finish_rebuild(client, settings, new)
     state.set_meta(ACTIVE_COLLECTION, new)
     state.drop_collection(old)

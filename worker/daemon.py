@@ -9,6 +9,10 @@ run on this thread:
 - **Reconcile**: a full hash comparison at start-up, every ``reconcile_interval_s`` (an
   APScheduler job that only raises a flag), on SIGUSR1, and whenever the database was replaced
   (new inode, or a max id below one seen before).
+- **Store check**: at each reconcile, each health check and each (re)connect, the collection's
+  identity and count against the sync records; when they differ (a store wiped, restored or
+  replaced), and every ``store_audit_interval_s``, the records are aligned with the store's ids
+  and a reconcile re-drives exactly what changed (``worker.target.check_store``).
 - **Idle**: fill the vector copy, then compact when due (``worker.maintenance``).
 - **Degraded**: Chroma or the database unavailable: rows stay pending and retries back off
   (``worker.health``, which also checks Chroma's heartbeat and writes ``DATA_DIR/worker.json``).
@@ -37,7 +41,7 @@ from memsync.worker.signals import SignalRelay
 from memsync.worker.state import SyncState
 from memsync.worker.sync import Syncer, SyncResult
 from memsync.worker.tail import SourceTail
-from memsync.worker.target import SyncTarget
+from memsync.worker.target import SyncTarget, check_store, store_counts
 from memsync.worker.textsync import TextSync
 
 
@@ -63,6 +67,7 @@ class Worker:
         self._lock = WorkerLock(settings.data_dir)
         self._state: SyncState | None = None
         self._signals: SignalRelay | None = None
+        self._store_due = True  # check the collection against the records at the next step
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -150,6 +155,7 @@ class Worker:
         try:
             self._text.step(force_full=True)
             state = self._ensure_open()
+            self._check_store(state)
             result = self._pass(full=True)
             if not result.interrupted and self._target.copy is not None and not self._target.copy.complete:
                 fill_copy(self._target, state, budget=None)
@@ -181,11 +187,16 @@ class Worker:
             if self.health_due.is_set():
                 self.health_due.clear()
                 self.health.check_chroma(self._target)
+                self._store_due = True
             self._text.step()  # before Chroma: it keeps the lexical fallback fast while Chroma is down
             state = self._ensure_open()
             collection = self._target.collection
             assert collection is not None
             full = self.reconcile_due.is_set() or self._tail.replaced()
+            if full or self._store_due:
+                # Records that no longer say what the store holds were just aligned with it: a full
+                # pass re-drives exactly those rows.
+                full = self._check_store(state) or full
             if full:
                 self.reconcile_due.clear()
                 self._pass(full=True)
@@ -221,7 +232,18 @@ class Worker:
         self._tail.open()
         if self._target.open(self._state):
             self.health.status.chroma_reachable = True
+            self._store_due = True  # a new connection may be to a new (wiped, restored, other) store
         return self._state
+
+    def _check_store(self, state: SyncState) -> bool:
+        """Check the active collection against the records (aligning them when they differ); True
+        when records were corrected, so a full pass must follow."""
+        sink = self._target.sink
+        assert sink is not None
+        self._store_due = False
+        check = check_store(self.s, state, sink, self._target.copy, self._target.embedder.model_id)
+        self.health.store_checked(check)
+        return check.repaired
 
     def _pass(self, full: bool) -> SyncResult:
         reader, state, sink = self._tail.reader, self._state, self._target.sink
@@ -234,6 +256,9 @@ class Worker:
         if syncer.copy is None:  # a copy write failed: stop using it
             self._target.close_copy()
         self.health.record_pass(result, full)
+        if full and self.health.status.store_differs_since_ms is not None:
+            # After a repair's pass: the counts as they are now (the next health check would too).
+            self.health.store_checked(store_counts(state, sink))
         if result.updated or result.deleted:
             self._compaction.churned()  # new churn: look at it at the next idle step
         self._update_lag()

@@ -27,7 +27,7 @@ from memsync.worker.source import SourceReader
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
 from memsync.worker.sync import SyncResult
 from memsync.worker.tail import oldest_pending_ms
-from memsync.worker.target import SyncTarget
+from memsync.worker.target import StoreCheck, SyncTarget
 
 if TYPE_CHECKING:
     from memsync.worker.metrics import WorkerMetrics
@@ -55,13 +55,31 @@ class Health:
             raise ConfigError(f"metrics port {port}: {exc.strerror or exc}") from exc
 
     def check_chroma(self, target: SyncTarget) -> None:
-        """StoreUnavailable when the connected Chroma server stopped answering its heartbeat."""
+        """StoreUnavailable when the connected Chroma server stopped answering its heartbeat (or
+        the embedded store's directory is gone)."""
         if target.handle is None:
             return
         info = target.server.info if target.server is not None else None
         host, port = (info.host, info.port) if info else (self.s.chroma_host, self.s.chroma_port)
-        if self.s.chroma_mode != "embedded" and not heartbeat(host, port, timeout_s=min(5.0, self.s.chroma_timeout_s)):
+        if self.s.chroma_mode == "embedded":
+            # A store directory removed under the running client: reconnect (a new, empty store
+            # whose identity differs from the records', so they are aligned and the store refilled).
+            if not (self.s.chroma_dir / "chroma.sqlite3").exists():
+                raise StoreUnavailable(f"the embedded Chroma store {self.s.chroma_dir} was removed")
+        elif not heartbeat(host, port, timeout_s=min(5.0, self.s.chroma_timeout_s)):
             raise StoreUnavailable(f"Chroma at {host}:{port} stopped answering its heartbeat")
+
+    def store_checked(self, check: StoreCheck) -> None:
+        """Report a check of the collection against the records (``store_*`` of ``worker.json``)."""
+        st = self.status
+        st.store_documents, st.store_read_at_ms = check.store_documents, check.read_at_ms
+        st.records_documents = check.records_documents
+        if check.store_documents == check.records_documents:
+            st.store_differs_since_ms = None
+        elif st.store_differs_since_ms is None:
+            st.store_differs_since_ms = check.read_at_ms
+        if check.repaired:
+            st.store_repairs += 1
 
     def degraded(self, exc: StoreUnavailable | SourceUnavailable) -> None:
         """A step failed: count it (``sync_degraded`` for the first of a run) and say why."""

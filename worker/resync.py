@@ -21,6 +21,7 @@ from memsync.worker.sink import ChromaSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
 from memsync.worker.sync import ProgressFn, Syncer, SyncResult
+from memsync.worker.target import check_store
 from memsync.worker.textsync import TextSync
 from memsync.worker.vectorcopy import drop_copy, fill_from_store, open_writer
 
@@ -69,6 +70,8 @@ def resync(
             state.set_meta(ACTIVE_COLLECTION, name)
         copy = None if sink is None else open_writer(settings, state, name, embedder.model_id, embedder.dimension)
         try:
+            if sink is not None:  # records bound to this very collection, its count as they say
+                check_store(settings, state, sink, copy, embedder.model_id)
             syncer = Syncer(reader, sink, state, embedder, collection=name,
                             read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size, stop=stop,
                             progress=progress, max_row_attempts=settings.max_row_attempts, copy=copy)

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
@@ -19,9 +20,13 @@ from pathlib import Path
 
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.formats.sync_records import STATE_DDL
+from memsync.worker import logs
 
 ACTIVE_COLLECTION = "active_collection"  # meta key: the generation resync last wrote
 CHURN_PREFIX = "churn:"  # meta key prefix: vectors overwritten or deleted per collection
+STORE_PREFIX = "store:"  # meta key prefix: identity of the collection a generation's records describe
+AUDIT_PREFIX = "store_audit:"  # meta key prefix: when a generation's ids were last compared in full (ms)
+DAMAGED_SUFFIX = ".damaged-"  # a state.db SQLite cannot read is moved aside as state.db.damaged-<ms>
 SYNCED = "synced"
 FAILED = "failed"
 
@@ -60,10 +65,33 @@ class SyncState:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._conn = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(STATE_DDL)
+        self.moved_aside: Path | None = None  # where a damaged file went (its records are rebuilt)
+        try:
+            self._conn = self._open(path)
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):
+                raise  # locked, read-only, no such directory: not damage, the file stays
+            # Not a database (overwritten, truncated): the records are only a cache of what the
+            # store holds, so they are rebuilt from the store's own ids and hashes (worker.target).
+            self.moved_aside = path.with_name(f"{path.name}{DAMAGED_SUFFIX}{now_ms()}")
+            os.replace(path, self.moved_aside)
+            for suffix in ("-wal", "-shm"):
+                path.with_name(path.name + suffix).unlink(missing_ok=True)
+            logs.get_logger().warning(logs.STATE_DAMAGED, path=str(path), moved_to=str(self.moved_aside),
+                                      error=str(exc)[:200])
+            self._conn = self._open(path)
+
+    @staticmethod
+    def _open(path: Path) -> sqlite3.Connection:
+        conn = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(STATE_DDL)
+        except sqlite3.Error:
+            conn.close()
+            raise
+        return conn
 
     def close(self) -> None:
         """Close the database."""
@@ -133,6 +161,14 @@ class SyncState:
             "SELECT kind, MAX(source_id) FROM rows WHERE collection=? GROUP BY kind", (collection,)
         )
         return {Kind(k): int(m) for k, m in cur}
+
+    def doc_hashes(self, collection: str) -> dict[str, str | None]:
+        """doc id → content hash of every document record of a collection (None: an intent)."""
+        return dict(self._conn.execute("SELECT doc_id, content_hash FROM docs WHERE collection=?", (collection,)))
+
+    def store_identity(self, collection: str) -> str | None:
+        """The identity of the Chroma collection these records describe (None: not recorded yet)."""
+        return self.get_meta(STORE_PREFIX + collection)
 
     def get_meta(self, key: str) -> str | None:
         """A value of memsync's own key/value table (e.g. the active collection)."""
@@ -217,6 +253,44 @@ class SyncState:
                 [(collection, kind.value, s) for s in source_ids],
             )
 
+    def adopt_docs(self, collection: str, docs: Sequence[tuple[str, Kind, int, str]], model: str) -> None:
+        """Documents the store holds, with the store's content hash: (doc_id, kind, source_id,
+        content_hash). No text hash: a document whose hash then differs is embedded again."""
+        ts = now_ms()
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.executemany(
+                "INSERT INTO docs(collection, doc_id, kind, source_id, text_hash, content_hash, model, synced_at) "
+                "VALUES (?,?,?,?,NULL,?,?,?) ON CONFLICT(collection, doc_id) DO UPDATE SET text_hash=NULL, "
+                "content_hash=excluded.content_hash, synced_at=excluded.synced_at, source_id=excluded.source_id",
+                [(collection, d, k.value, s, ch, model, ts) for d, k, s, ch in docs],
+            )
+
+    def forget_row_records(self, collection: str, rows: Iterable[tuple[Kind, int]]) -> None:
+        """Drop row records (not their document records), so the next full pass derives these rows
+        again and compares each document with its record."""
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.executemany(
+                "DELETE FROM rows WHERE collection=? AND kind=? AND source_id=?",
+                [(collection, k.value, s) for k, s in rows],
+            )
+
+    def bind_store(self, collection: str, identity: str, audited_at_ms: int | None = None) -> None:
+        """Record which Chroma collection (identity) these records describe, and when they were last
+        compared with it in full."""
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                               (STORE_PREFIX + collection, identity))
+            if audited_at_ms is not None:
+                self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                                   (AUDIT_PREFIX + collection, str(audited_at_ms)))
+
+    def audited_at(self, collection: str) -> int:
+        """When a collection's ids were last compared in full with the records (0: never)."""
+        return int(self.get_meta(AUDIT_PREFIX + collection) or 0)
+
     def set_meta(self, key: str, value: str) -> None:
         """Set a value of the key/value table."""
         with self._conn:
@@ -274,4 +348,5 @@ class SyncState:
             self._conn.execute("BEGIN")
             for table in ("docs", "rows", "runs"):
                 self._conn.execute(f"DELETE FROM {table} WHERE collection=?", (collection,))
-            self._conn.execute("DELETE FROM meta WHERE key=?", (CHURN_PREFIX + collection,))
+            for prefix in (CHURN_PREFIX, STORE_PREFIX, AUDIT_PREFIX):
+                self._conn.execute("DELETE FROM meta WHERE key=?", (prefix + collection,))

@@ -4,6 +4,16 @@
 Opened lazily by the loop before each step and closed when Chroma fails (the next step connects
 again, and in managed mode restarts a server that died); the copy writer outlives a reconnect as
 long as the active generation stays the same.
+
+**Records bound to their store** (:func:`check_store`): the sync records say what one collection
+holds, so they are bound to its identity (Chroma's collection id, which is new whenever the
+collection is created again, at the store's location). The records are aligned with what the
+store really holds (:func:`align_records`, a read of every id with its ``content_hash``) when the
+identity differs (a store deleted, wiped, restored, or another server), when the store's count
+differs from the records' count (checked at every reconcile and health check, and before every
+resync), and every ``store_audit_interval_s`` (a loss that keeps the count). The next full pass
+then re-drives exactly the rows whose records changed: it embeds what the store lost, updates
+what differs and deletes what no row implies; every other document is left alone.
 """
 
 from __future__ import annotations
@@ -11,14 +21,160 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from memsync.config.chroma import collections as stores
 from memsync.config.chroma.server import ManagedServer
+from memsync.config.claude_mem.schema import Kind
+from memsync.config.docids import DocIdError, parse_doc_id
 from memsync.config.embedding import Embedder
 from memsync.config.settings import Settings
-from memsync.worker.sink import ChromaSink
-from memsync.worker.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker import logs
+from memsync.worker.sink import ChromaSink, VectorSink
+from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
 from memsync.worker.vectorcopy import VectorCopyWriter, open_writer
+
+ALIGN_PAGE = 5000  # ids (with metadata) read per call while aligning
+
+
+@dataclass(frozen=True, slots=True)
+class AlignResult:
+    """What an alignment of the records with the store found (and corrected), in documents."""
+
+    store_documents: int  # ids the store holds
+    lost: int = 0  # acknowledged records of documents the store does not hold: forgotten
+    adopted: int = 0  # store documents without an acknowledged record: recorded with the store's hash
+    rehashed: int = 0  # records whose hash differed from the store's: the store's taken
+    foreign: int = 0  # store ids that are no memsync document id: deleted
+    rows: int = 0  # row records forgotten (the next full pass derives these rows again)
+    copy_removed: int = 0  # vector copy entries of documents the store does not hold: removed
+    seconds: float = 0.0
+
+    @property
+    def changed(self) -> int:
+        """Records corrected (0: the records already said exactly what the store holds)."""
+        return self.lost + self.adopted + self.rehashed + self.foreign
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCheck:
+    """One check of a collection against its records (``worker.json`` reports it)."""
+
+    store_documents: int  # the collection's count when checked
+    records_documents: int  # the records' acknowledged documents when checked (before any alignment)
+    read_at_ms: int
+    reason: str | None = None  # why an alignment ran: identity, count, audit; None: none ran
+    aligned: AlignResult | None = None
+
+    @property
+    def repaired(self) -> bool:
+        """An alignment ran and corrected records (a full pass must follow)."""
+        return self.aligned is not None and self.aligned.changed > 0
+
+
+def align_records(state: SyncState, sink: VectorSink, copy: VectorCopyWriter | None, model: str,
+                  page: int = ALIGN_PAGE) -> AlignResult:
+    """Make the records of ``sink``'s collection say exactly what it holds (ids and content
+    hashes), forgetting the row records of every row concerned, and make the vector copy hold no
+    document the store lacks. Nothing is embedded here; the next full pass re-drives those rows."""
+    t0 = time.perf_counter()
+    name = sink.name
+    records = state.doc_hashes(name)
+    held: dict[str, str] = {}
+    for doc_id, meta in sink.iter_metadata(page):
+        held[doc_id] = str(meta.get("content_hash") or "")
+    lost = [d for d, h in records.items() if h is not None and d not in held]
+    adopt: list[tuple[str, Kind, int, str]] = []
+    foreign: list[str] = []
+    rows: set[tuple[Kind, int]] = set()
+    rehashed = 0
+    for doc_id, content_hash in held.items():
+        known = records.get(doc_id)
+        if known == content_hash:
+            continue
+        try:
+            parsed = parse_doc_id(doc_id)
+        except DocIdError:
+            foreign.append(doc_id)  # no row can ever claim it
+            continue
+        rehashed += known is not None
+        adopt.append((doc_id, parsed.kind, parsed.sqlite_id, content_hash))
+        rows.add((parsed.kind, parsed.sqlite_id))
+    for doc_id in lost:
+        with contextlib.suppress(DocIdError):
+            parsed = parse_doc_id(doc_id)
+            rows.add((parsed.kind, parsed.sqlite_id))
+    if foreign:
+        sink.delete(foreign)
+    copy_removed = _align_copy(copy, set(held) - set(foreign))
+    if lost:
+        state.forget_docs(name, lost)
+    if adopt:
+        state.adopt_docs(name, adopt, model)
+    if rows:
+        state.forget_row_records(name, sorted(rows, key=lambda r: (r[0].value, r[1])))
+    return AlignResult(store_documents=len(held) - len(foreign), lost=len(lost), adopted=len(adopt) - rehashed,
+                       rehashed=rehashed, foreign=len(foreign), rows=len(rows), copy_removed=copy_removed,
+                       seconds=time.perf_counter() - t0)
+
+
+def _align_copy(copy: VectorCopyWriter | None, held: set[str]) -> int:
+    """Remove copy entries of documents the store does not hold; a complete copy that lacks some
+    of the store's documents is declared incomplete (filled from the store later). Returns the
+    entries removed."""
+    if copy is None:
+        return 0
+    try:
+        copied = set(copy.doc_ids())
+        extra: Sequence[str] = sorted(copied - held)
+        if extra:
+            copy.delete(extra)
+        if copy.complete and not held <= copied:
+            copy.invalidate()
+        return len(extra)
+    except (OSError, ValueError) as exc:
+        logs.get_logger().warning(logs.VECTOR_COPY_FAILED, op="align", error=str(exc)[:200])
+        copy.invalidate()
+        return 0
+
+
+def store_counts(state: SyncState, sink: VectorSink) -> StoreCheck:
+    """The collection's count and the records' count as they are now (no alignment)."""
+    return StoreCheck(sink.count(), state.live_docs(sink.name), now_ms())
+
+
+def check_store(settings: Settings, state: SyncState, sink: ChromaSink, copy: VectorCopyWriter | None,
+                model: str, force: bool = False) -> StoreCheck:
+    """The cheap check (identity, then the collection's count against the records' count), and an
+    alignment by ids when it fails, when ``force``d, or when the slow audit is due."""
+    name = sink.name
+    identity = stores.collection_identity(sink.collection, settings)
+    count = sink.count()
+    live = state.live_docs(name)
+    now = now_ms()
+    recorded = state.store_identity(name)
+    reason: str | None = None
+    if recorded != identity and (recorded is not None or live or count):
+        reason = "identity"
+    elif count != live:
+        reason = "count"
+    elif force:
+        reason = "requested"
+    elif now - state.audited_at(name) >= settings.store_audit_interval_s * 1000:
+        reason = "audit"
+    if reason is None:
+        if recorded != identity:
+            state.bind_store(name, identity)
+        return StoreCheck(count, live, now)
+    result = align_records(state, sink, copy, model)
+    state.bind_store(name, identity, audited_at_ms=now)
+    event = logs.get_logger().warning if result.changed else logs.get_logger().info
+    event(logs.STORE_ALIGNED, collection=name, reason=reason, store=count, records=live, lost=result.lost,
+          adopted=result.adopted, rehashed=result.rehashed, foreign=result.foreign, rows=result.rows,
+          copy_removed=result.copy_removed, seconds=round(result.seconds, 3))
+    return StoreCheck(count, live, now, reason, result)
 
 
 class SyncTarget:

@@ -47,6 +47,14 @@ class WorkerStatus:
     failed_rows: int = 0
     stopping: bool = False
     totals: dict[str, int] = field(default_factory=dict)
+    # The active collection against the sync records (worker.target.check_store), at every
+    # reconcile and health check: its count, when it was read, the records' acknowledged documents,
+    # since when the two counts differ (None: equal), and how many alignments corrected records.
+    store_documents: int | None = None
+    store_read_at_ms: int | None = None
+    records_documents: int = 0
+    store_differs_since_ms: int | None = None
+    store_repairs: int = 0
 
     def write(self, data_dir: Path) -> None:
         """Replace ``worker.json`` in ``data_dir`` atomically (temp file + rename)."""
