@@ -187,3 +187,30 @@ def test_rebuild_stays_the_explicit_full_rebuild(settings: Settings) -> None:
     rebuilt = resync(settings, rebuild=True, embedder=embedder)
     assert rebuilt.added == total == embedder.embedded
     clean(settings, total)
+
+
+def test_running_worker_notices_its_embedded_store_deleted(settings: Settings,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The health check sees the directory gone, reconnects to a new store and refills it."""
+    from memsync.worker import daemon
+
+    make_db(settings.db, mixed_records(N))
+    embedder = FakeEmbedder()
+    monkeypatch.setattr(daemon, "get_embedder", lambda *a, **k: embedder)
+    worker = daemon.Worker(settings)
+    worker._start()
+    try:
+        worker.request_reconcile()
+        worker.step()
+        total = embedder.embedded
+        assert total == 140 and worker.health.status.store_repairs == 0
+        shutil.rmtree(settings.chroma_dir)
+        worker._request_health()
+        worker.step()  # the check fails: degraded, the connection dropped
+        assert worker.health.status.degraded and worker._target.sink is None
+        worker.step()  # reconnected to a new, empty store: aligned and refilled
+        assert worker.health.status.store_repairs == 1 and embedder.embedded == 2 * total
+        assert not worker.health.status.degraded
+    finally:
+        worker._shutdown()
+    clean(settings, total)
