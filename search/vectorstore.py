@@ -3,8 +3,12 @@ documents collapsed onto their rows by (kind, id), every call under a deadline.
 
 Chroma is reached without starting anything (``stores.connect_reader``); a search that finds it
 down, slow, erroring or empty raises :class:`VectorUnavailable` with a reason, and the engine
-answers from the lexical side alone instead. A failed connection is retried at most every few
-seconds, so a server that is down costs each query nothing but a check of the clock. Which query
+answers from the lexical side alone instead. No recorded managed server, or a port that refuses,
+fails at once (:func:`probe` checks that much without the embedding model or chromadb); a server
+that accepts but does not answer gets ``search_timeout_ms``, for connecting as for each call. A
+failed connection is retried at most every few seconds, so a server that is down costs each query
+nothing but a check of the clock; a broken connection is dropped whole, so a server restarted on
+another port is found from its record. Which query
 answers a search (top-N, by id, ``where``, or the local vector copy) is decided in
 ``search.semantic``.
 """
@@ -24,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memsync.config.chroma import collections as stores
+from memsync.config.chroma.server import heartbeat_failure
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.docids import DocIdError, parse_doc_id
 from memsync.config.embedding import Embedder
@@ -38,6 +43,22 @@ COUNT_TTL_S = 5.0
 
 class VectorUnavailable(RuntimeError):
     """The vector store cannot answer this query; the message is the reason shown to callers."""
+
+
+def probe(settings: Settings) -> None:
+    """Raise VectorUnavailable when no Chroma server can answer: in managed mode none is recorded
+    (or its process is gone), or its port refuses; both at once. A server that accepts but does not
+    answer costs ``search_timeout_ms``. No embedding model and no chromadb import: a caller can run
+    it before loading those. Nothing to check in embedded mode."""
+    try:
+        address = stores.reader_address(settings)
+    except StoreUnavailable as exc:
+        raise VectorUnavailable(str(exc)) from exc
+    if address is None:
+        return
+    failure = heartbeat_failure(*address, timeout_s=settings.search_timeout_ms / 1000)
+    if failure:
+        raise VectorUnavailable(f"Chroma server not reachable at {address[0]}:{address[1]}: {failure}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,17 +130,26 @@ class VectorStore:
                 raise VectorUnavailable(self._failure)
             try:
                 if self._handle is None:
-                    self._handle = stores.connect_reader(self.settings)
+                    self._handle = stores.connect_reader(self.settings,
+                                                         probe_timeout_s=self.settings.search_timeout_ms / 1000)
                 self._collection = stores.open_active(self._handle.client, self.settings, self.embedder.model_id,
                                                       self.embedder.dimension)
                 self._failed_at = 0.0
                 return self._collection
             except (StoreUnavailable, ConfigError) as exc:
-                self._failed_at, self._failure = time.monotonic(), str(exc)
+                self._fail_open(str(exc))
                 raise VectorUnavailable(str(exc)) from exc
             except Exception as exc:  # chromadb raises plain exceptions for transport problems
-                self._failed_at, self._failure = time.monotonic(), f"Chroma error: {exc}"
+                self._fail_open(f"Chroma error: {exc}")
                 raise VectorUnavailable(self._failure) from exc
+
+    def _fail_open(self, reason: str) -> None:
+        """Remember the failure (retried after RETRY_AFTER_S) and drop the connection: the next try
+        reads the server's record again (it may have been restarted on another port)."""
+        self._failed_at, self._failure = time.monotonic(), reason
+        if self._handle is not None:
+            self._handle.close()
+        self._handle = None
 
     def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
         collection = self._open()
@@ -130,9 +160,9 @@ class VectorStore:
             raise VectorUnavailable(f"Chroma {what} exceeded {self.settings.search_timeout_ms} ms") from None
         except Exception as exc:
             if isinstance(exc, (httpx.TransportError, ConnectionError, OSError)):
-                with self._lock:  # reconnect later: the server may be restarting or replaced
+                with self._lock:  # reconnect later: the server may be restarting or replaced (on another port)
                     self._collection = None
-                    self._failed_at, self._failure = time.monotonic(), f"Chroma {what} failed: {exc}"
+                    self._fail_open(f"Chroma {what} failed: {exc}")
             # Other errors concern this request only; the next query tries again.
             raise VectorUnavailable(f"Chroma {what} failed: {exc}") from exc
 

@@ -3,7 +3,12 @@
 Design decision 1: one process owns a Chroma store, so every memsync process talks to one local
 server over HTTP. The server is recorded in ``DATA_DIR/chroma-server.json`` (pid, port, path);
 starting is serialised by an exclusive ``flock`` on ``DATA_DIR/chroma-server.lock``. A healthy
-recorded server is adopted; a dead one is replaced. Whoever started a server stops it.
+recorded server is adopted (on its recorded port); a dead one is replaced. Whoever started a server
+stops it.
+
+Ports: an explicit ``chroma_port`` is used as given. Unset (0), a server is started on a free port
+(the dead recorded server's port when it is still free, so readers holding it keep working), and
+readers find it in the record; so two data directories run two workers side by side.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -30,15 +36,55 @@ INFO_FILE = "chroma-server.json"
 LOCK_FILE = "chroma-server.lock"
 LOG_FILE = "chroma-server.log"
 LOG_ROTATE_BYTES = 10_000_000  # at a server start, a longer log becomes chroma-server.log.1 (one kept)
+PORT_ATTEMPTS = 3  # a free port taken by someone else before the server binds it: try another
 
 
 def heartbeat(host: str, port: int, timeout_s: float = 2.0) -> bool:
     """True when a Chroma server answers its heartbeat at host:port."""
+    return heartbeat_failure(host, port, timeout_s) is None
+
+
+def heartbeat_failure(host: str, port: int, timeout_s: float = 2.0) -> str | None:
+    """Why no Chroma server answers its heartbeat at host:port (``connection refused``, ``no answer
+    within N s``, ...), or None when one does. A refused port answers at once; a server that
+    accepts but does not answer costs ``timeout_s``."""
+    try:  # a bare connect first: httpx spends ~50 ms setting up a client before it even connects
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except ConnectionRefusedError:
+        return "connection refused"
+    except TimeoutError:
+        return f"no connection within {timeout_s:g} s"
+    except OSError as exc:
+        return f"cannot connect: {exc.strerror or exc}"
     try:
         resp = httpx.get(f"http://{host}:{port}/api/v2/heartbeat", timeout=timeout_s)
-    except httpx.HTTPError:
+    except httpx.ConnectError as exc:  # its text is the socket error's: "[Errno 111] Connection refused"
+        return "connection refused" if "refused" in str(exc).lower() else f"cannot connect: {exc}"
+    except httpx.TimeoutException:
+        return f"no answer within {timeout_s:g} s"
+    except httpx.HTTPError as exc:
+        return f"heartbeat failed: {exc}"
+    return None if resp.status_code == 200 else f"heartbeat answered HTTP {resp.status_code}"
+
+
+def free_port(host: str) -> int:
+    """A port on ``host`` that nobody listens on now (the kernel's choice)."""
+    family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_free(host: str, port: int) -> bool:
+    """True when ``port`` on ``host`` can be bound now."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a server binds it
+            sock.bind((host, port))
+    except OSError:
         return False
-    return resp.status_code == 200
+    return True
 
 
 def pid_alive(pid: int) -> bool:
@@ -110,6 +156,10 @@ class ServerInfo:
         os.replace(tmp, data_dir / INFO_FILE)
 
 
+class _ServerExited(StoreUnavailable):
+    """The server exited before answering (on a free port: probably taken meanwhile; try another)."""
+
+
 class ManagedServer:
     """A handle on the data directory's server: adopted or started; ``stop()`` stops only what it started."""
 
@@ -128,12 +178,13 @@ class ManagedServer:
                 return self._adopt(info)
             if info and pid_alive(info.pid):
                 _terminate(info.pid)  # recorded, alive, but not answering within the start timeout: hung
-            if heartbeat(s.chroma_host, s.chroma_port):
+            if s.chroma_port and heartbeat(s.chroma_host, s.chroma_port):
                 raise ConfigError(
                     f"port {s.chroma_port} already has a Chroma server that memsync did not start for "
-                    f"{s.data_dir}; set chroma_port (MEMSYNC_CHROMA_PORT) or use chroma_mode=http"
+                    f"{s.data_dir}; set another chroma_port (MEMSYNC_CHROMA_PORT), unset it for a free "
+                    "port, or use chroma_mode=http"
                 )
-            self.info = self._start()
+            self.info = self._start(info.port if info and info.host == s.chroma_host else None)
             self.started = True
             return self.info
 
@@ -147,7 +198,26 @@ class ManagedServer:
         self.info = info
         return info
 
-    def _start(self) -> ServerInfo:
+    def _start(self, previous: int | None) -> ServerInfo:
+        """Start on the explicit port, else on a free one (``previous``, the dead server's, first)."""
+        s = self.settings
+        attempt = 0
+        while True:
+            if s.chroma_port:
+                port = s.chroma_port
+            elif attempt == 0 and previous and port_free(s.chroma_host, previous):
+                port = previous
+            else:
+                port = free_port(s.chroma_host)
+            try:
+                return self._start_on(port)
+            except _ServerExited:
+                attempt += 1
+                if s.chroma_port or attempt >= PORT_ATTEMPTS:
+                    raise
+
+    def _start_on(self, port: int) -> ServerInfo:
+        """The started server, healthy; StoreUnavailable with the log's tail when it is not."""
         s = self.settings
         s.chroma_dir.mkdir(parents=True, exist_ok=True)
         log_path = s.data_dir / LOG_FILE
@@ -161,18 +231,21 @@ class ManagedServer:
         try:
             proc = subprocess.Popen(
                 [chroma_executable(), "run", "--path", str(s.chroma_dir), "--host", s.chroma_host,
-                 "--port", str(s.chroma_port)],
+                 "--port", str(port)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 start_new_session=True,  # Ctrl-C in the terminal goes to memsync, which stops it in order
             )
         finally:
             log.close()
         self._proc = proc
-        info = ServerInfo(proc.pid, s.chroma_host, s.chroma_port, str(s.chroma_dir), owner=os.getpid())
+        info = ServerInfo(proc.pid, s.chroma_host, port, str(s.chroma_dir), owner=os.getpid())
         if not self._wait_healthy(info, proc):
+            exited = proc.poll() is not None
             _terminate(proc.pid, proc)
+            self._proc = None
             tail = _tail(s.data_dir / LOG_FILE)
-            raise StoreUnavailable(f"managed Chroma server did not become healthy on port {s.chroma_port}: {tail}")
+            error = _ServerExited if exited else StoreUnavailable
+            raise error(f"managed Chroma server did not become healthy on port {port}: {tail}")
         info.write(s.data_dir)
         return info
 

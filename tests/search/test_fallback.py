@@ -1,0 +1,108 @@
+"""How fast a search falls back to its lexical answer when Chroma cannot answer: at once when no
+managed server is recorded or its port refuses connections; after ``search_timeout_ms`` when a
+server accepts connections but does not answer (not Chroma's own 30 s call timeout, not the
+5 s heartbeat of a connect). The embedder is a fake, loaded already: what is timed is the fallback.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memsync.config.chroma.server import ServerInfo
+from memsync.config.settings import Settings
+from memsync.search import Mode, Searcher
+from memsync.search.vectorstore import VectorUnavailable, probe
+from tests.conftest import FakeEmbedder, free_port, make_db, mixed_records
+
+FAST_S = 0.1  # "at once": well under any deadline (the searches themselves take a few ms)
+DEADLINE_MS = 400
+
+
+@pytest.fixture
+def managed(tmp_path: Path) -> Settings:
+    """Managed mode, a small database and no server (search_timeout_ms far above FAST_S)."""
+    s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="managed",
+                 search_timeout_ms=5000, text_index=False, vector_copy=False)
+    make_db(s.db, mixed_records(12))
+    s.data_dir.mkdir(parents=True)
+    return s
+
+
+def record(s: Settings, port: int) -> None:
+    """A managed server on ``port`` as the worker would record it (its pid: this live process)."""
+    ServerInfo(os.getpid(), "127.0.0.1", port, str(s.chroma_dir), owner=os.getpid()).write(s.data_dir)
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts connections (the kernel's backlog) and never answers."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield int(sock.getsockname()[1])
+
+
+def timed_search(s: Settings, query: str = "caching") -> tuple[float, Mode, str]:
+    engine = Searcher(s, embedder=FakeEmbedder())
+    try:
+        t = time.perf_counter()
+        resp = engine.search(query, window_days=0)
+        elapsed = time.perf_counter() - t
+        assert resp.results, "the lexical side still answers"
+        return elapsed, resp.mode, resp.reason or ""
+    finally:
+        engine.close()
+
+
+def test_no_recorded_server_falls_back_at_once(managed: Settings) -> None:
+    elapsed, mode, reason = timed_search(managed)
+    assert mode is Mode.LEXICAL_FALLBACK and "no managed Chroma server running" in reason
+    assert elapsed < FAST_S, f"{elapsed * 1000:.0f} ms"
+
+
+def test_refused_port_falls_back_at_once(managed: Settings) -> None:
+    port = free_port()  # nothing listens there: a real refused connection
+    record(managed, port)
+    elapsed, mode, reason = timed_search(managed)
+    assert mode is Mode.LEXICAL_FALLBACK and f"127.0.0.1:{port}: connection refused" in reason
+    assert elapsed < FAST_S, f"{elapsed * 1000:.0f} ms"
+
+
+def test_refused_http_server_falls_back_at_once(managed: Settings) -> None:
+    port = free_port()
+    s = managed.model_copy(update={"chroma_mode": "http", "chroma_port": port})
+    elapsed, mode, reason = timed_search(s)
+    assert mode is Mode.LEXICAL_FALLBACK and "connection refused" in reason
+    assert elapsed < FAST_S, f"{elapsed * 1000:.0f} ms"
+
+
+def test_a_silent_server_gets_the_search_deadline(managed: Settings, silent_port: int) -> None:
+    s = managed.model_copy(update={"search_timeout_ms": DEADLINE_MS})
+    record(s, silent_port)
+    elapsed, mode, reason = timed_search(s)
+    assert mode is Mode.LEXICAL_FALLBACK and f"no answer within {DEADLINE_MS / 1000:g} s" in reason
+    assert DEADLINE_MS / 1000 * 0.9 <= elapsed < DEADLINE_MS / 1000 + 1.0, f"{elapsed * 1000:.0f} ms"
+
+
+def test_probe_needs_no_model_and_says_why(managed: Settings, silent_port: int) -> None:
+    """What a caller can check before loading the embedding model."""
+    t = time.perf_counter()
+    with pytest.raises(VectorUnavailable, match="no managed Chroma server running"):
+        probe(managed)
+    record(managed, free_port())
+    with pytest.raises(VectorUnavailable, match="connection refused"):
+        probe(managed)
+    assert time.perf_counter() - t < FAST_S
+    s = managed.model_copy(update={"search_timeout_ms": DEADLINE_MS})
+    record(s, silent_port)
+    t = time.perf_counter()
+    with pytest.raises(VectorUnavailable, match="no answer within"):
+        probe(s)
+    assert time.perf_counter() - t >= DEADLINE_MS / 1000 * 0.9
+    probe(managed.model_copy(update={"chroma_mode": "embedded"}))  # nothing to check in-process
