@@ -12,15 +12,21 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import Field, SecretStr, StringConstraints, ValidationError, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "MEMSYNC_"
 DEFAULT_CONFIG_FILE = Path("~/.memsync/config.toml")
 
 ChromaMode = Literal["managed", "http", "embedded"]
+HTTP_DEFAULT_PORT = 8765  # chroma_mode=http without a port (managed mode takes a free one)
+_HOST = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?"
+# A name (IPv6 in brackets) with an optional port; an origin is scheme://name[:port]. In the
+# environment, comma-separated (NoDecode: not JSON).
+HostList = Annotated[tuple[Annotated[str, StringConstraints(pattern=rf"^{_HOST}$")], ...], NoDecode]
+OriginList = Annotated[tuple[Annotated[str, StringConstraints(pattern=rf"^https?://{_HOST}/?$")], ...], NoDecode]
 
 
 class Settings(BaseSettings):
@@ -38,7 +44,11 @@ class Settings(BaseSettings):
         "embedded: in-process store (single process only).",
     )
     chroma_host: str = Field("127.0.0.1", description="Chroma server host (http and managed modes).")
-    chroma_port: int = Field(8765, ge=1, le=65535, description="Chroma server port (http and managed modes).")
+    chroma_port: int = Field(
+        0, ge=0, le=65535, validate_default=True,
+        description="Chroma server port. managed: 0 = a free port, taken when memsync starts the server and "
+        "recorded in DATA_DIR/chroma-server.json (set one to pin it); http: the server's port, 0 = 8765.",
+    )
     chroma_path: Path | None = Field(None, description="Chroma persistence directory; default DATA_DIR/chroma.")
     chroma_timeout_s: float = Field(30.0, gt=0, description="Timeout of every Chroma HTTP call, seconds.")
     chroma_start_timeout_s: float = Field(60.0, gt=0, description="How long to wait for a managed server to start.")
@@ -67,6 +77,10 @@ class Settings(BaseSettings):
         600.0, gt=0, description="Worker: full hash comparison (edits, deletes) every this many seconds."
     )
     health_interval_s: float = Field(15.0, gt=0, description="Worker: how often it checks that Chroma answers.")
+    store_audit_interval_s: float = Field(
+        86400.0, gt=0, description="Worker: full check of Chroma's ids and hashes against the sync records every this "
+        "many seconds (a count check runs at every reconcile and health check).",
+    )
     backoff_cap_s: float = Field(60.0, gt=0, description="Worker: longest wait between retries while degraded.")
     window_days: int = Field(90, ge=0, description="Search recency window in days; 0 = all time.")
     candidates: int = Field(100, ge=1, le=5000, description="Semantic candidates fetched per search (top-N).")
@@ -103,11 +117,27 @@ class Settings(BaseSettings):
         None, description="Bearer token the HTTP servers require; mandatory when listening beyond loopback."
     )
     max_query_chars: int = Field(4000, ge=16, le=1_000_000, description="Servers: longest query string accepted.")
+    allowed_hosts: HostList = Field(
+        (), description="HTTP servers: more Host names they answer (comma-separated; `name` any port, `name:port` "
+        "that one) besides 127.0.0.1, localhost, [::1] and the listen address; any other Host gets 421.")
+    allowed_origins: OriginList = Field(
+        (), description="HTTP servers: more origins (`https://name[:port]`, comma-separated) whose pages may call "
+        "them, with CORS headers for exactly these; a request from another Origin gets 403.")
 
     @field_validator("db", "data_dir", "chroma_path", mode="after")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
+
+    @field_validator("chroma_port", mode="after")
+    @classmethod
+    def _http_port(cls, value: int, info: ValidationInfo) -> int:
+        return HTTP_DEFAULT_PORT if value == 0 and info.data.get("chroma_mode") == "http" else value
+
+    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        return tuple(x.strip() for x in value.split(",") if x.strip()) if isinstance(value, str) else value
 
     @property
     def chroma_dir(self) -> Path:

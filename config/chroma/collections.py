@@ -20,9 +20,9 @@ from typing import IO, Any
 
 import httpx
 
-from memsync.config.chroma.server import ManagedServer, ServerInfo, heartbeat, pid_alive
+from memsync.config.chroma.server import ManagedServer, ServerInfo, heartbeat_failure, pid_alive
 from memsync.config.errors import ConfigError, ModelMismatchError, StoreUnavailable
-from memsync.config.settings import Settings
+from memsync.config.settings import HTTP_DEFAULT_PORT, Settings
 
 ACTIVE_KEY = "memsync:active"
 BUILDING_KEY = "memsync:building"
@@ -72,16 +72,19 @@ def _chroma_settings() -> Any:
 _http_clients: dict[tuple[str, int], Any] = {}
 
 
-def _http_client(host: str, port: int, timeout_s: float) -> Any:
+def _http_client(host: str, port: int, timeout_s: float, probe_timeout_s: float | None = None) -> Any:
     """One client per server per process, reused across reconnects: its connection pool reconnects
     after a server restart, and chromadb 1.5.9 offers no way to close all the sockets a client
-    opens (closing and re-creating clients leaks them)."""
-    import chromadb
-
-    if not heartbeat(host, port, timeout_s=min(timeout_s, 5.0)):
-        raise StoreUnavailable(f"Chroma server not reachable at {host}:{port}")
+    opens (closing and re-creating clients leaks them). The heartbeat comes first (within
+    ``probe_timeout_s``, default min(timeout_s, 5)), so a refused port costs no chromadb import."""
+    probe = min(timeout_s, 5.0) if probe_timeout_s is None else probe_timeout_s
+    failure = heartbeat_failure(host, port, timeout_s=probe)
+    if failure:
+        raise StoreUnavailable(f"Chroma server not reachable at {host}:{port}: {failure}")
     if (host, port) in _http_clients:
         return _http_clients[(host, port)]
+    import chromadb
+
     try:
         client = chromadb.HttpClient(host=host, port=port, settings=_chroma_settings())
     except Exception as exc:  # chromadb raises plain exceptions for connection problems
@@ -133,9 +136,8 @@ def connect(settings: Settings, server: ManagedServer | None = None) -> ChromaHa
             raise
         return ChromaHandle(client=client, mode=mode, lock=lock)
     if mode == "http":
-        return ChromaHandle(
-            client=_http_client(settings.chroma_host, settings.chroma_port, settings.chroma_timeout_s), mode=mode
-        )
+        port = settings.chroma_port or HTTP_DEFAULT_PORT
+        return ChromaHandle(client=_http_client(settings.chroma_host, port, settings.chroma_timeout_s), mode=mode)
     owned = server is None
     server = server or ManagedServer(settings)
     info = server.ensure()
@@ -148,15 +150,29 @@ def connect(settings: Settings, server: ManagedServer | None = None) -> ChromaHa
     return ChromaHandle(client=client, mode=mode, server=server if owned else None)
 
 
-def connect_reader(settings: Settings) -> ChromaHandle:
-    """Open Chroma for reading without starting anything: in managed mode, the data directory's
-    running server (raises StoreUnavailable when none is up); otherwise as :func:`connect`."""
-    if settings.chroma_mode != "managed":
-        return connect(settings)
+def reader_address(settings: Settings) -> tuple[str, int] | None:
+    """The server a reader talks to, without starting anything: http mode's configured one, managed
+    mode's running server on its recorded port (StoreUnavailable at once when none is recorded or
+    its process is gone); None in embedded mode."""
+    if settings.chroma_mode == "embedded":
+        return None
+    if settings.chroma_mode == "http":
+        return settings.chroma_host, settings.chroma_port or HTTP_DEFAULT_PORT
     info = ServerInfo.read(settings.data_dir)
     if info is None or not pid_alive(info.pid):
         raise StoreUnavailable(f"no managed Chroma server running for {settings.data_dir} (is `memsync worker` up?)")
-    return ChromaHandle(client=_http_client(info.host, info.port, settings.chroma_timeout_s), mode="managed")
+    return info.host, info.port
+
+
+def connect_reader(settings: Settings, probe_timeout_s: float | None = None) -> ChromaHandle:
+    """Open Chroma for reading without starting anything (see :func:`reader_address`; embedded
+    mode as :func:`connect`). ``probe_timeout_s`` bounds the first heartbeat (a search passes its
+    deadline); a refused port fails at once."""
+    address = reader_address(settings)
+    if address is None:
+        return connect(settings)
+    client = _http_client(*address, settings.chroma_timeout_s, probe_timeout_s)
+    return ChromaHandle(client=client, mode=settings.chroma_mode)
 
 
 def _pointer(client: Any, name: str) -> Any:
@@ -214,6 +230,20 @@ def open_collection(client: Any, settings: Settings, model_id: str, dimension: i
     collection = store_call("open collection", client.get_collection, active, embedding_function=None)
     _check_identity(collection, model_id, dimension)
     return collection
+
+
+def store_location(settings: Settings) -> str:
+    """Where the configured Chroma keeps its collections: the server (http) or the directory."""
+    if settings.chroma_mode == "http":
+        return f"http://{settings.chroma_host}:{settings.chroma_port}"
+    return str(settings.chroma_dir.resolve())
+
+
+def collection_identity(collection: Any, settings: Settings) -> str:
+    """The identity of a collection as it exists now: Chroma's id (new whenever the collection is
+    created again, e.g. after its store was wiped) at the store's location. Sync records describe
+    the collection of one identity (``worker.target``)."""
+    return f"{collection.id}@{store_location(settings)}"
 
 
 def open_active(client: Any, settings: Settings, model_id: str, dimension: int) -> Any:
