@@ -12,7 +12,9 @@ For the given duration, in one run:
 - a lag probe (thread) that times commit → the prompt's document in Chroma;
 - a fault injector that, at random times drawn from ``--seed``: SIGKILLs the worker and starts it
   again; kills the Chroma server (the worker restarts it); holds a write lock on the database for a
-  few seconds; writes a batch of hostile rows (2 MB text, invalid JSON, bytes that are not UTF-8).
+  few seconds; writes a batch of hostile rows (2 MB text, invalid JSON, bytes that are not UTF-8);
+  wipes the store (worker and Chroma killed, the Chroma directory deleted, the worker started
+  again: it must find the empty store and re-drive every document, as after a lost volume).
 At the end the writer stops, the worker catches up and reconciles (SIGUSR1), stops (SIGTERM), and:
 ``memsync verify`` must report 0 missing / orphan / stale, no duplicates, and a vector copy that
 matches Chroma; no process of the run may be left; the Chroma directory is compared with a fresh
@@ -47,7 +49,7 @@ from memsync.worker.importer import import_records, init_db
 from scripts.benchlib import ROOT, free_port, print_table, settings_env, worker_status, write_json
 
 MEMSYNC = [sys.executable, "-m", "memsync"]
-FAULTS = ("kill_worker", "kill_chroma", "write_lock", "hostile_rows")
+FAULTS = ("kill_worker", "kill_chroma", "write_lock", "hostile_rows", "wipe_store")
 
 
 @dataclass
@@ -394,6 +396,14 @@ def main(argv: list[str] | None = None) -> int:
             info = ServerInfo.read(settings.data_dir)
             if info and pid_alive(info.pid):
                 os.kill(info.pid, signal.SIGKILL)
+        elif fault == "wipe_store":
+            worker.kill()
+            info = ServerInfo.read(settings.data_dir)
+            if info and pid_alive(info.pid):
+                os.kill(info.pid, signal.SIGKILL)
+                wait_for(lambda pid=info.pid: not pid_alive(pid), 30)
+            shutil.rmtree(settings.chroma_dir, ignore_errors=True)
+            worker.start()
         elif fault == "write_lock":
             hold_write_lock(settings.db, fault_rng.uniform(2, 6))
         else:
