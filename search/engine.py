@@ -46,7 +46,7 @@ from memsync.search.models import (
 )
 from memsync.search.semantic import SemanticAnswer, SemanticSide
 from memsync.search.sql import QueryTimeout, SourceRows
-from memsync.search.vectorstore import RowHit, VectorStore, VectorUnavailable
+from memsync.search.vectorstore import RowHit, VectorStore, VectorUnavailable, probe
 
 DATE_ORDER_MIN_SIMILARITY = 0.35  # a semantic candidate counts as a match for date order above this
 
@@ -169,6 +169,8 @@ class Searcher(Lookups):
     def _semantic(self, query: str, kinds: Sequence[Kind], filters: Filters, window: Window, need: int, depth: int,
                   linked: bool) -> SemanticAnswer:
         """The semantic side (run on a pool thread: loading the model on first use waits there too)."""
+        if self._vector is None:  # no server recorded, or a refused port: answer before loading the model
+            probe(self.settings)
         return SemanticSide(self.settings, self.vector).search(query, kinds, filters, window, need, depth, linked)
 
     @staticmethod

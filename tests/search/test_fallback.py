@@ -106,3 +106,17 @@ def test_probe_needs_no_model_and_says_why(managed: Settings, silent_port: int) 
         probe(s)
     assert time.perf_counter() - t >= DEADLINE_MS / 1000 * 0.9
     probe(managed.model_copy(update={"chroma_mode": "embedded"}))  # nothing to check in-process
+
+
+def test_a_one_shot_search_falls_back_before_loading_the_model(managed: Settings) -> None:
+    """``memsync search`` with no server: the answer comes before the embedding model is loaded."""
+    engine = Searcher(managed)  # the shipped model, loaded on first use of the vector side
+    try:
+        t = time.perf_counter()
+        resp = engine.search("caching", window_days=0)
+        elapsed = time.perf_counter() - t
+        assert resp.mode is Mode.LEXICAL_FALLBACK and resp.results
+        assert engine._vector is None, "the model was loaded for a store that cannot answer"
+        assert elapsed < FAST_S, f"{elapsed * 1000:.0f} ms"
+    finally:
+        engine.close()
