@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import socket
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -132,3 +133,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def kill_managed_server(data_dir: Path) -> None:
+    """Never leave a managed Chroma server behind, even when a test failed before stopping it."""
+    from memsync.config.chroma.server import ServerInfo, pid_alive
+
+    info = ServerInfo.read(data_dir)
+    if info and pid_alive(info.pid):
+        os.kill(info.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def managed(tmp_path: Path) -> Iterator[Settings]:
+    """Managed-mode settings on a free port; whatever server is left at the end is killed."""
+    s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="managed",
+                 chroma_port=free_port())
+    yield s
+    kill_managed_server(s.data_dir)

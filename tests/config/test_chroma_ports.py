@@ -4,8 +4,6 @@ given. Real `chroma run` servers."""
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,18 +12,16 @@ import pytest
 
 from memsync.config.chroma import collections as stores
 from memsync.config.chroma import server as chroma_server
-from memsync.config.chroma.server import INFO_FILE, ManagedServer, ServerInfo, heartbeat, pid_alive
+from memsync.config.chroma.server import INFO_FILE, ManagedServer, ServerInfo, heartbeat
 from memsync.config.settings import HTTP_DEFAULT_PORT, Settings, load_settings
-from tests.conftest import free_port
+from tests.conftest import free_port, kill_managed_server
 
 
 @pytest.fixture
 def managed(tmp_path: Path) -> Iterator[Settings]:
     s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="managed")
     yield s
-    info = ServerInfo.read(s.data_dir)
-    if info and pid_alive(info.pid):  # never leave a server behind, even when a test failed
-        os.kill(info.pid, signal.SIGKILL)
+    kill_managed_server(s.data_dir)
 
 
 def test_port_default_per_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -76,14 +75,10 @@ def test_sigkill_mid_batch_then_rerun_is_exact(settings: Settings) -> None:
 
 
 @pytest.fixture
-def managed(tmp_path: Path) -> Iterator[Settings]:
-    s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="managed",
-                 chroma_port=free_port())
-    make_db(s.db, mixed_records(4))
-    yield s
-    info = ServerInfo.read(s.data_dir)
-    if info and pid_alive(info.pid):  # never leave a server behind, even when a test failed
-        os.kill(info.pid, signal.SIGKILL)
+def managed(managed: Settings) -> Settings:
+    """The shared managed settings (tests/conftest.py) with a small database."""
+    make_db(managed.db, mixed_records(4))
+    return managed
 
 
 def test_managed_mode_starts_and_stops_its_own_server(managed: Settings) -> None:

@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,16 +56,6 @@ def test_state_db_garbage_is_moved_aside_with_one_line_and_nothing_re_embedded(s
     assert out["embedded"] == 0 and out["unchanged"] == 7 * ROWS
     assert list(settings.state_path.parent.glob("state.db.damaged-*"))
     assert_clean(settings)
-
-
-@pytest.fixture
-def managed(tmp_path: Path) -> Iterator[Settings]:
-    s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="managed",
-                 chroma_port=free_port())
-    yield s
-    info = ServerInfo.read(s.data_dir)
-    if info and pid_alive(info.pid):  # never leave a server behind, even when a test failed
-        os.kill(info.pid, signal.SIGKILL)
 
 
 def test_managed_server_killed_and_its_directory_wiped_is_restarted_and_refilled(managed: Settings) -> None:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,16 +121,6 @@ class WorkerProcess:
         self._reader.join(timeout=10)
         if self.proc.stderr is not None and not self._reader.is_alive():
             self.proc.stderr.close()
-
-
-@pytest.fixture
-def managed(tmp_path: Path) -> Iterator[Settings]:
-    s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="managed",
-                 chroma_port=free_port())
-    yield s
-    info = ServerInfo.read(s.data_dir)
-    if info and pid_alive(info.pid):  # never leave a server behind, even when a test failed
-        os.kill(info.pid, signal.SIGKILL)
 
 
 def chroma_servers(path: Path | None = None) -> set[int]:
