@@ -3,9 +3,15 @@
 Protocol of ``../shared/data/README.md``: each conversation is one project; each dated session is
 one ``sdk_sessions`` row; each dialog turn is one user prompt (``"Speaker: text"`` plus the shared
 image's caption); each extracted statement is one observation (its facts = the statement) whose
-``prompt_number`` is the turn it was drawn from, as claude-mem records the prompt an observation
-was made under; each session summary is one ``session_summaries`` row. Questions of categories 1-4
-with evidence are kept; category 5 (adversarial, no answer) is left out of retrieval scores.
+``prompt_number`` links it to a prompt (see ``LINKS``), as claude-mem records the prompt an
+observation was made under; each session summary is one ``session_summaries`` row. Questions of
+categories 1-4 with evidence are kept; category 5 (adversarial, no answer) is left out of retrieval
+scores.
+
+``LINKS`` are the conventions for linking observations to prompts, since real links vary: ``turn``
+(the turn each statement was drawn from: precise links), ``session-end`` (the session's last
+prompt, as when one prompt is followed by many tool uses: coarse links, every observation of a
+session under one prompt), ``none`` (no observations at all: prompts and summaries only).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+LINKS = ("turn", "session-end", "none")
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo-dev.json"
 _DIA = re.compile(r"D\s*(\d+)\s*:\s*(\d+)")
 
@@ -58,8 +65,9 @@ def turn_number(dia_id: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def records(sample: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Import records (``memsync db import`` format) for one conversation."""
+def records(sample: dict[str, Any], links: str = "turn") -> Iterator[dict[str, Any]]:
+    """Import records (``memsync db import`` format) for one conversation, observations linked to
+    prompts by ``links`` (one of ``LINKS``)."""
     project = str(sample["sample_id"])
     conv = sample["conversation"]
     for n, start, turns in _sessions(conv):
@@ -75,12 +83,17 @@ def records(sample: dict[str, Any]) -> Iterator[dict[str, Any]]:
             # One second per turn keeps the order of the dialog in the timestamps.
             yield {"kind": "prompt", "project": project, "session": session, "prompt_number": num[1],
                    "prompt_text": text, "created_at_epoch": base + num[1] * 1000}
+        last_turn = max((num[1] for t in turns if (num := turn_number(t["dia_id"]))), default=None)
         obs = sample.get("observation", {}).get(f"session_{n}_observation", {}) or {}
+        if links == "none":
+            obs = {}
         for speaker, items in obs.items():
             for item in items:
                 statement, evidence = item[0], item[1] if len(item) > 1 else ""
                 ev = sorted(parse_evidence(evidence if isinstance(evidence, list) else [evidence]))
                 prompt_number = ev[0][1] if ev else None
+                if links == "session-end":
+                    prompt_number = last_turn
                 yield {"kind": "observation", "project": project, "session": session, "type": "discovery",
                        "title": f"{speaker}", "narrative": statement, "facts": [],
                        "concepts": [], "prompt_number": prompt_number,
@@ -91,13 +104,16 @@ def records(sample: dict[str, Any]) -> Iterator[dict[str, Any]]:
                    "prompt_number": len(turns), "created_at_epoch": base + 601_000}
 
 
-def load(path: Path = DEFAULT_DATA) -> tuple[list[dict[str, Any]], list[Question]]:
-    """All import records and all scorable questions (categories 1-4, with evidence)."""
+def load(path: Path = DEFAULT_DATA, links: str = "turn") -> tuple[list[dict[str, Any]], list[Question]]:
+    """All import records (observations linked by ``links``) and all scorable questions
+    (categories 1-4, with evidence)."""
+    if links not in LINKS:
+        raise ValueError(f"links must be one of {', '.join(LINKS)}, not {links!r}")
     data = json.loads(path.read_text(encoding="utf-8"))
     recs: list[dict[str, Any]] = []
     questions: list[Question] = []
     for sample in data:
-        recs.extend(records(sample))
+        recs.extend(records(sample, links))
         for qa in sample["qa"]:
             cat = int(qa.get("category", 0))
             ev = parse_evidence(qa.get("evidence") or [])

@@ -7,9 +7,10 @@ How a query is answered (``Searcher.search``):
 2. Semantic (``search.semantic``), on a pool thread at the same time: the query embedded by the
    worker's model, the nearest rows within the filters and window by the cheapest strategy that
    loses none (Chroma top-N, the local vector copy, exact by id, or a Chroma ``where``).
-3. Linked evidence: an observation is recorded under a user prompt (same session and
-   ``prompt_number``); when prompts are searched without observations, observations that match
-   vouch for their prompt.
+3. Linked evidence (``search.links``): an observation or summary is recorded under a user prompt
+   (same session and ``prompt_number``); when prompts are searched without observations, the
+   observations and summaries that match vouch for the prompts they talk about, each vote spread
+   by how specific its link is and which of the session's prompts its text is closest to.
 4. Fusion (``search.fusion``), or for date order the newest/oldest matches (SQLite's own date order
    of the lexical matches, merged with the semantic candidates that are real matches); then the
    page, hydrated with one ``IN`` query per kind in that order (``search.hydrate``).
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.embedding import Embedder, get_embedder
 from memsync.config.settings import Settings
-from memsync.search import fts, hydrate
+from memsync.search import fts, hydrate, links
 from memsync.search.fusion import Ranked, Weights, fuse
 from memsync.search.hydrate import PageEntry
 from memsync.search.lexical import LexicalSide
@@ -44,8 +45,9 @@ from memsync.search.models import (
     Window,
     make_window,
 )
-from memsync.search.semantic import SemanticAnswer, SemanticSide
+from memsync.search.semantic import EVIDENCE_KINDS, SemanticAnswer, SemanticSide
 from memsync.search.sql import QueryTimeout, SourceRows
+from memsync.search.vectorcopy import VectorCopy
 from memsync.search.vectorstore import RowHit, VectorStore, VectorUnavailable, probe
 
 DATE_ORDER_MIN_SIMILARITY = 0.35  # a semantic candidate counts as a match for date order above this
@@ -57,8 +59,10 @@ class _Gathered:
 
     lexical: dict[Kind, list[int]] = field(default_factory=dict)
     semantic: list[RowHit] = field(default_factory=list)
-    linked_semantic: list[int] = field(default_factory=list)
-    linked_lexical: list[int] = field(default_factory=list)
+    evidence_semantic: list[list[Key]] = field(default_factory=list)  # evidence rows per kind, best first
+    evidence_lexical: list[list[Key]] = field(default_factory=list)
+    linked_semantic: list[links.Vote] = field(default_factory=list)  # the prompts they vouch for
+    linked_lexical: list[links.Vote] = field(default_factory=list)
     similarity: dict[Key, RowHit] = field(default_factory=dict)
 
 
@@ -129,7 +133,8 @@ class Searcher(Lookups):
             if sem_future is not None:
                 try:
                     sem = sem_future.result()
-                    got.semantic, got.similarity, got.linked_semantic = sem.hits, sem.similarity, sem.linked_prompts
+                    got.semantic, got.similarity = sem.hits, sem.similarity
+                    got.evidence_semantic = [[key for key in sem.evidence if key[0] is k] for k in EVIDENCE_KINDS]
                     timings.update(sem.timings)
                 except VectorUnavailable as exc:
                     if mode is Mode.SEMANTIC:
@@ -139,6 +144,10 @@ class Searcher(Lookups):
                     notes.insert(0, str(exc))
                 except QueryTimeout as exc:
                     notes.append(f"semantic filtering incomplete: {exc}")
+            if linked:
+                t1 = time.perf_counter()
+                self._link(rows, filters, window, got, sem_future is not None and answered is not Mode.LEXICAL_FALLBACK)
+                timings["linked"] = _ms(t1)
             t2 = time.perf_counter()
             if order is Order.RELEVANCE:
                 fused = self._fuse(got)
@@ -176,24 +185,42 @@ class Searcher(Lookups):
     @staticmethod
     def _lexical(rows: SourceRows, lexical: LexicalSide, kinds: Sequence[Kind], filters: Filters, window: Window,
                  depth: int, linked: bool, got: _Gathered) -> None:
-        """The lexical rankings, and with ``linked`` the prompts vouched for by the observations
-        that match (searched with the project and dates only: they are evidence, not results)."""
+        """The lexical rankings, and with ``linked`` the observations and summaries that match as
+        evidence (searched with the project and dates only: they are evidence, not results)."""
         tasks = [(k, filters) for k in kinds]
-        if linked:
-            tasks.append((Kind.OBSERVATION, Filters(project=filters.project, date_from=filters.date_from,
-                                                    date_to=filters.date_to)))
+        evidence = [k for k in EVIDENCE_KINDS if k not in kinds] if linked else []
+        evidence_filters = Filters(project=filters.project, date_from=filters.date_from, date_to=filters.date_to)
+        tasks.extend((k, evidence_filters) for k in evidence)
         ranked = lexical.rank(tasks, window, depth)
         got.lexical = {k: ranked[k] for k in kinds}
-        if linked:
-            got.linked_lexical = rows.linked_prompts(ranked[Kind.OBSERVATION], filters, window)
+        got.evidence_lexical = [[(k, i) for i in ranked[k]] for k in evidence]
+
+    def _link(self, rows: SourceRows, filters: Filters, window: Window, got: _Gathered, vectors: bool) -> None:
+        """The prompts the evidence rows of both sides vouch for (``search.links``); the vector copy
+        tells which prompt an observation talks about when the semantic side is up."""
+        copy = self._copy() if vectors else None
+        k = self.weights.k
+        got.linked_lexical = links.votes(rows, copy, got.evidence_lexical, filters, window, k)
+        got.linked_semantic = links.votes(rows, copy, got.evidence_semantic, filters, window, k)
+
+    def _copy(self) -> VectorCopy | None:
+        """The worker's vector copy of the active generation, when this data directory has one."""
+        if self._vector is None:
+            return None
+        try:
+            return SemanticSide(self.settings, self._vector).vector_copy()
+        except VectorUnavailable:
+            return None
 
     def _fuse(self, got: _Gathered) -> list[PageEntry]:
         """Both sides' rankings and the linked evidence, fused (weighted RRF), best first."""
         w = self.weights
         lists = [Ranked([(k, i) for i in ids], w.lexical, False) for k, ids in got.lexical.items()]
         lists.append(Ranked([(h.kind, h.id) for h in got.semantic], w.semantic, True))
-        lists.append(Ranked([(Kind.PROMPT, i) for i in got.linked_semantic], w.linked_semantic, True))
-        lists.append(Ranked([(Kind.PROMPT, i) for i in got.linked_lexical], w.linked_lexical, False))
+        for votes, weight, sem in ((got.linked_semantic, w.linked_semantic, True),
+                                   (got.linked_lexical, w.linked_lexical, False)):
+            lists.append(Ranked([(Kind.PROMPT, v.prompt) for v in votes], weight, sem,
+                                [v.rank for v in votes], [v.share for v in votes]))
         out: list[PageEntry] = []
         for key, score, sem, lex in fuse(lists, w.k):
             assert isinstance(key, tuple)

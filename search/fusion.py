@@ -33,11 +33,14 @@ class Weights:
 
 @dataclass(frozen=True, slots=True)
 class Ranked:
-    """One input list: keys best first, its weight, and whether it is a semantic signal."""
+    """One input list: keys best first, its weight, and whether it is a semantic signal. Linked
+    evidence gives each key the rank of its evidence and a share of that evidence's vote."""
 
     keys: Sequence[Hashable]
     weight: float
     semantic: bool
+    ranks: Sequence[int] | None = None  # default: the position in ``keys``
+    shares: Sequence[float] | None = None  # default: 1 for every key
 
 
 def fuse(lists: Sequence[Ranked], k: int = RRF_K) -> list[tuple[Hashable, float, bool, bool]]:
@@ -53,11 +56,13 @@ def fuse(lists: Sequence[Ranked], k: int = RRF_K) -> list[tuple[Hashable, float,
             continue
         best_possible += ranked.weight / (k + 1)
         seen: set[Hashable] = set()
-        for rank, key in enumerate(ranked.keys):
+        for pos, key in enumerate(ranked.keys):
             if key in seen:
                 continue
             seen.add(key)
-            score[key] += ranked.weight / (k + rank + 1)
+            rank = ranked.ranks[pos] if ranked.ranks is not None else pos
+            share = ranked.shares[pos] if ranked.shares is not None else 1.0
+            score[key] += ranked.weight * share / (k + rank + 1)
             first_seen.setdefault(key, li * 1_000_000 + rank)
             (sem if ranked.semantic else lex).add(key)
     if not score:

@@ -9,7 +9,7 @@ the filters and window (design note 6):
   needs pass, a deeper top-N (over-fetch); when still too few, the filtered rows are searched
   exactly: by id when the filter matches at most ``filter_ids_cap`` rows, else with a Chroma
   ``where`` on the window/project/kind/type (then the rest is checked in SQLite).
-Observations searched as evidence for prompts (linked evidence, see ``search.engine``) ride along.
+Observations (and summaries) searched as evidence for prompts (linked evidence, ``search.links``) ride along.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ from memsync.search.sql import SourceRows
 from memsync.search.vectorcopy import VectorCopy
 from memsync.search.vectorstore import RowHit, VectorStore, VectorUnavailable
 
+# Rows that vouch for the prompt they were recorded under (linked evidence, ``search.links``).
+EVIDENCE_KINDS = (Kind.OBSERVATION, Kind.SUMMARY)
+
 OVERFETCH = 5  # second, deeper look before searching the filtered rows exactly ...
 MAX_OVERFETCH = 5000  # ... at most this many documents deep
 
@@ -43,7 +46,7 @@ class SemanticAnswer:
 
     hits: list[RowHit] = field(default_factory=list)  # rows of the searched kinds
     similarity: dict[Key, RowHit] = field(default_factory=dict)  # every row found, evidence included
-    linked_prompts: list[int] = field(default_factory=list)  # prompts vouched for by the observations found
+    evidence: list[Key] = field(default_factory=list)  # evidence rows found for linked prompts, best first
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -57,8 +60,9 @@ class SemanticSide:
     def search(self, query: str, kinds: Sequence[Kind], filters: Filters, window: Window, need: int, depth: int,
                linked: bool) -> SemanticAnswer:
         """The rows nearest to ``query`` within filters/window (at least ``need`` of the searched
-        kinds when that many exist); with ``linked``, also the prompts the observations found were
-        recorded under. Raises VectorUnavailable when the store cannot answer."""
+        kinds when that many exist); with ``linked``, also the observations and summaries nearest
+        the query as evidence for the prompts they were recorded under. Raises VectorUnavailable
+        when the store cannot answer."""
         t = time.perf_counter()
         self.store.ensure()  # before opening anything: a down store costs nothing more
         rows = SourceRows.open(self.settings)
@@ -77,9 +81,9 @@ class SemanticSide:
         timings["embed"] = _ms(t)
         restricted = bool(filters.project or filters.types or filters.concepts or filters.files
                           or window.start_ms is not None or window.end_ms is not None)
-        linked_kinds = (Kind.OBSERVATION,) if Kind.PROMPT in kinds and linked else ()
+        linked_kinds = tuple(k for k in EVIDENCE_KINDS if k not in kinds) if Kind.PROMPT in kinds and linked else ()
         wanted = set(kinds) | set(linked_kinds)
-        copy = self._vector_copy() if restricted and not (filters.concepts or filters.files) else None
+        copy = self.vector_copy() if restricted and not (filters.concepts or filters.files) else None
         if copy is not None:
             # Exact over the documents that pass, from the local copy: no over-fetch, no loss.
             hits = self._copy_scan(rows, copy, vec, kinds, wanted, filters, window, need, depth)
@@ -109,11 +113,10 @@ class SemanticSide:
         answer = SemanticAnswer([h for h in hits if h.kind in kinds], {(h.kind, h.id): h for h in hits},
                                 timings=timings)
         if linked_kinds:
-            obs = [h.id for h in hits if h.kind is Kind.OBSERVATION]
-            answer.linked_prompts = rows.linked_prompts(obs, filters, window)
+            answer.evidence = [(h.kind, h.id) for h in hits if h.kind in linked_kinds]
         return answer
 
-    def _vector_copy(self) -> VectorCopy | None:
+    def vector_copy(self) -> VectorCopy | None:
         """The local vector copy of the active generation, when this data directory has a complete one."""
         return VectorCopy.open(self.settings, self.store.collection_name(), self.store.embedder.model_id,
                                self.store.embedder.dimension)

@@ -21,15 +21,21 @@ from memsync.search.models import Filters, Window
 from memsync.search.vectorstore import RowHit
 
 CHUNK = 4096  # rows gathered per int8→float32 product: small enough to stay in cache
+_ROW_BITS = 56  # a (kind, row) key packed into one int64: kind byte above a 56-bit row id
+# Sorted (kind, row) keys of a copy's entries, per copy directory and entry count: built once per
+# process and count (append-only copy: a new count means new entries), reused by every search.
+_key_index: dict[str, tuple[int, npt.NDArray[np.int64], npt.NDArray[np.intp]]] = {}
 
 
 class VectorCopy:
     """A read-only view of one generation's copy, for one search."""
 
-    def __init__(self, manifest: Manifest, vectors: npt.NDArray[np.int8], entries: npt.NDArray[np.void]) -> None:
+    def __init__(self, manifest: Manifest, vectors: npt.NDArray[np.int8], entries: npt.NDArray[np.void],
+                 directory: str = "") -> None:
         self.manifest = manifest
         self._vectors = vectors
         self._entries = entries
+        self._directory = directory
 
     @classmethod
     def open(cls, settings: Settings, collection: str, model: str, dim: int) -> VectorCopy | None:
@@ -43,7 +49,7 @@ class VectorCopy:
         arrays = open_arrays(directory, manifest)
         if arrays is None:
             return None
-        return cls(manifest, *arrays)
+        return cls(manifest, *arrays, directory=str(directory))
 
     def __len__(self) -> int:
         return self.manifest.count
@@ -95,3 +101,35 @@ class VectorCopy:
             if key not in best:
                 best[key] = RowHit(key[0], row, min(1.0, max(0.0, score)), fields[field_code] or None)
         return list(best.values()), len(scores) <= n_docs
+
+    def _keys(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]]:
+        """Every entry's packed (kind, row) key, sorted, and the entry positions in that order."""
+        count = self.manifest.count
+        cached = _key_index.get(self._directory)
+        if cached is not None and cached[0] == count:
+            return cached[1], cached[2]
+        e = self._entries
+        keys = (e["kind"].astype(np.int64) << _ROW_BITS) | e["row"].astype(np.int64)
+        order = np.argsort(keys, kind="stable")
+        _key_index[self._directory] = (count, keys[order], order)
+        return keys[order], order
+
+    def row_vectors(self, rows: Iterable[tuple[Kind, int]]) -> dict[tuple[Kind, int], npt.NDArray[np.float32]]:
+        """The live documents' unit vectors of each row (documents × dim, float32), for the rows the
+        copy holds."""
+        wanted = list(rows)
+        if not wanted or self.manifest.count == 0:
+            return {}
+        keys, order = self._keys()
+        packed = np.array([(KIND_BYTE[k] << _ROW_BITS) | r for k, r in wanted], dtype=np.int64)
+        lo = np.searchsorted(keys, packed, side="left")
+        hi = np.searchsorted(keys, packed, side="right")
+        out: dict[tuple[Kind, int], npt.NDArray[np.float32]] = {}
+        for key, a, b in zip(wanted, lo.tolist(), hi.tolist(), strict=True):
+            if a == b:
+                continue
+            pos = order[a:b]
+            pos = pos[self._entries["live"][pos] == 1]
+            if len(pos):
+                out[key] = self._vectors[pos].astype(np.float32) * self._entries["scale"][pos][:, None]
+        return out
