@@ -64,6 +64,7 @@ class _Gathered:
     linked_semantic: list[links.Vote] = field(default_factory=list)  # the prompts they vouch for
     linked_lexical: list[links.Vote] = field(default_factory=list)
     similarity: dict[Key, RowHit] = field(default_factory=dict)
+    context: list[int] = field(default_factory=list)  # prompts ranked in their neighbours' context
 
 
 class Searcher(Lookups):
@@ -123,7 +124,8 @@ class Searcher(Lookups):
             linked = mode is Mode.HYBRID and Kind.PROMPT in kinds and Kind.OBSERVATION not in kinds
             sem_future: concurrent.futures.Future[SemanticAnswer] | None = None
             if mode is not Mode.LEXICAL:
-                sem_future = self._pool.submit(self._semantic, query, kinds, filters, window, need, depth, linked)
+                sem_future = self._pool.submit(self._semantic, query, kinds, filters, window, need, depth, linked,
+                                               mode is Mode.HYBRID)
             if mode is not Mode.SEMANTIC:
                 try:
                     self._lexical(rows, lexical, kinds, filters, window, depth, linked, got)
@@ -133,7 +135,7 @@ class Searcher(Lookups):
             if sem_future is not None:
                 try:
                     sem = sem_future.result()
-                    got.semantic, got.similarity = sem.hits, sem.similarity
+                    got.semantic, got.similarity, got.context = sem.hits, sem.similarity, sem.context
                     got.evidence_semantic = [[key for key in sem.evidence if key[0] is k] for k in EVIDENCE_KINDS]
                     timings.update(sem.timings)
                 except VectorUnavailable as exc:
@@ -176,11 +178,12 @@ class Searcher(Lookups):
             rows.close()
 
     def _semantic(self, query: str, kinds: Sequence[Kind], filters: Filters, window: Window, need: int, depth: int,
-                  linked: bool) -> SemanticAnswer:
+                  linked: bool, context: bool) -> SemanticAnswer:
         """The semantic side (run on a pool thread: loading the model on first use waits there too)."""
         if self._vector is None:  # no server recorded, or a refused port: answer before loading the model
             probe(self.settings)
-        return SemanticSide(self.settings, self.vector).search(query, kinds, filters, window, need, depth, linked)
+        return SemanticSide(self.settings, self.vector).search(query, kinds, filters, window, need, depth, linked,
+                                                               context)
 
     @staticmethod
     def _lexical(rows: SourceRows, lexical: LexicalSide, kinds: Sequence[Kind], filters: Filters, window: Window,
@@ -217,6 +220,7 @@ class Searcher(Lookups):
         w = self.weights
         lists = [Ranked([(k, i) for i in ids], w.lexical, False) for k, ids in got.lexical.items()]
         lists.append(Ranked([(h.kind, h.id) for h in got.semantic], w.semantic, True))
+        lists.append(Ranked([(Kind.PROMPT, i) for i in got.context], w.context, True))
         for votes, weight, sem in ((got.linked_semantic, w.linked_semantic, True),
                                    (got.linked_lexical, w.linked_lexical, False)):
             lists.append(Ranked([(Kind.PROMPT, v.prompt) for v in votes], weight, sem,

@@ -18,6 +18,9 @@ SEMANTIC_WEIGHT = 0.5
 # Observations recorded under a prompt vouch for that prompt (see engine: linked signals).
 LINKED_SEMANTIC_WEIGHT = 0.5
 LINKED_LEXICAL_WEIGHT = 0.5
+# Prompts ranked in the context of their neighbouring prompts (search.context): a second dense list,
+# counted as the first one is.
+CONTEXT_WEIGHT = SEMANTIC_WEIGHT
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,7 @@ class Weights:
     semantic: float = SEMANTIC_WEIGHT
     linked_semantic: float = LINKED_SEMANTIC_WEIGHT
     linked_lexical: float = LINKED_LEXICAL_WEIGHT
+    context: float = CONTEXT_WEIGHT
 
 
 @dataclass(frozen=True, slots=True)

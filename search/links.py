@@ -27,16 +27,15 @@ vectors memsync already has); without the copy only the prior is known, so the r
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from memsync.config.claude_mem.schema import SESSIONS_TABLE, Kind
+from memsync.config.claude_mem.schema import Kind
 from memsync.search.models import Filters, Key, Window
-from memsync.search.sql import ALIAS, SourceRows, chunks
+from memsync.search.sql import SourceRows
 from memsync.search.vectorcopy import VectorCopy
 
 TEMPERATURE = 0.05  # cosine differences of ~0.1 between prompts decide the attribution (e^2)
@@ -52,14 +51,6 @@ class Vote:
     share: float
 
 
-@dataclass(frozen=True, slots=True)
-class _Source:
-    """Where a found row was recorded: its session (sdk_sessions.id) and prompt number."""
-
-    session: int
-    number: int
-
-
 def votes(rows: SourceRows, copy: VectorCopy | None, lists: Sequence[Sequence[Key]], filters: Filters,
           window: Window, k: int) -> list[Vote]:
     """The prompts vouched for by the evidence ``lists`` (one ranking per kind of observations or
@@ -68,23 +59,23 @@ def votes(rows: SourceRows, copy: VectorCopy | None, lists: Sequence[Sequence[Ke
     ranked = [(key, rank) for keys in lists for rank, key in enumerate(keys)]
     if not ranked:
         return []
-    sources = _sources(rows, [key for key, _ in ranked])
+    sources = rows.recorded_under([key for key, _ in ranked])
     if not sources:
         return []
-    prompts = _session_prompts(rows, {s.session for s in sources.values()})
-    fan_in = _fan_in(rows, {s.session for k, s in sources.items() if k[0] is Kind.OBSERVATION})
+    prompts = rows.session_prompts({session for session, _ in sources.values()})
+    fan_in = rows.fan_in({session for k, (session, _) in sources.items() if k[0] is Kind.OBSERVATION})
     vectors = _vectors(copy, [key for key, _ in ranked if key in sources],
                        [p for plist in prompts.values() for _, p in plist]) if copy is not None else {}
     best: dict[int, tuple[float, int, float]] = {}  # prompt -> (strength, rank, share)
     for key, rank in ranked:
-        src = sources.get(key)
-        if src is None:
+        if key not in sources:
             continue
-        candidates = [p for num, p in prompts.get(src.session, []) if num <= src.number][-MAX_CANDIDATES:]
+        session, number = sources[key]
+        candidates = [p for num, p in prompts.get(session, []) if num <= number][-MAX_CANDIDATES:]
         if not candidates:
             continue
-        recorded = next((p for num, p in prompts[src.session] if num == src.number), None)
-        prior = 1.0 / max(1, fan_in.get((src.session, src.number), 1)) if key[0] is Kind.OBSERVATION \
+        recorded = next((p for num, p in prompts[session] if num == number), None)
+        prior = 1.0 / max(1, fan_in.get((session, number), 1)) if key[0] is Kind.OBSERVATION \
             else 1.0 / len(candidates)
         for prompt, share in _attribute(key, candidates, recorded, prior, vectors).items():
             strength = share / (k + rank + 1)
@@ -98,6 +89,8 @@ def votes(rows: SourceRows, copy: VectorCopy | None, lists: Sequence[Sequence[Ke
 def _attribute(key: Key, candidates: list[int], recorded: int | None, prior: float,
                vectors: dict[Key, npt.NDArray[np.float32]]) -> dict[int, float]:
     """Shares of one row's vote over its candidate prompts (see the module docstring)."""
+    if recorded is not None and prior >= 1.0:
+        return {recorded: 1.0}  # the only row recorded under its prompt: a precise link
     own = vectors.get(key)
     sims = [vectors.get((Kind.PROMPT, p)) for p in candidates]
     if own is None or any(v is None for v in sims):
@@ -115,58 +108,6 @@ def _attribute(key: Key, candidates: list[int], recorded: int | None, prior: flo
     weights = np.exp(logits)
     weights /= weights.sum()
     return {p: float(w) for p, w in zip(candidates, weights.tolist(), strict=True)}
-
-
-def _sources(rows: SourceRows, keys: Sequence[Key]) -> dict[Key, _Source]:
-    """Session and prompt number of each observation/summary key that has both."""
-    out: dict[Key, _Source] = {}
-    for kind in (Kind.OBSERVATION, Kind.SUMMARY):
-        ids = [i for k, i in keys if k is kind]
-        pnum = rows.col(kind, "prompt_number")
-        match = rows.schema.session_match(kind, ALIAS, "s")
-        if not ids or not pnum or match == "0":
-            continue
-        table = "observations" if kind is Kind.OBSERVATION else "session_summaries"
-        for chunk in chunks(ids):
-            sql = (f"SELECT {ALIAS}.id AS id, s.id AS session, {pnum} AS num FROM {table} {ALIAS} "
-                   f"JOIN {SESSIONS_TABLE} s ON {match} "
-                   f"WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))}) AND {pnum} IS NOT NULL")
-            for r in rows.query(sql, chunk):
-                out.setdefault((kind, int(r["id"])), _Source(int(r["session"]), int(r["num"])))
-    return out
-
-
-def _session_prompts(rows: SourceRows, sessions: set[int]) -> dict[int, list[tuple[int, int]]]:
-    """session -> [(prompt_number, prompt id)] in number order."""
-    match = rows.schema.session_match(Kind.PROMPT, ALIAS, "s")
-    pnum = rows.col(Kind.PROMPT, "prompt_number")
-    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    if match == "0" or not pnum:
-        return out
-    for chunk in chunks(sorted(sessions)):
-        sql = (f"SELECT s.id AS session, {pnum} AS num, {ALIAS}.id AS id FROM {SESSIONS_TABLE} s "
-               f"JOIN user_prompts {ALIAS} ON {match} WHERE s.id IN ({','.join('?' * len(chunk))})")
-        for r in rows.query(sql, chunk):
-            out[int(r["session"])].append((int(r["num"]), int(r["id"])))
-    for plist in out.values():
-        plist.sort()
-    return out
-
-
-def _fan_in(rows: SourceRows, sessions: set[int]) -> dict[tuple[int, int], int]:
-    """(session, prompt_number) -> how many observations were recorded under that prompt."""
-    match = rows.schema.session_match(Kind.OBSERVATION, ALIAS, "s")
-    pnum = rows.col(Kind.OBSERVATION, "prompt_number")
-    out: dict[tuple[int, int], int] = {}
-    if match == "0" or not pnum or not sessions:
-        return out
-    for chunk in chunks(sorted(sessions)):
-        sql = (f"SELECT s.id AS session, {pnum} AS num, COUNT(*) AS n FROM {SESSIONS_TABLE} s "
-               f"JOIN observations {ALIAS} ON {match} WHERE s.id IN ({','.join('?' * len(chunk))}) "
-               f"AND {pnum} IS NOT NULL GROUP BY s.id, {pnum}")
-        for r in rows.query(sql, chunk):
-            out[(int(r["session"]), int(r["num"]))] = int(r["n"])
-    return out
 
 
 def _vectors(copy: VectorCopy, keys: Sequence[Key], prompts: Sequence[int]) -> dict[Key, npt.NDArray[np.float32]]:

@@ -5,7 +5,7 @@ never becomes SQL), and a time limit on each statement through a progress handle
 pathological query is interrupted (:class:`QueryTimeout`) instead of holding the caller. Column
 names go through the era mapping of ``config.claude_mem.schema``: both schema eras are read.
 Besides the filters, the membership questions every part of a search asks live here: which ids
-pass, their dates, the newest rows, the rows around a date, the prompt an observation belongs to.
+pass, their dates, the newest rows, the rows around a date, the session and prompt a row was recorded under.
 """
 
 from __future__ import annotations
@@ -202,33 +202,70 @@ class SourceRows:
         return out
 
     # -- links between kinds -------------------------------------------------------------------------
-    def prompts_of_observations(self, obs_ids: Sequence[int]) -> dict[int, int]:
-        """observation id → the id of the user prompt it was recorded under (same session, same
-        prompt_number), for observations that have one."""
-        if not obs_ids:
-            return {}
-        pnum = self.col(Kind.OBSERVATION, "prompt_number")
-        obs_session = self.schema.session_match(Kind.OBSERVATION, ALIAS, "s")
-        prompt_session = self.schema.session_match(Kind.PROMPT, "p", "s")
-        if not pnum or "0" in (obs_session, prompt_session):
-            return {}
-        out: dict[int, int] = {}
-        for chunk in chunks(list(obs_ids)):
-            sql = (f"SELECT {ALIAS}.id AS oid, p.id AS pid FROM observations {ALIAS} "
-                   f"JOIN {SESSIONS_TABLE} s ON {obs_session} "
-                   f"JOIN user_prompts p ON {prompt_session} AND p.prompt_number = {pnum} "
-                   f"WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))})")
-            for r in self.query(sql, chunk):
-                out.setdefault(int(r["oid"]), int(r["pid"]))
+    def recorded_under(self, keys: Sequence[tuple[Kind, int]]) -> dict[tuple[Kind, int], tuple[int, int]]:
+        """(session id, prompt number) each observation/summary key was recorded under, for those
+        that have both (linked evidence, ``search.links``)."""
+        out: dict[tuple[Kind, int], tuple[int, int]] = {}
+        for kind in (Kind.OBSERVATION, Kind.SUMMARY):
+            ids = [i for k, i in keys if k is kind]
+            pnum = self.col(kind, "prompt_number")
+            match = self.schema.session_match(kind, ALIAS, "s")
+            if not ids or not pnum or match == "0":
+                continue
+            for chunk in chunks(ids):
+                sql = (f"SELECT {ALIAS}.id AS id, s.id AS session, {pnum} AS num FROM {TABLES[kind]} {ALIAS} "
+                       f"JOIN {SESSIONS_TABLE} s ON {match} "
+                       f"WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))}) AND {pnum} IS NOT NULL")
+                for r in self.query(sql, chunk):
+                    out.setdefault((kind, int(r["id"])), (int(r["session"]), int(r["num"])))
         return out
 
-    def linked_prompts(self, obs_ids: list[int], filters: Filters, window: Window) -> list[int]:
-        """Prompts the observations (in rank order) were recorded under, within filters/window: the
-        prompts those observations vouch for (linked evidence)."""
-        links = self.prompts_of_observations(obs_ids)
-        prompts = list(dict.fromkeys(links[o] for o in obs_ids if o in links))
-        ok = self.passing(Kind.PROMPT, prompts, filters, window)
-        return [p for p in prompts if p in ok]
+    def neighbour_prompts(self, ids: Sequence[int]) -> dict[int, list[int]]:
+        """prompt id -> the ids of the prompts numbered just before and after it in its session."""
+        pnum = self.schema.column("user_prompts", "prompt_number")
+        mine, theirs = (self.schema.session_match(Kind.PROMPT, a, "s") for a in (ALIAS, "n"))
+        out: dict[int, list[int]] = {}
+        if not pnum or "0" in (mine, theirs):
+            return out
+        for chunk in chunks(list(ids)):
+            sql = (f"SELECT {ALIAS}.id AS id, n.id AS nid FROM user_prompts {ALIAS} "
+                   f"JOIN {SESSIONS_TABLE} s ON {mine} JOIN user_prompts n ON {theirs} "
+                   f'AND n."{pnum}" IN ({ALIAS}."{pnum}" - 1, {ALIAS}."{pnum}" + 1) '
+                   f"WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))})")
+            for r in self.query(sql, chunk):
+                out.setdefault(int(r["id"]), []).append(int(r["nid"]))
+        return out
+
+    def session_prompts(self, sessions: set[int]) -> dict[int, list[tuple[int, int]]]:
+        """session id -> [(prompt_number, prompt id)] of its prompts, in number order."""
+        match = self.schema.session_match(Kind.PROMPT, ALIAS, "s")
+        pnum = self.col(Kind.PROMPT, "prompt_number")
+        out: dict[int, list[tuple[int, int]]] = {}
+        if match == "0" or not pnum:
+            return out
+        for chunk in chunks(sorted(sessions)):
+            sql = (f"SELECT s.id AS session, {pnum} AS num, {ALIAS}.id AS id FROM {SESSIONS_TABLE} s "
+                   f"JOIN user_prompts {ALIAS} ON {match} WHERE s.id IN ({','.join('?' * len(chunk))})")
+            for r in self.query(sql, chunk):
+                out.setdefault(int(r["session"]), []).append((int(r["num"]), int(r["id"])))
+        for plist in out.values():
+            plist.sort()
+        return out
+
+    def fan_in(self, sessions: set[int]) -> dict[tuple[int, int], int]:
+        """(session, prompt_number) -> how many observations were recorded under that prompt."""
+        match = self.schema.session_match(Kind.OBSERVATION, ALIAS, "s")
+        pnum = self.col(Kind.OBSERVATION, "prompt_number")
+        out: dict[tuple[int, int], int] = {}
+        if match == "0" or not pnum or not sessions:
+            return out
+        for chunk in chunks(sorted(sessions)):
+            sql = (f"SELECT s.id AS session, {pnum} AS num, COUNT(*) AS n FROM {SESSIONS_TABLE} s "
+                   f"JOIN observations {ALIAS} ON {match} WHERE s.id IN ({','.join('?' * len(chunk))}) "
+                   f"AND {pnum} IS NOT NULL GROUP BY s.id, {pnum}")
+            for r in self.query(sql, chunk):
+                out[(int(r["session"]), int(r["num"]))] = int(r["n"])
+        return out
 
     # -- listings --------------------------------------------------------------------------------------
     def distinct(self, kind: Kind, logical: str, limit: int = 1000) -> list[str]:

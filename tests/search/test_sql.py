@@ -89,12 +89,6 @@ def test_window_and_the_id_bound_it_gives(rows: SourceRows) -> None:
     assert rows.filtered_ids(Kind.OBSERVATION, Filters(), None, 3) is None  # more than the cap
 
 
-def test_linked_prompts_follow_session_and_prompt_number(rows: SourceRows) -> None:
-    assert rows.prompts_of_observations([1, 2]) == {1: 1}
-    assert rows.linked_prompts([2, 1], Filters(), None) == [1]
-    assert rows.linked_prompts([1], Filters(project="beta"), None) == []
-
-
 def test_listings(rows: SourceRows) -> None:
     assert rows.distinct(Kind.OBSERVATION, "type") == ["bugfix", "feature"]
     assert [i for i, _ in rows.recent(Kind.OBSERVATION, Filters(), None, 2)] == [4, 3]
