@@ -202,9 +202,8 @@ class Searcher(Lookups):
         """The prompts the evidence rows of both sides vouch for (``search.links``); the vector copy
         tells which prompt an observation talks about when the semantic side is up."""
         copy = self._copy() if vectors else None
-        k = self.weights.k
-        got.linked_lexical = links.votes(rows, copy, got.evidence_lexical, filters, window, k)
-        got.linked_semantic = links.votes(rows, copy, got.evidence_semantic, filters, window, k)
+        got.linked_lexical, got.linked_semantic = links.votes(
+            rows, copy, [got.evidence_lexical, got.evidence_semantic], filters, window, self.weights.k)
 
     def _copy(self) -> VectorCopy | None:
         """The worker's vector copy of the active generation, when this data directory has one."""

@@ -51,39 +51,45 @@ class Vote:
     share: float
 
 
-def votes(rows: SourceRows, copy: VectorCopy | None, lists: Sequence[Sequence[Key]], filters: Filters,
-          window: Window, k: int) -> list[Vote]:
-    """The prompts vouched for by the evidence ``lists`` (one ranking per kind of observations or
-    summaries, best first), each with the best (rank, share) any evidence row gives it, judged as
-    fusion will count it (``share / (k + rank + 1)``), within filters/window; strongest first."""
-    ranked = [(key, rank) for keys in lists for rank, key in enumerate(keys)]
-    if not ranked:
-        return []
-    sources = rows.recorded_under([key for key, _ in ranked])
+def votes(rows: SourceRows, copy: VectorCopy | None, sides: Sequence[Sequence[Sequence[Key]]], filters: Filters,
+          window: Window, k: int) -> list[list[Vote]]:
+    """For each side (the lexical and the semantic evidence: one ranking per kind of observations or
+    summaries, best first), the prompts its rows vouch for, each with the best (rank, share) any
+    evidence row gives it, judged as fusion will count it (``share / (k + rank + 1)``), within
+    filters/window; strongest first. The rows' links and vectors are read once for all sides."""
+    every = list(dict.fromkeys(key for lists in sides for keys in lists for key in keys))
+    sources = rows.recorded_under(every) if every else {}
     if not sources:
-        return []
+        return [[] for _ in sides]
     prompts = rows.session_prompts({session for session, _ in sources.values()})
     fan_in = rows.fan_in({session for k, (session, _) in sources.items() if k[0] is Kind.OBSERVATION})
-    vectors = _vectors(copy, [key for key, _ in ranked if key in sources],
+    vectors = _vectors(copy, [key for key in every if key in sources],
                        [p for plist in prompts.values() for _, p in plist]) if copy is not None else {}
-    best: dict[int, tuple[float, int, float]] = {}  # prompt -> (strength, rank, share)
-    for key, rank in ranked:
-        if key not in sources:
-            continue
-        session, number = sources[key]
+    shares: dict[Key, dict[int, float]] = {}
+    for key, (session, number) in sources.items():
         candidates = [p for num, p in prompts.get(session, []) if num <= number][-MAX_CANDIDATES:]
         if not candidates:
             continue
         recorded = next((p for num, p in prompts[session] if num == number), None)
         prior = 1.0 / max(1, fan_in.get((session, number), 1)) if key[0] is Kind.OBSERVATION \
             else 1.0 / len(candidates)
-        for prompt, share in _attribute(key, candidates, recorded, prior, vectors).items():
-            strength = share / (k + rank + 1)
-            if prompt not in best or strength > best[prompt][0]:
-                best[prompt] = (strength, rank, share)
-    ok = rows.passing(Kind.PROMPT, list(best), filters, window)
-    order = sorted((p for p in best if p in ok), key=lambda p: -best[p][0])
-    return [Vote(p, best[p][1], best[p][2]) for p in order]
+        shares[key] = _attribute(key, candidates, recorded, prior, vectors)
+    out: list[list[Vote]] = []
+    allowed: set[int] | None = None
+    for lists in sides:
+        best: dict[int, tuple[float, int, float]] = {}  # prompt -> (strength, rank, share)
+        for keys in lists:
+            for rank, key in enumerate(keys):
+                for prompt, share in shares.get(key, {}).items():
+                    strength = share / (k + rank + 1)
+                    if prompt not in best or strength > best[prompt][0]:
+                        best[prompt] = (strength, rank, share)
+        if allowed is None:
+            every_prompt = sorted({p for split in shares.values() for p in split})
+            allowed = rows.passing(Kind.PROMPT, every_prompt, filters, window)
+        order = sorted((p for p in best if p in allowed), key=lambda p: -best[p][0])
+        out.append([Vote(p, best[p][1], best[p][2]) for p in order])
+    return out
 
 
 def _attribute(key: Key, candidates: list[int], recorded: int | None, prior: float,

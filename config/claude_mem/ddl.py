@@ -76,6 +76,7 @@ CREATE INDEX idx_observations_project ON observations(project);
 CREATE INDEX idx_observations_created ON observations(created_at_epoch);
 CREATE INDEX idx_summaries_project ON session_summaries(project);
 CREATE INDEX idx_prompts_session ON user_prompts(session_db_id);
+CREATE INDEX idx_observations_sdk_session ON observations(memory_session_id);
 """
 
 _LEGACY_DDL = """
@@ -123,6 +124,8 @@ CREATE TABLE user_prompts (
   created_at TEXT NOT NULL,
   created_at_epoch INTEGER NOT NULL
 );
+CREATE INDEX idx_observations_sdk_session ON observations(sdk_session_id);
+CREATE INDEX idx_user_prompts_claude_session ON user_prompts(claude_session_id);
 """
 
 

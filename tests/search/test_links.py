@@ -61,38 +61,38 @@ def vectors() -> dict[Key, npt.NDArray[np.float32]]:
 
 
 def test_a_precise_link_keeps_its_whole_vote_whatever_the_vectors_say(rows: SourceRows) -> None:
-    got = links.votes(rows, Copy(vectors()), [[(Kind.OBSERVATION, 1)]], Filters(), NO_WINDOW, 10)
+    got = links.votes(rows, Copy(vectors()), [[[(Kind.OBSERVATION, 1)]]], Filters(), NO_WINDOW, 10)[0]
     assert [(v.prompt, v.rank, round(v.share, 6)) for v in got][0] == (2, 0, 1.0)
 
 
 def test_a_coarse_link_votes_for_the_prompt_the_observation_talks_about(rows: SourceRows) -> None:
-    got = links.votes(rows, Copy(vectors()), [[(Kind.OBSERVATION, 5)]], Filters(), NO_WINDOW, 10)
+    got = links.votes(rows, Copy(vectors()), [[[(Kind.OBSERVATION, 5)]]], Filters(), NO_WINDOW, 10)[0]
     assert got[0].prompt == 1 and got[0].share > 0.9  # not the recorded prompt 4
     assert {v.prompt for v in got} <= {1, 2, 3, 4}  # only prompts numbered up to its own
 
 
 def test_without_vectors_a_coarse_link_gets_one_over_its_fan_in(rows: SourceRows) -> None:
-    got = links.votes(rows, None, [[(Kind.OBSERVATION, 5)], [(Kind.OBSERVATION, 1)]], Filters(), NO_WINDOW, 10)
+    got = links.votes(rows, None, [[[(Kind.OBSERVATION, 5)], [(Kind.OBSERVATION, 1)]]], Filters(), NO_WINDOW, 10)[0]
     shares = {v.prompt: round(v.share, 6) for v in got}
     assert shares == {4: 0.25, 2: 1.0}  # four observations under prompt 4, one under prompt 2
     assert [v.prompt for v in got] == [2, 4]  # the stronger vote first
 
 
 def test_summaries_vote_for_the_prompt_they_are_closest_to(rows: SourceRows) -> None:
-    got = links.votes(rows, Copy(vectors()), [[(Kind.SUMMARY, 1)]], Filters(), NO_WINDOW, 10)
+    got = links.votes(rows, Copy(vectors()), [[[(Kind.SUMMARY, 1)]]], Filters(), NO_WINDOW, 10)[0]
     assert got[0].prompt == 3 and got[0].share > 0.9
 
 
 def test_each_prompt_keeps_its_strongest_vote_and_filters_apply(rows: SourceRows) -> None:
     evidence = [[(Kind.OBSERVATION, 5), (Kind.OBSERVATION, 1)]]
-    got = links.votes(rows, Copy(vectors()), evidence, Filters(), NO_WINDOW, 10)
+    got = links.votes(rows, Copy(vectors()), [evidence], Filters(), NO_WINDOW, 10)[0]
     assert [v.prompt for v in got if v.share > 0.5] == [1, 2]
-    assert links.votes(rows, Copy(vectors()), evidence, Filters(project="beta"), NO_WINDOW, 10) == []
+    assert links.votes(rows, Copy(vectors()), [evidence], Filters(project="beta"), NO_WINDOW, 10)[0] == []
 
 
 def test_rows_without_a_prompt_number_or_unknown_ids_vote_for_nothing(rows: SourceRows) -> None:
-    assert links.votes(rows, None, [[(Kind.OBSERVATION, 999)]], Filters(), NO_WINDOW, 10) == []
-    assert links.votes(rows, None, [], Filters(), NO_WINDOW, 10) == []
+    assert links.votes(rows, None, [[[(Kind.OBSERVATION, 999)]]], Filters(), NO_WINDOW, 10)[0] == []
+    assert links.votes(rows, None, [[]], Filters(), NO_WINDOW, 10)[0] == []
 
 
 def test_fusion_counts_a_vote_at_its_evidence_rank_and_share() -> None:
@@ -102,3 +102,9 @@ def test_fusion_counts_a_vote_at_its_evidence_rank_and_share() -> None:
     best = 2 / 11
     assert scores["a"] == pytest.approx((1 / 11) / best)
     assert scores["b"] == pytest.approx((1 / 12 + 0.25 / 11) / best)
+
+
+def test_each_side_gets_its_own_votes_from_one_read(rows: SourceRows) -> None:
+    lexical, semantic = links.votes(rows, Copy(vectors()), [[[(Kind.OBSERVATION, 1)]], [[(Kind.OBSERVATION, 5)]]],
+                                    Filters(), NO_WINDOW, 10)
+    assert [v.prompt for v in lexical] == [2] and semantic[0].prompt == 1
