@@ -111,6 +111,9 @@ class Settings(BaseSettings):
     vector_copy: bool = Field(
         True, description="Worker: keep a local int8 copy of the vectors it writes to Chroma, with their project, "
         "type and date, in the data directory; searches with a window or filter rank exactly from it.")
+    lexical_feedback: bool = Field(
+        True, description="Search: expand the query with the words its best text-index matches share "
+        "(pseudo-relevance feedback, RM3-style); one more index query per kind.")
     serve_host: str = Field("127.0.0.1", description="memsync serve / mcp --http: address to listen on.")
     serve_port: int = Field(8787, ge=1, le=65535, description="memsync serve: HTTP port.")
     api_token: SecretStr | None = Field(

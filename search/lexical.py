@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from memsync.config.claude_mem.schema import Kind
+from memsync.config.formats.text_index import text_columns
 from memsync.config.settings import Settings
 from memsync.search.app_fts import AppFts
 from memsync.search.lexical_index import LexicalIndex
@@ -97,6 +98,7 @@ class LexicalSide:
         self._pool = pool
         self._main = _Connection(settings, rows, text)
         self._use_text_index = settings.text_index and use_text_index
+        self._feedback = settings.lexical_feedback
         self._index: TextIndex | None = None
         self._index_opened = False
 
@@ -150,7 +152,12 @@ class LexicalSide:
         index, mark = self.index, self._watermark(kind, filters)
         if index is None or mark is None:
             return conn.ranked(kind, filters, window, depth)
-        ranked = [i for i, _ in index.search(kind, self.text, filters, window, depth)]
+        if self._feedback:
+            columns = text_columns(kind)
+            ranked = [i for i, _ in index.expanded(kind, self.text, filters, window, depth,
+                                                   lambda ids: conn.rows.texts(kind, ids, columns))]
+        else:
+            ranked = [i for i, _ in index.search(kind, self.text, filters, window, depth)]
         tail = conn.ranked(kind, filters, window, depth, after_id=mark) if conn.rows.max_id(kind) > mark else []
         return merge_tail(ranked, tail, depth)
 

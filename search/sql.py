@@ -201,6 +201,19 @@ class SourceRows:
             out.update((int(r[0]), int(r[1] or 0)) for r in self.query(sql, chunk))
         return out
 
+    def texts(self, kind: Kind, ids: Sequence[int], columns: Sequence[str]) -> dict[int, str]:
+        """The given logical text columns of each row, joined by spaces (absent columns skipped)."""
+        cols = [c for c in (self.col(kind, name) for name in columns) if c]
+        if not ids or not cols:
+            return {}
+        joined = " || ' ' || ".join(f"COALESCE({c}, '')" for c in cols)
+        out: dict[int, str] = {}
+        for chunk in chunks(list(ids)):
+            sql = (f"SELECT {ALIAS}.id, {joined} FROM {TABLES[kind]} {ALIAS} "
+                   f"WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))})")
+            out.update((int(r[0]), str(r[1])) for r in self.query(sql, chunk))
+        return out
+
     # -- links between kinds -------------------------------------------------------------------------
     def recorded_under(self, keys: Sequence[tuple[Kind, int]]) -> dict[tuple[Kind, int], tuple[int, int]]:
         """(session id, prompt number) each observation/summary key was recorded under, for those

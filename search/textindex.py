@@ -7,23 +7,44 @@ Rows above it (committed since the worker's last pass, or all of them when no wo
 wrong about new rows. Edits and deletes reach it at the worker's reconcile; deleted rows are dropped at hydration
 anyway. Filters it cannot apply (concepts, files) and date order use FTS5. Query words get the
 body field's analysis and are OR-ed as term queries (no query parser, so no input is syntax).
+
+Pseudo-relevance feedback (RM3-style, ``expanded``): the words that the best few matches share
+and the query lacks, weighted by how well those matches scored and how rare the words are, are
+added to the query at a fraction of a query word's weight. A memory's question rarely uses the
+words of the turn that answers it ("support group" asked, "LGBTQ meeting" written); the top
+matches usually carry some of them. Measured on the LoCoMo dev set with no observations
+(``scripts/bench_quality.py``): lexical recall@10 0.612 → 0.619, the fused hybrid 0.678 → 0.701.
 """
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import tantivy
 
 from memsync.config.claude_mem.schema import Kind
-from memsync.config.formats.text_index import KIND_TERM, index_path, open_index, read_meta, source_id, terms
+from memsync.config.formats.text_index import (
+    KIND_TERM,
+    analyzed,
+    index_path,
+    open_index,
+    read_meta,
+    source_id,
+    terms,
+)
 from memsync.config.settings import Settings
 from memsync.search import fts
 from memsync.search.models import Filters, Window
 
 _EPOCH_MAX = 2**62
+FEEDBACK_DOCS = 5  # best matches whose words expand the query
+FEEDBACK_TERMS = 8  # words added
+FEEDBACK_WEIGHT = 0.3  # an added word's weight, against 1 for a query word
+FEEDBACK_MAX_DF = 0.1  # words in more than this share of the indexed rows say nothing: never added
 _readers: dict[str, Any] = {}  # one open index per path and process: opening reads every segment's meta
 _readers_lock = threading.Lock()
 
@@ -64,12 +85,16 @@ class TextIndex:
         """Whether the index can apply these filters itself (concepts and files it cannot)."""
         return not filters.concepts and not filters.files
 
-    def _query(self, kind: Kind, text: str, filters: Filters, window: Window | None) -> Any | None:
-        wanted = list(dict.fromkeys(t for w in fts.tokens(text) for t in terms(w)))
+    def _query(self, kind: Kind, text: str, filters: Filters, window: Window | None,
+               extra: Mapping[str, float] | None = None) -> Any | None:
+        wanted = query_terms(text)
         if not wanted:
             return None
         Q, Occur = tantivy.Query, tantivy.Occur
-        words = Q.boolean_query([(Occur.Should, Q.term_query(self._schema, "body", t)) for t in wanted])
+        should = [(Occur.Should, Q.term_query(self._schema, "body", t)) for t in wanted]
+        should.extend((Occur.Should, Q.boost_query(Q.term_query(self._schema, "body", t), boost))
+                      for t, boost in (extra or {}).items())
+        words = Q.boolean_query(should)
         must: list[tuple[Any, Any]] = [(Occur.Must, words),
                                        (Occur.Must, Q.term_query(self._schema, "kind", KIND_TERM[kind]))]
         if filters.project:
@@ -84,19 +109,46 @@ class TextIndex:
         return Q.boolean_query(must)
 
     def search(self, kind: Kind, text: str, filters: Filters, window: Window | None,
-               limit: int) -> list[tuple[int, float]]:
-        """(row id, BM25 score) best first, among rows at or below the watermark."""
-        query = self._query(kind, text, filters, window)
+               limit: int, extra: Mapping[str, float] | None = None) -> list[tuple[int, float]]:
+        """(row id, BM25 score) best first, among rows at or below the watermark; ``extra`` words
+        are added to the query with their weights."""
+        query = self._query(kind, text, filters, window, extra)
         if query is None:
             return []
         hits = self._searcher.search(query, limit, count=False).hits
         rows = self._searcher.fast_field_values("row", [addr for _, addr in hits])  # no stored-doc reads
         return [(int(r), float(score)) for (score, _), r in zip(hits, rows, strict=True) if r is not None]
 
+    def expanded(self, kind: Kind, text: str, filters: Filters, window: Window | None, limit: int,
+                 texts: Callable[[list[int]], Mapping[int, str]]) -> list[tuple[int, float]]:
+        """``search`` with pseudo-relevance feedback (see the module docstring); ``texts`` gives the
+        indexed text of rows by id (the index stores none). The plain ranking when nothing is added."""
+        first = self.search(kind, text, filters, window, limit)
+        top = first[:FEEDBACK_DOCS]
+        if not top or top[0][1] <= 0:
+            return first
+        own = set(query_terms(text))
+        bodies = texts([row for row, _ in top])
+        n_docs = max(1, self._searcher.num_docs)
+        weight: Counter[str] = Counter()
+        for row, score in top:
+            for term in set(analyzed(bodies.get(row, ""))) - own:
+                weight[term] += score / top[0][1]
+        for term in list(weight):
+            df = self._searcher.doc_freq("body", term)
+            weight[term] = weight[term] * math.log(n_docs / (1 + df)) if df <= FEEDBACK_MAX_DF * n_docs else 0.0
+        extra = {t: FEEDBACK_WEIGHT for t, w in weight.most_common(FEEDBACK_TERMS) if w > 0}
+        return self.search(kind, text, filters, window, limit, extra) if extra else first
+
     def count(self, kind: Kind, text: str, filters: Filters, window: Window | None) -> int:
         """How many indexed rows match (e.g. outside the window)."""
         query = self._query(kind, text, filters, window)
         return 0 if query is None else int(self._searcher.search(query, 1, count=True).count or 0)
+
+
+def query_terms(text: str) -> list[str]:
+    """The index terms of a query's words, in order, once each."""
+    return list(dict.fromkeys(t for w in fts.tokens(text) for t in terms(w)))
 
 
 def merge_tail(indexed: Sequence[int], tail: Sequence[int], limit: int) -> list[int]:

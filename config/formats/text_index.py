@@ -70,13 +70,18 @@ _query_analyzer: Any = None
 _analyzer_lock = threading.Lock()
 
 
-def terms(word: str) -> list[str]:
-    """The index terms of one query word (the same analysis as the body field)."""
+def analyzed(text: str) -> list[str]:
+    """The index terms of a text (the same analysis as the body field)."""
     global _query_analyzer
     with _analyzer_lock:
         if _query_analyzer is None:
             _query_analyzer = analyzer()
-        return [str(t) for t in _query_analyzer.analyze(word)]
+        return [str(t) for t in _query_analyzer.analyze(text)]
+
+
+def terms(word: str) -> list[str]:
+    """The index terms of one query word."""
+    return analyzed(word)
 
 
 def schema() -> Any:

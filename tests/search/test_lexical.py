@@ -29,9 +29,11 @@ def records() -> list[dict[str, object]]:
             prompt(53, prompt_text="where do zeppelins land")]
 
 
-def build(tmp: Path, fts: bool = True, text_index: bool = False) -> Settings:
-    s = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", text_index=text_index)
-    make_db(s.db, records(), fts=fts)
+def build(tmp: Path, fts: bool = True, text_index: bool = False, feedback: bool = False,
+          extra: list[dict[str, object]] | None = None) -> Settings:
+    # Feedback off unless asked: these tests are about which index answers the query's own words.
+    s = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", text_index=text_index, lexical_feedback=feedback)
+    make_db(s.db, records() + (extra or []), fts=fts)
     if text_index:
         sync = TextSync(s)
         try:
@@ -118,3 +120,27 @@ def test_date_order_and_the_count_outside_the_window(tmp_path: Path, pool: concu
     finally:
         side.close()
         rows.close()
+
+
+def test_feedback_adds_the_rare_words_the_best_matches_share(tmp_path: Path,
+                                                            pool: concurrent.futures.Executor) -> None:
+    # The question says "airship"; the turns that answer it say "dirigible" and "blimp" as well,
+    # and one of them never says "airship". Feedback finds it through the words the matches share.
+    answers = [prompt(60 + i, prompt_text=f"the airship dirigible blimp hangar note {w}")
+               for i, w in enumerate(("alpha", "beta", "gamma"))]
+    answers.append(prompt(70, prompt_text="that dirigible blimp finally flew"))
+    filler = [prompt(80 + i, prompt_text="lunch plans and the weather today") for i in range(40)]
+    plain = build(tmp_path / "plain", text_index=True, extra=answers + filler)
+    expanded = build(tmp_path / "expanded", text_index=True, feedback=True, extra=answers + filler)
+    rows = SourceRows.open(plain)
+    try:
+        ids = {str(r[1]): int(r[0]) for r in rows.query("SELECT id, prompt_text FROM user_prompts")}
+    finally:
+        rows.close()
+    flew, lunch = ids["that dirigible blimp finally flew"], ids["lunch plans and the weather today"]
+    without, _ = rank(plain, pool, "airship")
+    with_feedback, side = rank(expanded, pool, "airship")
+    assert flew not in without[Kind.PROMPT]
+    assert side.index is not None and flew in with_feedback[Kind.PROMPT]
+    assert with_feedback[Kind.PROMPT][:3] == without[Kind.PROMPT][:3]  # the query's own matches stay first
+    assert lunch not in with_feedback[Kind.PROMPT]  # words of rows unlike the matches are never added
