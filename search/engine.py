@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from memsync.config.claude_mem.schema import KINDS, Kind
-from memsync.config.embedding import Embedder, get_embedder
+from memsync.config.embedding import Embedder
 from memsync.config.settings import Settings
 from memsync.search import fts, hydrate
 from memsync.search.fusion import Ranked, Weights, fuse
@@ -74,12 +74,9 @@ class Searcher(Lookups):
 
     @property
     def vector(self) -> VectorStore:
-        """The vector store (the embedding model is loaded on first use)."""
+        """The vector store (it embeds queries with the active generation's model, loaded on first use)."""
         if self._vector is None:
-            embedder = self._embedder or get_embedder(
-                self.settings.embedding_model, self.settings.embedding_batch_size,
-                self.settings.embedding_max_tokens, self.settings.search_embedding_threads)
-            self._vector = VectorStore(self.settings, embedder)
+            self._vector = VectorStore(self.settings, self._embedder)
         return self._vector
 
     def close(self) -> None:
