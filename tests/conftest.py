@@ -145,6 +145,19 @@ def kill_managed_server(data_dir: Path) -> None:
 
 
 @pytest.fixture
+def openai_server() -> Iterator[Any]:
+    """The tests' own OpenAI-compatible server (tests/openai_server.py) in a subprocess on
+    127.0.0.1, serving the bundled model as ``minilm-test``; killed at the end."""
+    from tests.openai_server import ServerProcess
+
+    server = ServerProcess().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
 def managed(tmp_path: Path) -> Iterator[Settings]:
     """Managed-mode settings on a free port; whatever server is left at the end is killed."""
     s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="managed",
