@@ -106,7 +106,8 @@ class TestRetries:
 
     def test_a_stop_ends_the_backoff(self) -> None:
         fake = Fake([(500, {}, {})] * 5)
-        ep = Endpoint(EndpointConfig("http://x/v1", None, 1.0, 5), wait=lambda s: True, transport=httpx.MockTransport(fake))
+        ep = Endpoint(EndpointConfig("http://x/v1", None, 1.0, 5), wait=lambda s: True,
+                      transport=httpx.MockTransport(fake))
         with pytest.raises(EmbeddingUnavailable, match="stopped while retrying"):
             ep.post("/embeddings", {}, "embeddings")
         assert len(fake.requests) == 1
