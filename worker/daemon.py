@@ -31,7 +31,7 @@ import signal
 import threading
 from typing import Any
 
-from memsync.config.embedding import make_embedder
+from memsync.config.embedding import close_embedder, make_embedder
 from memsync.config.errors import EmbeddingUnavailable, SourceUnavailable, StoreUnavailable
 from memsync.config.settings import Settings
 from memsync.worker import logs
@@ -172,6 +172,7 @@ class Worker:
         self.health.stopping()
         self._text.close()
         self._target.close()
+        close_embedder(self._target.embedder)
         self._tail.close()
         self.health.stopped()
         if self._state is not None:

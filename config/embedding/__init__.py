@@ -41,8 +41,8 @@ from memsync.config.settings import LOCAL_MODEL, Settings
 
 __all__ = [
     "MODELS", "TOKENS_PER_TEXT", "Embedder", "EmbeddingError", "EmbeddingUnavailable", "Identity", "MiniLMOnnx",
-    "ModelSpec", "OpenAIEmbedder", "configured_identity", "endpoint_url", "generation_embedder", "get_embedder",
-    "make_embedder", "make_reranker", "model_id", "provider_of", "tokenizer_json",
+    "ModelSpec", "OpenAIEmbedder", "close_embedder", "configured_identity", "endpoint_url", "generation_embedder",
+    "get_embedder", "make_embedder", "make_reranker", "model_id", "provider_of", "tokenizer_json",
 ]
 
 
@@ -136,6 +136,13 @@ def generation_embedder(settings: Settings, identity: Identity) -> Embedder:
             _remote[key] = inner
         inner = _remote[key]
     return CachedEmbedder(inner, settings.embedding_query_cache) if settings.embedding_query_cache else inner
+
+
+def close_embedder(embedder: Embedder) -> None:
+    """Release what :func:`make_embedder` opened for a remote provider (the bundled model is shared
+    by the process and stays)."""
+    if isinstance(embedder, OpenAIEmbedder):
+        embedder.close()
 
 
 def endpoint_url(embedder: Embedder) -> str | None:

@@ -167,6 +167,10 @@ class OpenAIEmbedder:
         self._dimension = dimension
         self._lock = threading.Lock()
 
+    def close(self) -> None:
+        """Close the endpoint's connections (the writer that made it calls this when done)."""
+        self.endpoint.close()
+
     @property
     def model_id(self) -> str:
         """``openai:<model>``: recorded with each collection generation and sync record."""
