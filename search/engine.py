@@ -44,6 +44,7 @@ from memsync.search.models import (
     Window,
     make_window,
 )
+from memsync.search.rerank import rerank
 from memsync.search.semantic import SemanticAnswer, SemanticSide
 from memsync.search.sql import QueryTimeout, SourceRows
 from memsync.search.vectorstore import RowHit, VectorStore, VectorUnavailable, probe
@@ -139,6 +140,8 @@ class Searcher(Lookups):
             t2 = time.perf_counter()
             if order is Order.RELEVANCE:
                 fused = self._fuse(got)
+                if self.settings.rerank_provider != "none":
+                    fused = rerank(self.settings, rows, query, fused, notes)
                 total = len(fused)
                 page = fused[offset:need]
             else:

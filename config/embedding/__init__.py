@@ -151,9 +151,12 @@ def endpoint_url(embedder: Embedder) -> str | None:
     return endpoint.url if isinstance(endpoint, Endpoint) else None
 
 
+_rerankers: dict[tuple[EndpointConfig, str], RerankClient] = {}
+
+
 def make_reranker(settings: Settings) -> RerankClient | None:
     """The reranker the settings configure (None with ``rerank_provider=none``); the search's
-    deadline per request and no retries, as for query embeddings."""
+    deadline per request and no retries, as for query embeddings. One per endpoint and process."""
     if settings.rerank_provider == "none":
         return None
     key = settings.rerank_api_key or settings.embedding_api_key
@@ -161,7 +164,10 @@ def make_reranker(settings: Settings) -> RerankClient | None:
                             key.get_secret_value() if key else None,
                             timeout_s=min(settings.embedding_timeout_s, settings.search_timeout_ms / 1000),
                             max_retries=0, backoff_cap_s=settings.backoff_cap_s)
-    return RerankClient(Endpoint(config), settings.rerank_model)
+    with _remote_lock:
+        if (config, settings.rerank_model) not in _rerankers:
+            _rerankers[(config, settings.rerank_model)] = RerankClient(Endpoint(config), settings.rerank_model)
+        return _rerankers[(config, settings.rerank_model)]
 
 
 def _endpoint_config(settings: Settings, base_url: str, timeout_s: float | None = None,

@@ -189,3 +189,33 @@ def test_a_slow_endpoint_costs_a_search_its_deadline_only(settings: Settings, op
         assert response.results and response.timings_ms["total"] < 2500
     finally:
         searcher.close()
+
+
+def test_reranker_reorders_the_fused_top_and_falls_back_on_failure(settings: Settings, openai_server: Any) -> None:
+    """rerank_provider=openai: the fused top-N go to /v1/rerank and come back in its order; a
+    failing reranker keeps the fused order and says so in the reason."""
+    make_db(settings.db, mixed_records(10))
+    resync(settings)  # the bundled model: the reranker is independent of the embedding provider
+    query = "Narrative number 7 about caching"
+    plain = Searcher(settings)  # embedded Chroma is single-process: one searcher at a time
+    try:
+        fused = plain.search(query, window_days=0)
+    finally:
+        plain.close()
+    ranked = Searcher(settings.model_copy(update={"rerank_provider": "openai", "rerank_base_url": openai_server.url,
+                                                  "rerank_model": openai_server.model, "rerank_top_n": 10}))
+    try:
+        reranked = ranked.search(query, window_days=0)
+        assert openai_server.stats()["rerank"] == 1 and reranked.reason is None, reranked.reason
+        assert reranked.mode is Mode.HYBRID and len(reranked.results) == len(fused.results)
+        top = [r.key for r in reranked.results[:10]]
+        assert sorted(top) == sorted(r.key for r in fused.results[:10])  # the same candidates, reordered
+        assert top != [r.key for r in fused.results[:10]]
+        scores = [r.score for r in reranked.results]
+        assert scores == sorted(scores, reverse=True)
+        openai_server.faults(status=500, count=-1)
+        kept = ranked.search(query, window_days=0)
+        assert [r.key for r in kept.results] == [r.key for r in fused.results]
+        assert kept.mode is Mode.HYBRID and "reranker skipped, fused order kept" in str(kept.reason)
+    finally:
+        ranked.close()
