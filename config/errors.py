@@ -2,9 +2,11 @@
 
     MemsyncError
     ├── ConfigError            fix the setup, then rerun (exit 2): bad setting, model mismatch,
-    │   └── ModelMismatchError     store locked by another process, not a claude-mem database
+    │   ├── ModelMismatchError     store locked by another process, not a claude-mem database
+    │   └── EmbeddingError     the embedding provider refused us: bad key, unknown model, wrong dimension
     ├── SourceUnavailable      the agent's database is missing, locked or unreadable: retry later
-    └── StoreUnavailable       Chroma is down, slow or refused the call: retry with backoff
+    ├── StoreUnavailable       Chroma is down, slow or refused the call: retry with backoff
+    └── EmbeddingUnavailable   the embedding endpoint is down, slow or rate-limiting: retry with backoff
 """
 
 from __future__ import annotations
@@ -22,9 +24,19 @@ class ModelMismatchError(ConfigError):
     """The collection was built with another embedding model or dimension."""
 
 
+class EmbeddingError(ConfigError):
+    """The embedding model or endpoint cannot be used as configured (missing model, a key or model
+    the endpoint refuses, vectors of another dimension); the message names the setting to fix."""
+
+
 class SourceUnavailable(MemsyncError):
     """The source database cannot be opened or read right now."""
 
 
 class StoreUnavailable(MemsyncError):
     """The vector store cannot be reached or failed a call; transient."""
+
+
+class EmbeddingUnavailable(MemsyncError):
+    """The embedding endpoint did not answer (connection refused, timeout, 429, 5xx) after its
+    retries; transient: the worker backs off and keeps the rows pending, a search answers lexically."""

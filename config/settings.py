@@ -13,14 +13,29 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, StringConstraints, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "MEMSYNC_"
 DEFAULT_CONFIG_FILE = Path("~/.memsync/config.toml")
 
 ChromaMode = Literal["managed", "http", "embedded"]
+EmbeddingProvider = Literal["local", "openai"]
+LOCAL_MODEL = "all-MiniLM-L6-v2-int8"  # the bundled model: the local provider's only one
+OPENAI_DEFAULT_MODEL = "text-embedding-3-small"  # embedding_model when the openai provider names none
+OPENAI_HOST = "api.openai.com"  # the one host OPENAI_API_KEY is sent to (see embedding_api_key)
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
+_URL = r"^https?://[^\s/?#]+(/[^\s?#]*)?$"
 HTTP_DEFAULT_PORT = 8765  # chroma_mode=http without a port (managed mode takes a free one)
 _HOST = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?"
 # A name (IPv6 in brackets) with an optional port; an origin is scheme://name[:port]. In the
@@ -59,10 +74,43 @@ class Settings(BaseSettings):
         "memsync", min_length=3, max_length=60, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]$",
         description="Chroma collection name (a pointer to the active generation).",
     )
-    embedding_model: Literal["all-MiniLM-L6-v2-int8"] = Field(
-        "all-MiniLM-L6-v2-int8", description="Embedding model id (packaged ONNX, runs offline)."
+    embedding_provider: EmbeddingProvider = Field(
+        "local", description="Who turns texts into vectors: `local`, the bundled model (offline); `openai`, any "
+        "OpenAI-compatible /v1/embeddings endpoint (OpenAI, Ollama, vLLM, LM Studio, llama.cpp's server).",
     )
-    embedding_batch_size: int = Field(32, ge=1, le=1024, description="Texts per embedding call.")
+    embedding_model: str = Field(
+        LOCAL_MODEL, min_length=1, max_length=200, validate_default=True,
+        description=f"Embedding model. local: `{LOCAL_MODEL}` only (packaged ONNX); openai: the endpoint's model "
+        f"name (default `{OPENAI_DEFAULT_MODEL}`). A change needs `memsync resync --rebuild`.",
+    )
+    embedding_base_url: str = Field(
+        "https://api.openai.com/v1", pattern=_URL,
+        description="openai provider: the endpoint's base URL, up to `/v1` (Ollama: `http://127.0.0.1:11434/v1`).",
+    )
+    embedding_dimension: int | None = Field(
+        None, ge=1, le=65536, description="openai provider: the vectors' length; unset: learnt from the active "
+        "collection generation or from one probe request. An answer of another length is an error.",
+    )
+    embedding_api_key: SecretStr | None = Field(
+        None, validate_default=True,
+        description=f"openai provider: key sent as `Authorization: Bearer`; unset: `{OPENAI_KEY_ENV}`, when the "
+        f"base URL is {OPENAI_HOST}. Printed as set/unset, never logged.",
+    )
+    embedding_timeout_s: float = Field(
+        30.0, gt=0, description="openai provider: timeout of one request, seconds (a search waits at most "
+        "search_timeout_ms and does not retry).",
+    )
+    embedding_max_retries: int = Field(
+        5, ge=0, le=20, description="openai provider: retries of a request answered 429 or 5xx, timed out or "
+        "not connected, with exponential backoff and jitter (Retry-After honoured, up to backoff_cap_s).",
+    )
+    embedding_query_cache: int = Field(
+        256, ge=0, le=100_000, description="Search, openai provider: query vectors kept per process (LRU), so a "
+        "repeated query costs no request; 0 = none.",
+    )
+    embedding_batch_size: int = Field(
+        32, ge=1, le=1024, description="Texts per model call (local) or per request (openai)."
+    )
     embedding_max_tokens: int = Field(256, ge=16, le=512, description="Token limit per text (the model's own).")
     embedding_threads: int = Field(0, ge=0, le=64, description="onnxruntime intra-op threads; 0 = one per core.")
     batch_size: int = Field(256, ge=1, le=5000, description="Documents per embed+upsert batch during sync.")
@@ -119,6 +167,18 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = Field(
         None, description="Bearer token the HTTP servers require; mandatory when listening beyond loopback."
     )
+    rerank_provider: Literal["none", "openai"] = Field(
+        "none", description="Search: rerank the best fused candidates with a cross-encoder; `openai`: an "
+        "OpenAI-style `/rerank` endpoint (vLLM, llama.cpp, Jina, Cohere-compatible servers).",
+    )
+    rerank_base_url: str | None = Field(
+        None, pattern=_URL, description="Reranker endpoint base URL (`.../v1`); unset: embedding_base_url.",
+    )
+    rerank_model: str = Field("", max_length=200, description="Reranker model name (required with `openai`).")
+    rerank_top_n: int = Field(30, ge=1, le=1000, description="Search: fused candidates the reranker reorders.")
+    rerank_api_key: SecretStr | None = Field(
+        None, description="Reranker key (`Authorization: Bearer`); unset: embedding_api_key. Never printed.",
+    )
     max_query_chars: int = Field(4000, ge=16, le=1_000_000, description="Servers: longest query string accepted.")
     allowed_hosts: HostList = Field(
         (), description="HTTP servers: more Host names they answer (comma-separated; `name` any port, `name:port` "
@@ -131,6 +191,47 @@ class Settings(BaseSettings):
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _provider_default_model(cls, data: Any) -> Any:
+        # The model's default depends on the provider: a remote provider without a model named gets
+        # OPENAI_DEFAULT_MODEL, never the bundled model's name.
+        if isinstance(data, dict) and data.get("embedding_provider") == "openai" and not data.get("embedding_model"):
+            return {**data, "embedding_model": OPENAI_DEFAULT_MODEL}
+        return data
+
+    @field_validator("embedding_model", mode="after")
+    @classmethod
+    def _model_of_provider(cls, value: str, info: ValidationInfo) -> str:
+        provider = info.data.get("embedding_provider")
+        if provider == "local" and value != LOCAL_MODEL:
+            raise ValueError(f"the local provider has one model, {LOCAL_MODEL!r}; for {value!r} set "
+                             "embedding_provider=openai and embedding_base_url to an endpoint that serves it")
+        if provider == "openai" and (value != value.strip() or not value.isprintable()):
+            raise ValueError(f"{value!r} is not a model name")
+        return value
+
+    @field_validator("embedding_base_url", "rerank_base_url", mode="after")
+    @classmethod
+    def _no_trailing_slash(cls, value: str | None) -> str | None:
+        return value.rstrip("/") if value else value
+
+    @field_validator("embedding_api_key", mode="after")
+    @classmethod
+    def _openai_key(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        # OPENAI_API_KEY is meant for OpenAI: sent to api.openai.com only, never to another server
+        # someone points embedding_base_url at (that one gets MEMSYNC_EMBEDDING_API_KEY).
+        if value is None and os.environ.get(OPENAI_KEY_ENV) and openai_host(info.data.get("embedding_base_url")):
+            return SecretStr(os.environ[OPENAI_KEY_ENV])
+        return value
+
+    @field_validator("rerank_model", mode="after")
+    @classmethod
+    def _rerank_model(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("rerank_provider") == "openai" and not value.strip():
+            raise ValueError("rerank_provider=openai needs a model name (MEMSYNC_RERANK_MODEL)")
+        return value
 
     @field_validator("chroma_port", mode="after")
     @classmethod
@@ -164,6 +265,14 @@ class Settings(BaseSettings):
         # The TOML file is merged into init kwargs by load_settings at the lowest priority; env
         # then wins over it. No dotenv or secrets: one place to look.
         return (init_settings, env_settings)
+
+
+def openai_host(url: str | None) -> bool:
+    """Whether ``url`` is OpenAI's own API (the only place OPENAI_API_KEY may go)."""
+    return bool(url) and urlsplit(str(url)).hostname == OPENAI_HOST
+
+
+SECRET_KEYS = frozenset(n for n, f in Settings.model_fields.items() if "SecretStr" in str(f.annotation))
 
 
 class SettingsError(Exception):
@@ -234,6 +343,8 @@ def load_settings(
             origins[name] = "env"
         elif name in file_values:
             origins[name] = f"file:{path}"
+        elif name == "embedding_api_key" and env.get(OPENAI_KEY_ENV):
+            origins[name] = f"env:{OPENAI_KEY_ENV}"  # taken only for api.openai.com (see the validator)
         else:
             origins[name] = "default"
     merged = {**file_values, **cli_values}
@@ -251,10 +362,13 @@ def load_settings(
 
 
 def describe(loaded: LoadedSettings) -> list[dict[str, Any]]:
-    """Rows of (key, value, origin, env name, help) for ``memsync settings``."""
+    """Rows of (key, value, origin, env name, help) for ``memsync settings``; secrets (keys, tokens)
+    show as ``set`` or ``unset``, never their value."""
     rows = []
     for name, field in Settings.model_fields.items():
         value = getattr(loaded.settings, name)
+        if name in SECRET_KEYS:
+            value = "set" if value is not None else "unset"
         rows.append(
             {
                 "key": name,

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from memsync.config.claude_mem.schema import KINDS, Kind
-from memsync.config.embedding import Embedder, get_embedder
+from memsync.config.embedding import Embedder
 from memsync.config.settings import Settings
 from memsync.search import fts, hydrate, links
 from memsync.search.fusion import Ranked, Weights, fuse
@@ -45,6 +45,7 @@ from memsync.search.models import (
     Window,
     make_window,
 )
+from memsync.search.rerank import rerank
 from memsync.search.semantic import EVIDENCE_KINDS, SemanticAnswer, SemanticSide
 from memsync.search.sql import QueryTimeout, SourceRows
 from memsync.search.vectorcopy import VectorCopy
@@ -79,12 +80,9 @@ class Searcher(Lookups):
 
     @property
     def vector(self) -> VectorStore:
-        """The vector store (the embedding model is loaded on first use)."""
+        """The vector store (it embeds queries with the active generation's model, loaded on first use)."""
         if self._vector is None:
-            embedder = self._embedder or get_embedder(
-                self.settings.embedding_model, self.settings.embedding_batch_size,
-                self.settings.embedding_max_tokens, self.settings.search_embedding_threads)
-            self._vector = VectorStore(self.settings, embedder)
+            self._vector = VectorStore(self.settings, self._embedder)
         return self._vector
 
     def close(self) -> None:
@@ -153,6 +151,8 @@ class Searcher(Lookups):
             t2 = time.perf_counter()
             if order is Order.RELEVANCE:
                 fused = self._fuse(got)
+                if self.settings.rerank_provider != "none":
+                    fused = rerank(self.settings, rows, query, fused, notes)
                 total = len(fused)
                 page = fused[offset:need]
             else:

@@ -1,5 +1,12 @@
-"""Reading the vector store (Chroma): the query embedded by the worker's model, the nearest
-documents collapsed onto their rows by (kind, id), every call under a deadline.
+"""Reading the vector store (Chroma): the query embedded by the model that made the active
+generation, the nearest documents collapsed onto their rows by (kind, id), every call under a deadline.
+
+The query is embedded with the active generation's *recorded* provider and model
+(``config.embedding.generation_embedder``), not the configured one: during ``memsync resync
+--rebuild`` to another model, searches keep answering (hybrid) from the old generation, and move to
+the new one when the pointer flips (checked at most every ``GENERATION_TTL_S``). A remote endpoint
+that cannot embed the query (down, slow, refusing) is a :class:`VectorUnavailable` like Chroma down,
+retried after ``RETRY_AFTER_S``; its reason names the fix when the settings name another model.
 
 Chroma is reached without starting anything (``stores.connect_reader``); a search that finds it
 down, slow, erroring or empty raises :class:`VectorUnavailable` with a reason, and the engine
@@ -31,14 +38,15 @@ from memsync.config.chroma import collections as stores
 from memsync.config.chroma.server import heartbeat_failure
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.docids import DocIdError, parse_doc_id
-from memsync.config.embedding import Embedder
-from memsync.config.errors import ConfigError, StoreUnavailable
+from memsync.config.embedding import Embedder, Identity, configured_identity, generation_embedder
+from memsync.config.errors import ConfigError, EmbeddingError, EmbeddingUnavailable, StoreUnavailable
 from memsync.config.formats.worker_status import worker_state
 from memsync.config.settings import Settings
 
 RETRY_AFTER_S = 3.0
 ID_CHUNK = 8000  # ids per existence check: 35k ids cost ~640 ms in chunks of 2,000, ~240 ms in 8,000
 COUNT_TTL_S = 5.0
+GENERATION_TTL_S = 2.0  # how often an open store checks which generation is active (one small call)
 
 
 class VectorUnavailable(RuntimeError):
@@ -103,9 +111,13 @@ class VectorStore:
     """The Chroma collection of the active generation, one per engine: lazily connected,
     thread-safe, with a per-query deadline."""
 
-    def __init__(self, settings: Settings, embedder: Embedder) -> None:
+    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
         self.settings = settings
-        self.embedder = embedder
+        self._fixed = embedder  # a caller's own embedder (tests, benchmarks): identity-checked instead
+        self._embedder: Embedder | None = embedder
+        self._identity: Identity | None = None
+        self._embed_failed_at, self._embed_failure = 0.0, ""
+        self._checked_at = 0.0
         self._lock = threading.Lock()
         self._collection: Any = None
         self._handle: stores.ChromaHandle | None = None
@@ -122,9 +134,16 @@ class VectorStore:
                 self._handle.close()
             self._handle, self._collection = None, None
 
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder of the active generation (connecting if needed)."""
+        self._open()
+        assert self._embedder is not None
+        return self._embedder
+
     def _open(self) -> Any:
         with self._lock:
-            if self._collection is not None:
+            if self._collection is not None and not self._generation_changed():
                 return self._collection
             if self._failed_at and time.monotonic() - self._failed_at < RETRY_AFTER_S:
                 raise VectorUnavailable(self._failure)
@@ -132,8 +151,13 @@ class VectorStore:
                 if self._handle is None:
                     self._handle = stores.connect_reader(self.settings,
                                                          probe_timeout_s=self.settings.search_timeout_ms / 1000)
-                self._collection = stores.open_active(self._handle.client, self.settings, self.embedder.model_id,
-                                                      self.embedder.dimension)
+                if self._fixed is not None:
+                    collection = stores.open_active(self._handle.client, self.settings, self._fixed.model_id,
+                                                    self._fixed.dimension)
+                else:
+                    collection = stores.open_active(self._handle.client, self.settings)
+                    self._use_identity(stores.generation_identity(collection), str(collection.name))
+                self._collection, self._checked_at = collection, time.monotonic()
                 self._failed_at = 0.0
                 return self._collection
             except (StoreUnavailable, ConfigError) as exc:
@@ -142,6 +166,45 @@ class VectorStore:
             except Exception as exc:  # chromadb raises plain exceptions for transport problems
                 self._fail_open(f"Chroma error: {exc}")
                 raise VectorUnavailable(self._failure) from exc
+
+    def _generation_changed(self) -> bool:
+        """Whether the pointer moved to another generation (a rebuild or compaction switched);
+        asked at most every GENERATION_TTL_S. A failure to ask is left to the next real call."""
+        now = time.monotonic()
+        if now - self._checked_at < GENERATION_TTL_S or self._handle is None:
+            return False
+        self._checked_at = now
+        try:
+            active = stores.active_collection_name(self._handle.client, self.settings)
+        except StoreUnavailable:
+            return False
+        if active == self._collection.name:
+            return False
+        self._collection = None
+        return True
+
+    def _use_identity(self, identity: Identity, generation: str) -> None:
+        """Embed queries as ``generation``'s vectors were made (EmbeddingError: VectorUnavailable
+        with the fix)."""
+        if identity == self._identity and self._embedder is not None:
+            return
+        try:
+            self._embedder = generation_embedder(self.settings, identity)
+        except EmbeddingError as exc:
+            raise VectorUnavailable(self._explain(identity, generation, str(exc))) from exc
+        self._identity = identity
+        self._embed_failed_at = 0.0
+
+    def _explain(self, identity: Identity, generation: str, error: str) -> str:
+        """Why the query cannot be embedded, and, when the settings name another model than the
+        active generation's, what to do about it."""
+        reason = f"cannot embed the query with {identity.describe()}: {error}"
+        configured = configured_identity(self.settings)
+        if configured.model_id != identity.model_id:
+            reason += (f"; the active generation {generation} was built with it, the settings name "
+                       f"{configured.describe()}: run `memsync resync --rebuild` to switch to that, or set "
+                       f"embedding_provider={identity.provider} and embedding_model={identity.model} back")
+        return reason
 
     def _fail_open(self, reason: str) -> None:
         """Remember the failure (retried after RETRY_AFTER_S) and drop the connection: the next try
@@ -171,8 +234,20 @@ class VectorStore:
         self._open()
 
     def embed(self, text: str) -> npt.NDArray[np.float32]:
-        """The query's unit vector."""
-        vec: npt.NDArray[np.float32] = self.embedder.embed([text])[0]
+        """The query's unit vector, by the active generation's model. An endpoint that failed is not
+        asked again for RETRY_AFTER_S (a down endpoint then costs a query nothing)."""
+        embedder = self.embedder
+        if self._embed_failed_at and time.monotonic() - self._embed_failed_at < RETRY_AFTER_S:
+            raise VectorUnavailable(self._embed_failure)
+        try:
+            vec: npt.NDArray[np.float32] = embedder.embed([text])[0]
+        except (EmbeddingUnavailable, EmbeddingError) as exc:
+            identity = self._identity or Identity("local", embedder.model_id)
+            self._embed_failure = self._explain(identity, str(self._collection.name if self._collection else "?"),
+                                                str(exc))
+            self._embed_failed_at = time.monotonic()
+            raise VectorUnavailable(self._embed_failure) from exc
+        self._embed_failed_at = 0.0
         return vec
 
     def nearest(self, vector: npt.NDArray[np.float32], n: int, ids: list[str] | None = None,

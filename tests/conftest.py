@@ -25,9 +25,9 @@ BASE_MS = 1_780_000_000_000
 
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test sees the developer's MEMSYNC_* variables or ~/.memsync."""
+    """No test sees the developer's MEMSYNC_* variables, OpenAI key or ~/.memsync."""
     for key in list(os.environ):
-        if key.startswith("MEMSYNC_"):
+        if key.startswith("MEMSYNC_") or key == "OPENAI_API_KEY":
             monkeypatch.delenv(key)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
 
@@ -142,6 +142,19 @@ def kill_managed_server(data_dir: Path) -> None:
     info = ServerInfo.read(data_dir)
     if info and pid_alive(info.pid):
         os.kill(info.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def openai_server() -> Iterator[Any]:
+    """The tests' own OpenAI-compatible server (tests/openai_server.py) in a subprocess on
+    127.0.0.1, serving the bundled model as ``minilm-test``; killed at the end."""
+    from tests.openai_server import ServerProcess
+
+    server = ServerProcess().start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

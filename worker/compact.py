@@ -80,7 +80,7 @@ def compact(client: Any, settings: Settings, state: SyncState, model_id: str, di
     old_col = stores.open_collection(client, settings, model_id, dimension)
     old = str(old_col.name)
     churn = state.churn(old)
-    new_col = stores.begin_rebuild(client, settings, model_id, dimension)
+    new_col = stores.begin_rebuild(client, settings, model_id, dimension, stores.generation_identity(old_col).endpoint)
     new = str(new_col.name)
     ids = state.acknowledged_ids(old)
     copied = 0

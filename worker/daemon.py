@@ -14,8 +14,9 @@ run on this thread:
   replaced), and every ``store_audit_interval_s``, the records are aligned with the store's ids
   and a reconcile re-drives exactly what changed (``worker.target.check_store``).
 - **Idle**: fill the vector copy, then compact when due (``worker.maintenance``).
-- **Degraded**: Chroma or the database unavailable: rows stay pending and retries back off
-  (``worker.health``, which also checks Chroma's heartbeat and writes ``DATA_DIR/worker.json``).
+- **Degraded**: Chroma, the database or a remote embedding endpoint unavailable: rows stay pending
+  (never counted as failed) and retries back off (``worker.health``, which also checks Chroma's
+  heartbeat and writes ``DATA_DIR/worker.json``).
 - **Stop**: first SIGINT/SIGTERM finishes the batch, writes state and stops the managed Chroma
   server it started; a second one exits at once (nothing is lost: records follow acknowledgements).
 One worker per data directory (``DATA_DIR/worker.lock``, held by ``worker.lock``).
@@ -30,8 +31,8 @@ import signal
 import threading
 from typing import Any
 
-from memsync.config.embedding import get_embedder
-from memsync.config.errors import SourceUnavailable, StoreUnavailable
+from memsync.config.embedding import close_embedder, make_embedder
+from memsync.config.errors import EmbeddingUnavailable, SourceUnavailable, StoreUnavailable
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.health import Health
@@ -58,8 +59,8 @@ class Worker:
         self.health_due = threading.Event()
         self.log = logs.get_logger(component="worker")
         self.health = Health(settings, self.log)
-        embedder = get_embedder(settings.embedding_model, settings.embedding_batch_size,
-                                settings.embedding_max_tokens, settings.embedding_threads)
+        # Retries of a remote endpoint wait on the stop event: a stop is never held up by a backoff.
+        embedder = make_embedder(settings, wait=self.stop.wait)
         self._target = SyncTarget(settings, embedder)
         self._tail = SourceTail(settings.db, settings.sqlite_busy_timeout_ms, self.reconcile_due)
         self._compaction = Compaction(settings, self.stop, self.log)
@@ -171,6 +172,7 @@ class Worker:
         self.health.stopping()
         self._text.close()
         self._target.close()
+        close_embedder(self._target.embedder)
         self._tail.close()
         self.health.stopped()
         if self._state is not None:
@@ -208,7 +210,9 @@ class Worker:
             elif self._compaction.due(state, collection):
                 result = self._compaction.run(self._target, state)
                 self.health.status.compactions += 0 if result.interrupted else 1
-        except (StoreUnavailable, SourceUnavailable) as exc:
+        except (StoreUnavailable, SourceUnavailable, EmbeddingUnavailable) as exc:
+            # An embedding endpoint that is down is no fault of the rows: they stay pending (no
+            # attempt counted), and the next step retries them after the backoff.
             self._degrade(exc)
             return self.health.backoff.delay
         self.health.recovered()
@@ -217,7 +221,7 @@ class Worker:
         # visible yet, and waiting a whole poll interval would add up to a second of lag.
         return self.s.poll_interval_s if self._tail.settled else min(self.s.poll_interval_s, 0.1)
 
-    def _degrade(self, exc: StoreUnavailable | SourceUnavailable) -> None:
+    def _degrade(self, exc: StoreUnavailable | SourceUnavailable | EmbeddingUnavailable) -> None:
         if isinstance(exc, StoreUnavailable):
             self._target.close_store()
         if isinstance(exc, SourceUnavailable):

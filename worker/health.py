@@ -3,7 +3,7 @@
 
 - **Chroma reachable**: every ``health_interval_s`` the loop asks for a heartbeat of the server it
   talks to (not in ``embedded`` mode); one that stops answering is treated like a failed write.
-- **Degraded**: Chroma or the database unavailable. Retries back off from the poll interval to
+- **Degraded**: Chroma, the database or the embedding endpoint unavailable. Retries back off from the poll interval to
   ``backoff_cap_s``; one ``sync_degraded`` line when it starts and one ``sync_recovered`` when it ends.
 - **Published**: after each step, the counters of the passes, the lag (age of the oldest row above
   the watermarks) and the pending rows go to the metrics, and to ``worker.json`` when a pass ran or
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from memsync.config.chroma.server import heartbeat
 from memsync.config.claude_mem.schema import KINDS
-from memsync.config.errors import ConfigError, SourceUnavailable, StoreUnavailable
+from memsync.config.errors import ConfigError, EmbeddingUnavailable, SourceUnavailable, StoreUnavailable
 from memsync.config.formats.worker_status import HEARTBEAT_EVERY_S, WorkerStatus
 from memsync.config.settings import Settings
 from memsync.worker.backoff import Backoff
@@ -81,10 +81,12 @@ class Health:
         if check.repaired:
             st.store_repairs += 1
 
-    def degraded(self, exc: StoreUnavailable | SourceUnavailable) -> None:
+    def degraded(self, exc: StoreUnavailable | SourceUnavailable | EmbeddingUnavailable) -> None:
         """A step failed: count it (``sync_degraded`` for the first of a run) and say why."""
         if isinstance(exc, StoreUnavailable):
             self.status.chroma_reachable = False
+        if isinstance(exc, EmbeddingUnavailable):
+            self.status.embedding_reachable = False
         if self.backoff.fail():
             self.log.warning("sync_degraded", reason=str(exc)[:300])
         self.status.degraded, self.status.consecutive_errors = True, self.backoff.failures
@@ -96,6 +98,7 @@ class Health:
         if ended:
             self.log.info("sync_recovered", errors=ended)
         self.status.degraded, self.status.consecutive_errors = False, 0
+        self.status.embedding_reachable = True
 
     def record_pass(self, result: SyncResult, full: bool) -> None:
         """Count a sync pass: passes, last sync and reconcile times, document totals, failed rows."""

@@ -18,6 +18,7 @@ class WorkerMetrics:
         r = self.registry
         self.up = Gauge("memsync_worker_up", "1 while the worker runs", registry=r)
         self.chroma = Gauge("memsync_chroma_reachable", "1 when Chroma answered the last call", registry=r)
+        self.embedding = Gauge("memsync_embedding_reachable", "0 while the embedding endpoint fails", registry=r)
         self.degraded = Gauge("memsync_degraded", "1 while sync is failing and backing off", registry=r)
         self.lag = Gauge("memsync_lag_seconds", "Age of the oldest row not yet synced", registry=r)
         self.pending = Gauge("memsync_pending_rows", "Rows above the sync watermarks", registry=r)
@@ -34,6 +35,7 @@ class WorkerMetrics:
         """Copy the worker's status into the metrics."""
         self.up.set(0 if status.stopping else 1)
         self.chroma.set(1 if status.chroma_reachable else 0)
+        self.embedding.set(1 if status.embedding_reachable else 0)
         self.degraded.set(1 if status.degraded else 0)
         self.lag.set(status.lag_ms / 1000)
         self.pending.set(status.pending_rows)

@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 from memsync.config.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS
-from memsync.config.embedding import Embedder, get_embedder
+from memsync.config.embedding import Embedder, close_embedder, endpoint_url, make_embedder
 from memsync.config.errors import ConfigError
 from memsync.config.settings import Settings
 from memsync.worker import logs
@@ -51,8 +51,17 @@ def resync(
     """Bring the configured Chroma collection in step with the source database, exactly."""
     if rebuild and project is not None:
         raise ConfigError("--rebuild re-embeds everything; it cannot be combined with --project")
-    embedder = embedder or get_embedder(settings.embedding_model, settings.embedding_batch_size,
-                            settings.embedding_max_tokens, settings.embedding_threads)
+    if embedder is not None:
+        return _resync(settings, embedder, project, rebuild, dry_run, stop, progress)
+    made = make_embedder(settings, wait=stop.wait if stop is not None else None)
+    try:
+        return _resync(settings, made, project, rebuild, dry_run, stop, progress)
+    finally:
+        close_embedder(made)
+
+
+def _resync(settings: Settings, embedder: Embedder, project: str | None, rebuild: bool, dry_run: bool,
+            stop: threading.Event | None, progress: ProgressFn | None) -> SyncResult:
     started = now_ms()
     with SourceReader(settings.db, settings.sqlite_busy_timeout_ms) as reader, \
             SyncState(settings.state_path) as state, stores.connect(settings) as handle:
@@ -62,10 +71,12 @@ def resync(
             active = stores.active_collection_name(client, settings)
             name = DRY_RUN_REBUILD if rebuild or active is None else active
         elif rebuild:
-            collection = stores.begin_rebuild(client, settings, embedder.model_id, embedder.dimension)
+            collection = stores.begin_rebuild(client, settings, embedder.model_id, embedder.dimension,
+                                              endpoint_url(embedder))
             sink, name = ChromaSink(collection, client.get_max_batch_size()), str(collection.name)
         else:
-            collection = stores.open_collection(client, settings, embedder.model_id, embedder.dimension)
+            collection = stores.open_collection(client, settings, embedder.model_id, embedder.dimension,
+                                                endpoint_url(embedder))
             sink, name = ChromaSink(collection, client.get_max_batch_size()), str(collection.name)
             state.set_meta(ACTIVE_COLLECTION, name)
         copy = None if sink is None else open_writer(settings, state, name, embedder.model_id, embedder.dimension)

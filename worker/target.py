@@ -29,7 +29,7 @@ from memsync.config.chroma import collections as stores
 from memsync.config.chroma.server import ManagedServer
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.docids import DocIdError, parse_doc_id
-from memsync.config.embedding import Embedder
+from memsync.config.embedding import Embedder, endpoint_url
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.sink import ChromaSink, VectorSink
@@ -201,7 +201,7 @@ class SyncTarget:
         # Managed mode: ensure() adopts the healthy server or starts (restarts) one.
         self.handle = stores.connect(self.s, server=self.server)
         collection = stores.open_collection(self.handle.client, self.s, self.embedder.model_id,
-                                            self.embedder.dimension)
+                                            self.embedder.dimension, endpoint_url(self.embedder))
         self.sink = ChromaSink(collection, self.handle.client.get_max_batch_size())
         state.set_meta(ACTIVE_COLLECTION, self.sink.name)
         if self.copy is not None and self.copy.collection != self.sink.name:

@@ -14,7 +14,6 @@ import numpy as np
 from memsync.config.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.docids import format_doc_id
-from memsync.config.embedding import MODELS
 from memsync.config.formats.vector_copy import Manifest, copy_dir, open_arrays
 from memsync.config.settings import Settings
 from memsync.worker.documents import RowError, build_documents
@@ -121,11 +120,10 @@ def copy_drift(settings: Settings, collection: str, labels: dict[str, Label]) ->
 def _held(client: Any, settings: Settings) -> tuple[str | None, dict[str, str], int, int, dict[str, Label]]:
     """(active collection, doc id → content hash, ids seen while paging, count, doc id → labels) of
     what Chroma holds."""
-    spec = MODELS[settings.embedding_model]
     name = stores.active_collection_name(client, settings)
     if name is None:
         return None, {}, 0, 0, {}
-    sink = ChromaSink(stores.open_collection(client, settings, spec.model_id, spec.dimension))
+    sink = ChromaSink(stores.open_active(client, settings))
     held: dict[str, str] = {}
     labels: dict[str, Label] = {}
     seen = 0

@@ -156,7 +156,9 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     state = "up" if w.get("up") else f"down ({w.get('reason')})"
     if w.get("up") and w.get("degraded"):
         state += f", degraded: {w.get('last_error')}"
-    lines = [f"worker: {state}; mode {settings.chroma_mode}; chroma reachable: {w.get('chroma_reachable', False)}",
+    embedding = settings.embedding_provider + ("" if w.get("embedding_reachable", True) else " (endpoint unavailable)")
+    lines = [f"worker: {state}; mode {settings.chroma_mode}; chroma reachable: {w.get('chroma_reachable', False)}; "
+             f"embedding: {embedding}",
              f"lag: {report.lag_ms / 1000:.1f}s; pending rows: {report.pending_rows}; "
              f"failed rows: {sum(report.total(k).failed for k in report.buckets)}",
              f"collection: {report.collection or '(nothing synced yet)'}; store: {_store_line(store)}",

@@ -6,8 +6,10 @@ server), ``managed`` (the data dir's own ``chroma run``, see chroma_server).
 Collections. ``settings.collection`` names a *pointer*: an empty collection whose metadata says
 which generation (``<name>-g<N>``) is active. A rebuild fills a new generation while search keeps
 using the old one, then flips the pointer and drops the old generation. Each generation records
-the embedding model id and dimension; opening it with another model is a ModelMismatchError that
-names ``memsync resync --rebuild``.
+the embedding provider, model id, dimension and (remote providers) endpoint; a generation made
+before providers existed has no provider key and reads as ``local``. Writing to it with another
+model is a ModelMismatchError that names ``memsync resync --rebuild``; a search embeds with the
+recorded identity instead (:func:`generation_identity`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import IO, Any
 import httpx
 
 from memsync.config.chroma.server import ManagedServer, ServerInfo, heartbeat_failure, pid_alive
+from memsync.config.embedding import Identity, provider_of
 from memsync.config.errors import ConfigError, ModelMismatchError, StoreUnavailable
 from memsync.config.settings import HTTP_DEFAULT_PORT, Settings
 
@@ -28,6 +31,8 @@ ACTIVE_KEY = "memsync:active"
 BUILDING_KEY = "memsync:building"
 MODEL_KEY = "memsync:model"
 DIM_KEY = "memsync:dimension"
+PROVIDER_KEY = "memsync:provider"
+ENDPOINT_KEY = "memsync:endpoint"
 EMBEDDED_LOCK = "chroma-embedded.lock"
 
 
@@ -188,21 +193,36 @@ def _generation_of(name: str) -> int:
     return int(name.rsplit("-g", 1)[1])
 
 
-def _check_identity(collection: Any, model_id: str, dimension: int) -> None:
+def generation_identity(collection: Any) -> Identity:
+    """What made a generation's vectors, from its metadata (no provider key: the bundled model's)."""
     meta = collection.metadata or {}
-    if meta.get(MODEL_KEY) != model_id or meta.get(DIM_KEY) != dimension:
+    recorded = str(meta.get(MODEL_KEY) or "")
+    dim = meta.get(DIM_KEY)
+    endpoint = meta.get(ENDPOINT_KEY)
+    return Identity(str(meta.get(PROVIDER_KEY) or provider_of(recorded)), recorded,
+                    int(dim) if isinstance(dim, int) else None, str(endpoint) if endpoint else None)
+
+
+def _check_identity(collection: Any, model_id: str, dimension: int) -> None:
+    recorded = generation_identity(collection)
+    if recorded.model_id != model_id or recorded.dimension != dimension:
+        wanted = Identity(provider_of(model_id), model_id, dimension)
         raise ModelMismatchError(
-            f"collection {collection.name} holds vectors of model {meta.get(MODEL_KEY)!r} "
-            f"(dimension {meta.get(DIM_KEY)}), but the configured model is {model_id!r} (dimension "
-            f"{dimension}); run `memsync resync --rebuild` to re-embed into a fresh collection"
+            f"collection {collection.name} holds vectors of {recorded.describe()}, but the configured "
+            f"embedding is {wanted.describe()}; run `memsync resync --rebuild` to re-embed into a new "
+            f"generation (searches keep using this one until it is done), or set embedding_provider="
+            f"{recorded.provider} and embedding_model={recorded.model} back"
         )
 
 
-def _create_generation(client: Any, name: str, model_id: str, dimension: int) -> Any:
+def _create_generation(client: Any, name: str, model_id: str, dimension: int, endpoint: str | None = None) -> Any:
+    meta: dict[str, Any] = {MODEL_KEY: model_id, DIM_KEY: dimension, PROVIDER_KEY: provider_of(model_id)}
+    if endpoint:
+        meta[ENDPOINT_KEY] = endpoint
     return client.get_or_create_collection(
         name,
         embedding_function=None,
-        metadata={MODEL_KEY: model_id, DIM_KEY: dimension},
+        metadata=meta,
         configuration={"hnsw": {"space": "cosine"}},
     )
 
@@ -217,14 +237,17 @@ def store_call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         raise StoreUnavailable(f"Chroma {what} failed: {exc}") from exc
 
 
-def open_collection(client: Any, settings: Settings, model_id: str, dimension: int) -> Any:
-    """The active generation for ``settings.collection`` (created on first use), identity-checked."""
+def open_collection(client: Any, settings: Settings, model_id: str, dimension: int,
+                    endpoint: str | None = None) -> Any:
+    """The active generation for ``settings.collection`` (created on first use, recording
+    ``endpoint`` for a remote provider), identity-checked."""
     pointer = store_call("open collection", _pointer, client, settings.collection)
     meta = dict(pointer.metadata or {})
     active = meta.get(ACTIVE_KEY)
     if not active:
         active = generation_name(settings.collection, 1)
-        collection = store_call("create collection", _create_generation, client, active, model_id, dimension)
+        collection = store_call("create collection", _create_generation, client, active, model_id, dimension,
+                                endpoint)
         store_call("update pointer", pointer.modify, metadata={**meta, ACTIVE_KEY: active})
         return collection
     collection = store_call("open collection", client.get_collection, active, embedding_function=None)
@@ -246,14 +269,16 @@ def collection_identity(collection: Any, settings: Settings) -> str:
     return f"{collection.id}@{store_location(settings)}"
 
 
-def open_active(client: Any, settings: Settings, model_id: str, dimension: int) -> Any:
-    """The active generation for reading (never created here), identity-checked; raises
+def open_active(client: Any, settings: Settings, model_id: str | None = None, dimension: int | None = None) -> Any:
+    """The active generation for reading (never created here), identity-checked when ``model_id``
+    is given (a search reads the identity instead: :func:`generation_identity`); raises
     StoreUnavailable when nothing was synced yet."""
     name = active_collection_name(client, settings)
     if not name:
         raise StoreUnavailable(f"collection {settings.collection!r} has no synced vectors yet")
     collection = store_call("open collection", client.get_collection, name, embedding_function=None)
-    _check_identity(collection, model_id, dimension)
+    if model_id is not None and dimension is not None:
+        _check_identity(collection, model_id, dimension)
     return collection
 
 
@@ -264,21 +289,22 @@ def active_collection_name(client: Any, settings: Settings) -> str | None:
     return str(value) if value else None
 
 
-def begin_rebuild(client: Any, settings: Settings, model_id: str, dimension: int) -> Any:
-    """The generation being rebuilt: the unfinished one from an interrupted rebuild, else a new one."""
+def begin_rebuild(client: Any, settings: Settings, model_id: str, dimension: int, endpoint: str | None = None) -> Any:
+    """The generation being rebuilt: the unfinished one from an interrupted rebuild, else a new one
+    (recording the identity, as :func:`open_collection`)."""
     pointer = store_call("open collection", _pointer, client, settings.collection)
     meta = dict(pointer.metadata or {})
     building = meta.get(BUILDING_KEY)
     if building:
         existing = store_call("open collection", client.get_collection, building, embedding_function=None)
-        if (existing.metadata or {}).get(MODEL_KEY) == model_id:
+        if (existing.metadata or {}).get(MODEL_KEY) == model_id and (existing.metadata or {}).get(DIM_KEY) == dimension:
             return existing
         store_call("drop collection", client.delete_collection, building)
     names = [c if isinstance(c, str) else c.name for c in store_call("list collections", client.list_collections)]
     prefix = settings.collection + "-g"
     gens = [_generation_of(n) for n in names if n.startswith(prefix) and n[len(prefix):].isdigit()]
     name = generation_name(settings.collection, max(gens, default=0) + 1)
-    collection = store_call("create collection", _create_generation, client, name, model_id, dimension)
+    collection = store_call("create collection", _create_generation, client, name, model_id, dimension, endpoint)
     store_call("update pointer", pointer.modify, metadata={**meta, BUILDING_KEY: name})
     return collection
 

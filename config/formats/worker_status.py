@@ -34,6 +34,7 @@ class WorkerStatus:
     db: str
     heartbeat_ms: int = 0
     chroma_reachable: bool = False
+    embedding_reachable: bool = True  # False while a remote embedding endpoint fails (the rows wait)
     degraded: bool = False
     consecutive_errors: int = 0
     last_error: str | None = None

@@ -165,7 +165,7 @@ def test_worker_pass_repairs_a_deleted_store_and_reports_it(settings: Settings,
     from memsync.worker import daemon
 
     total, embedder = synced(settings)
-    monkeypatch.setattr(daemon, "get_embedder", lambda *a, **k: embedder)
+    monkeypatch.setattr(daemon, "make_embedder", lambda *a, **k: embedder)
     shutil.rmtree(settings.chroma_dir)
     result = daemon.Worker(settings).once()
     assert result.added == total == embedder.embedded
@@ -196,7 +196,7 @@ def test_running_worker_notices_its_embedded_store_deleted(settings: Settings,
 
     make_db(settings.db, mixed_records(N))
     embedder = FakeEmbedder()
-    monkeypatch.setattr(daemon, "get_embedder", lambda *a, **k: embedder)
+    monkeypatch.setattr(daemon, "make_embedder", lambda *a, **k: embedder)
     worker = daemon.Worker(settings)
     worker._start()
     try:

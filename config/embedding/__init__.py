@@ -1,0 +1,179 @@
+"""Embedding providers: the one place texts become vectors, for the worker and the search.
+
+A provider is a narrow :class:`Embedder` (model id, dimension, embed); which one comes from the
+settings (``embedding_provider``):
+- ``local`` (default): the bundled all-MiniLM-L6-v2 int8 ONNX model, offline (``local.py``);
+- ``openai``: any OpenAI-compatible ``/v1/embeddings`` endpoint (``remote.py``), with batching,
+  timeouts, retries with backoff, and a query cache for searches.
+Tests pass their own deterministic embedder wherever an Embedder is taken.
+
+Identity: vectors of different models never meet. ``model_id`` is the bundled model's name for
+``local`` (as before providers existed) and ``openai:<model>`` for a remote one; each collection
+generation records provider, model id, dimension and endpoint (``config.chroma.collections``).
+The worker embeds with the configured provider; a search embeds with the *active generation's*
+(:func:`generation_embedder`), so during ``memsync resync --rebuild`` to another model searches
+keep answering from the old generation with the old model.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from memsync.config.embedding.local import MODELS, TOKENS_PER_TEXT, MiniLMOnnx, ModelSpec, get_embedder, tokenizer_json
+from memsync.config.embedding.remote import (
+    CachedEmbedder,
+    Endpoint,
+    EndpointConfig,
+    OpenAIEmbedder,
+    RerankClient,
+    Wait,
+    display_url,
+    model_id,
+)
+from memsync.config.errors import EmbeddingError, EmbeddingUnavailable
+from memsync.config.settings import LOCAL_MODEL, Settings
+
+__all__ = [
+    "MODELS", "TOKENS_PER_TEXT", "Embedder", "EmbeddingError", "EmbeddingUnavailable", "Identity", "MiniLMOnnx",
+    "ModelSpec", "OpenAIEmbedder", "close_embedder", "configured_identity", "endpoint_url", "generation_embedder",
+    "get_embedder", "make_embedder", "make_reranker", "model_id", "provider_of", "tokenizer_json",
+]
+
+
+class Embedder(Protocol):
+    """Turns texts into unit vectors. One instance per process; thread-safe."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """What produced a generation's vectors: provider, model id (see :func:`model_id`), dimension
+    (None: not known yet), and the endpoint it was built from (remote providers)."""
+
+    provider: str
+    model_id: str
+    dimension: int | None = None
+    endpoint: str | None = None
+
+    @property
+    def model(self) -> str:
+        """The model's own name (without the provider prefix)."""
+        return self.model_id.split(":", 1)[1] if self.provider != "local" else self.model_id
+
+    def describe(self) -> str:
+        """For messages: ``openai model 'nomic-embed-text' (dimension 768)``."""
+        dim = f" (dimension {self.dimension})" if self.dimension else ""
+        return f"{self.provider} model {self.model!r}{dim}"
+
+
+def provider_of(model_id_: str) -> str:
+    """The provider a recorded model id belongs to (ids without a prefix are the bundled model's)."""
+    return model_id_.split(":", 1)[0] if ":" in model_id_ else "local"
+
+
+def configured_identity(settings: Settings) -> Identity:
+    """The identity the settings ask for (the dimension only when known without a request)."""
+    if settings.embedding_provider == "local":
+        return Identity("local", LOCAL_MODEL, MODELS[LOCAL_MODEL].dimension)
+    return Identity(settings.embedding_provider, model_id(settings.embedding_provider, settings.embedding_model),
+                    settings.embedding_dimension, display_url(settings.embedding_base_url))
+
+
+_remote: dict[tuple[object, ...], OpenAIEmbedder] = {}
+_remote_lock = threading.Lock()
+
+
+def make_embedder(settings: Settings, *, threads: int | None = None, wait: Wait | None = None) -> Embedder:
+    """The embedder the settings configure, for writing (worker, resync): the bundled model with
+    ``threads`` (default ``embedding_threads``), or the remote endpoint with its timeout and retries.
+    ``wait`` sleeps between retries and returns True to give up (the worker passes its stop event's
+    ``wait``, so a stop is never held up by a backoff)."""
+    if settings.embedding_provider == "local":
+        return get_embedder(LOCAL_MODEL, settings.embedding_batch_size, settings.embedding_max_tokens,
+                            settings.embedding_threads if threads is None else threads)
+    endpoint = Endpoint(_endpoint_config(settings, settings.embedding_base_url), wait=wait)
+    return OpenAIEmbedder(endpoint, settings.embedding_model, settings.embedding_batch_size,
+                          settings.embedding_dimension)
+
+
+def generation_embedder(settings: Settings, identity: Identity) -> Embedder:
+    """The embedder for *queries* against a generation of ``identity``: the bundled model (with
+    ``search_embedding_threads``), or its remote model at the configured endpoint (the recorded one
+    when the settings now name another model), with the search's deadline, no retries (a search
+    answers lexically instead of waiting) and the query cache. One instance per identity and
+    process. EmbeddingError when the provider is unknown."""
+    if identity.provider == "local":
+        if identity.model_id not in MODELS:
+            raise EmbeddingError(f"unknown bundled model {identity.model_id!r}")
+        return get_embedder(identity.model_id, settings.embedding_batch_size, settings.embedding_max_tokens,
+                            settings.search_embedding_threads)
+    if identity.provider != "openai":
+        raise EmbeddingError(f"unknown embedding provider {identity.provider!r}")
+    configured = configured_identity(settings)
+    base = settings.embedding_base_url
+    if configured.model_id != identity.model_id and identity.endpoint:
+        base = identity.endpoint
+    config = _endpoint_config(settings, base, timeout_s=min(settings.embedding_timeout_s,
+                                                             settings.search_timeout_ms / 1000), max_retries=0)
+    key = (identity, config, settings.embedding_batch_size, settings.embedding_query_cache)
+    with _remote_lock:
+        if key not in _remote:
+            inner = OpenAIEmbedder(Endpoint(config), identity.model, settings.embedding_batch_size,
+                                   identity.dimension)
+            _remote[key] = inner
+        inner = _remote[key]
+    return CachedEmbedder(inner, settings.embedding_query_cache) if settings.embedding_query_cache else inner
+
+
+def close_embedder(embedder: Embedder) -> None:
+    """Release what :func:`make_embedder` opened for a remote provider (the bundled model is shared
+    by the process and stays)."""
+    if isinstance(embedder, OpenAIEmbedder):
+        embedder.close()
+
+
+def endpoint_url(embedder: Embedder) -> str | None:
+    """The endpoint a remote embedder calls (recorded with the generation it fills), else None."""
+    endpoint = getattr(embedder, "endpoint", None)
+    return endpoint.url if isinstance(endpoint, Endpoint) else None
+
+
+_rerankers: dict[tuple[EndpointConfig, str], RerankClient] = {}
+
+
+def make_reranker(settings: Settings) -> RerankClient | None:
+    """The reranker the settings configure (None with ``rerank_provider=none``); the search's
+    deadline per request and no retries, as for query embeddings. One per endpoint and process."""
+    if settings.rerank_provider == "none":
+        return None
+    key = settings.rerank_api_key or settings.embedding_api_key
+    config = EndpointConfig(settings.rerank_base_url or settings.embedding_base_url,
+                            key.get_secret_value() if key else None,
+                            timeout_s=min(settings.embedding_timeout_s, settings.search_timeout_ms / 1000),
+                            max_retries=0, backoff_cap_s=settings.backoff_cap_s)
+    with _remote_lock:
+        if (config, settings.rerank_model) not in _rerankers:
+            _rerankers[(config, settings.rerank_model)] = RerankClient(Endpoint(config), settings.rerank_model)
+        return _rerankers[(config, settings.rerank_model)]
+
+
+def _endpoint_config(settings: Settings, base_url: str, timeout_s: float | None = None,
+                     max_retries: int | None = None) -> EndpointConfig:
+    key = settings.embedding_api_key
+    return EndpointConfig(base_url, key.get_secret_value() if key else None,
+                          settings.embedding_timeout_s if timeout_s is None else timeout_s,
+                          settings.embedding_max_retries if max_retries is None else max_retries,
+                          settings.backoff_cap_s)
