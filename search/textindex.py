@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -130,14 +129,15 @@ class TextIndex:
         own = set(query_terms(text))
         bodies = texts([row for row, _ in top])
         n_docs = max(1, self._searcher.num_docs)
-        weight: Counter[str] = Counter()
+        weight: dict[str, float] = {}
         for row, score in top:
             for term in set(analyzed(bodies.get(row, ""))) - own:
-                weight[term] += score / top[0][1]
+                weight[term] = weight.get(term, 0.0) + score / top[0][1]
         for term in list(weight):
             df = self._searcher.doc_freq("body", term)
             weight[term] = weight[term] * math.log(n_docs / (1 + df)) if df <= FEEDBACK_MAX_DF * n_docs else 0.0
-        extra = {t: FEEDBACK_WEIGHT for t, w in weight.most_common(FEEDBACK_TERMS) if w > 0}
+        best = sorted((w, t) for t, w in weight.items() if w > 0)[::-1][:FEEDBACK_TERMS]
+        extra = {t: FEEDBACK_WEIGHT for _, t in best}
         return self.search(kind, text, filters, window, limit, extra) if extra else first
 
     def count(self, kind: Kind, text: str, filters: Filters, window: Window | None) -> int:
