@@ -13,7 +13,8 @@ through the public library call:
 - ``lexical``: memsync's BM25 side alone; ``semantic``: its dense side alone (MiniLM);
 - ``hybrid``: what memsync ships (``mode=hybrid``);
 - ``rrf60``: the peer a user would otherwise build (LangChain's ``EnsembleRetriever``): equal-weight
-  reciprocal-rank fusion, k=60, of the BM25 and dense top-100 lists;
+  reciprocal-rank fusion, k=60, of the BM25 (memsync's text index without its query expansion) and
+  dense top-100 lists;
 - ``claude-mem``: the seed's claude-mem algorithm: dense top-100, then newest first.
 
 Writes JSON (default ``.bench/bench_quality.json``) and exits 1 when a bar is missed. Each
@@ -107,13 +108,14 @@ def newest_first(results: Sequence[Result]) -> list[int]:
 class Runner:
     """The retrievers over one synced linking, each returning prompt ids best first."""
 
-    def __init__(self, searcher: Searcher) -> None:
+    def __init__(self, searcher: Searcher, plain: Searcher) -> None:
         self.searcher = searcher
+        self.plain = plain  # plain BM25 (no query expansion), for the peers
         self.latency: dict[str, list[float]] = defaultdict(list)
 
-    def _search(self, q: Question, mode: Mode, limit: int) -> list[Result]:
-        resp = self.searcher.search(q.question, [Kind.PROMPT], Filters(project=q.project), window_days=0,
-                                    limit=limit, mode=mode)
+    def _search(self, q: Question, mode: Mode, limit: int, searcher: Searcher | None = None) -> list[Result]:
+        resp = (searcher or self.searcher).search(q.question, [Kind.PROMPT], Filters(project=q.project),
+                                                  window_days=0, limit=limit, mode=mode)
         if resp.mode is not mode:
             raise SystemExit(f"{mode.value} answered as {resp.mode.value}: {resp.reason}")
         return resp.results
@@ -129,7 +131,8 @@ class Runner:
                 self.latency[name].append((time.perf_counter() - t) * 1000)
                 out[name] = [r.id for r in deep[mode]]
         if "rrf60" in retrievers:
-            out["rrf60"] = rrf([out["lexical"], out["semantic"]])
+            bm25 = [r.id for r in self._search(q, Mode.LEXICAL, PEER_DEPTH, self.plain)]
+            out["rrf60"] = rrf([bm25, out["semantic"]])
         if "claude-mem" in retrievers:
             out["claude-mem"] = newest_first(deep[Mode.SEMANTIC])
         return {name: out[name] for name in retrievers}
@@ -139,8 +142,9 @@ def evaluate(settings: Settings, questions: list[Question], weights: Weights, re
              links: str) -> list[dict[str, Any]]:
     """Table rows (per group and retriever) for one linking, plus latency rows."""
     searcher = Searcher(settings, weights=weights)
+    plain = Searcher(settings.model_copy(update={"lexical_feedback": False}))
     turn_ids = evidence_ids(searcher)
-    runner = Runner(searcher)
+    runner = Runner(searcher, plain)
     sums: dict[str, dict[str, dict[str, list[float]]]] = {
         m: defaultdict(lambda: defaultdict(list)) for m in retrievers}
     try:
@@ -154,6 +158,7 @@ def evaluate(settings: Settings, questions: list[Question], weights: Weights, re
                     sums[name][CATEGORIES[q.category]][metric].append(value)
     finally:
         searcher.close()
+        plain.close()
     metrics = [*(f"recall@{k}" for k in KS), "mrr", "ndcg@10"]
     table: list[dict[str, Any]] = []
     for group in ["all", *CATEGORIES.values()]:
