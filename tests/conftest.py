@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from memsync.config.claude_mem.schema import Era
+from memsync.config.claude_mem.schema import Era, Kind
 from memsync.config.settings import Settings
 from memsync.worker.importer import import_records, init_db
 
@@ -60,6 +60,16 @@ class FakeEmbedder:
     @property
     def embedded(self) -> int:
         return sum(self.calls)
+
+
+class FakeVectorCopy:
+    """The vector copy's row lookup (``VectorCopy.row_vectors``) over given document vectors."""
+
+    def __init__(self, vectors: dict[tuple[Kind, int], npt.NDArray[np.float32]]) -> None:
+        self.vectors = vectors
+
+    def row_vectors(self, rows: Sequence[tuple[Kind, int]]) -> dict[tuple[Kind, int], npt.NDArray[np.float32]]:
+        return {k: self.vectors[k] for k in rows if k in self.vectors}
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from memsync.search import links
 from memsync.search.fusion import Ranked, fuse
 from memsync.search.models import Filters, Key, Window
 from memsync.search.sql import SourceRows
-from tests.conftest import make_db, obs, prompt, summary
+from tests.conftest import FakeVectorCopy, make_db, obs, prompt, summary
 
 NO_WINDOW = Window(None, None, None, "all_time")
 DIM = 8
@@ -25,16 +25,6 @@ def unit(i: int) -> npt.NDArray[np.float32]:
     v = np.zeros((1, DIM), np.float32)
     v[0, i] = 1.0
     return v
-
-
-class Copy:
-    """The vector copy's one method links uses: each row's document vectors."""
-
-    def __init__(self, vectors: dict[Key, npt.NDArray[np.float32]]) -> None:
-        self.vectors = vectors
-
-    def row_vectors(self, rows: list[Key]) -> dict[Key, npt.NDArray[np.float32]]:
-        return {k: self.vectors[k] for k in rows if k in self.vectors}
 
 
 @pytest.fixture(params=[Era.CURRENT, Era.LEGACY], ids=["current", "legacy"])
@@ -61,12 +51,12 @@ def vectors() -> dict[Key, npt.NDArray[np.float32]]:
 
 
 def test_a_precise_link_keeps_its_whole_vote_whatever_the_vectors_say(rows: SourceRows) -> None:
-    got = links.votes(rows, Copy(vectors()), [[[(Kind.OBSERVATION, 1)]]], Filters(), NO_WINDOW, 10)[0]
+    got = links.votes(rows, FakeVectorCopy(vectors()), [[[(Kind.OBSERVATION, 1)]]], Filters(), NO_WINDOW, 10)[0]
     assert [(v.prompt, v.rank, round(v.share, 6)) for v in got][0] == (2, 0, 1.0)
 
 
 def test_a_coarse_link_votes_for_the_prompt_the_observation_talks_about(rows: SourceRows) -> None:
-    got = links.votes(rows, Copy(vectors()), [[[(Kind.OBSERVATION, 5)]]], Filters(), NO_WINDOW, 10)[0]
+    got = links.votes(rows, FakeVectorCopy(vectors()), [[[(Kind.OBSERVATION, 5)]]], Filters(), NO_WINDOW, 10)[0]
     assert got[0].prompt == 1 and got[0].share > 0.9  # not the recorded prompt 4
     assert {v.prompt for v in got} <= {1, 2, 3, 4}  # only prompts numbered up to its own
 
@@ -79,15 +69,15 @@ def test_without_vectors_a_coarse_link_gets_one_over_its_fan_in(rows: SourceRows
 
 
 def test_summaries_vote_for_the_prompt_they_are_closest_to(rows: SourceRows) -> None:
-    got = links.votes(rows, Copy(vectors()), [[[(Kind.SUMMARY, 1)]]], Filters(), NO_WINDOW, 10)[0]
+    got = links.votes(rows, FakeVectorCopy(vectors()), [[[(Kind.SUMMARY, 1)]]], Filters(), NO_WINDOW, 10)[0]
     assert got[0].prompt == 3 and got[0].share > 0.9
 
 
 def test_each_prompt_keeps_its_strongest_vote_and_filters_apply(rows: SourceRows) -> None:
     evidence = [[(Kind.OBSERVATION, 5), (Kind.OBSERVATION, 1)]]
-    got = links.votes(rows, Copy(vectors()), [evidence], Filters(), NO_WINDOW, 10)[0]
+    got = links.votes(rows, FakeVectorCopy(vectors()), [evidence], Filters(), NO_WINDOW, 10)[0]
     assert [v.prompt for v in got if v.share > 0.5] == [1, 2]
-    assert links.votes(rows, Copy(vectors()), [evidence], Filters(project="beta"), NO_WINDOW, 10)[0] == []
+    assert links.votes(rows, FakeVectorCopy(vectors()), [evidence], Filters(project="beta"), NO_WINDOW, 10)[0] == []
 
 
 def test_rows_without_a_prompt_number_or_unknown_ids_vote_for_nothing(rows: SourceRows) -> None:
@@ -105,6 +95,6 @@ def test_fusion_counts_a_vote_at_its_evidence_rank_and_share() -> None:
 
 
 def test_each_side_gets_its_own_votes_from_one_read(rows: SourceRows) -> None:
-    lexical, semantic = links.votes(rows, Copy(vectors()), [[[(Kind.OBSERVATION, 1)]], [[(Kind.OBSERVATION, 5)]]],
-                                    Filters(), NO_WINDOW, 10)
+    sides = [[[(Kind.OBSERVATION, 1)]], [[(Kind.OBSERVATION, 5)]]]
+    lexical, semantic = links.votes(rows, FakeVectorCopy(vectors()), sides, Filters(), NO_WINDOW, 10)
     assert [v.prompt for v in lexical] == [2] and semantic[0].prompt == 1
