@@ -154,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         deadline = time.monotonic() + 300
         # The server loads the index on the first query (seconds at this size; searches meanwhile
-        # answer lexical_fallback): wait until a hybrid answer comes.
-        while searcher.search("warm up").mode is not Mode.HYBRID:
+        # answer lexical_fallback): wait until a hybrid answer comes from Chroma itself (all time:
+        # a windowed search is answered by the vector copy and would not wait for the server).
+        while searcher.search("warm up", window_days=0).mode is not Mode.HYBRID:
             if time.monotonic() > deadline:
                 raise SystemExit("Chroma did not answer within 300 s")
             time.sleep(1)
