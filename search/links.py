@@ -27,6 +27,7 @@ vectors memsync already has); without the copy only the prior is known, so the r
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -65,15 +66,13 @@ def votes(rows: SourceRows, copy: VectorCopy | None, sides: Sequence[Sequence[Se
     fan_in = rows.fan_in({session for k, (session, _) in sources.items() if k[0] is Kind.OBSERVATION})
     vectors = _vectors(copy, [key for key in every if key in sources],
                        [p for plist in prompts.values() for _, p in plist]) if copy is not None else {}
+    sessions = {session: _Session(plist, vectors) for session, plist in prompts.items()}
     shares: dict[Key, dict[int, float]] = {}
     for key, (session, number) in sources.items():
-        candidates = [p for num, p in prompts.get(session, []) if num <= number][-MAX_CANDIDATES:]
-        if not candidates:
+        if session not in sessions:
             continue
-        recorded = next((p for num, p in prompts[session] if num == number), None)
-        prior = 1.0 / max(1, fan_in.get((session, number), 1)) if key[0] is Kind.OBSERVATION \
-            else 1.0 / len(candidates)
-        shares[key] = _attribute(key, candidates, recorded, prior, vectors)
+        fan = fan_in.get((session, number), 1) if key[0] is Kind.OBSERVATION else 0
+        shares[key] = sessions[session].attribute(vectors.get(key), number, fan)
     out: list[list[Vote]] = []
     allowed: set[int] | None = None
     for lists in sides:
@@ -92,28 +91,43 @@ def votes(rows: SourceRows, copy: VectorCopy | None, sides: Sequence[Sequence[Se
     return out
 
 
-def _attribute(key: Key, candidates: list[int], recorded: int | None, prior: float,
-               vectors: dict[Key, npt.NDArray[np.float32]]) -> dict[int, float]:
-    """Shares of one row's vote over its candidate prompts (see the module docstring)."""
-    if recorded is not None and prior >= 1.0:
-        return {recorded: 1.0}  # the only row recorded under its prompt: a precise link
-    own = vectors.get(key)
-    sims = [vectors.get((Kind.PROMPT, p)) for p in candidates]
-    if own is None or any(v is None for v in sims):
-        # No vectors to tell which prompt it talks about: only the recorded link, as far as its
-        # fan-in lets it be trusted.
-        return {recorded: prior} if recorded is not None else {}
-    docs = [v for v in sims if v is not None]
-    starts = np.cumsum([0] + [len(v) for v in docs[:-1]])
-    cos = (np.concatenate(docs) @ own.T).max(axis=1)  # each prompt document against the row's best
-    logits = np.maximum.reduceat(cos, starts) / TEMPERATURE  # each prompt's best document
-    if recorded is not None and len(candidates) > 1:
-        rest = (1.0 - prior) / (len(candidates) - 1)
-        logits += np.log(np.array([prior if p == recorded else rest for p in candidates]) + 1e-12)
-    logits -= logits.max()
-    weights = np.exp(logits)
-    weights /= weights.sum()
-    return {p: float(w) for p, w in zip(candidates, weights.tolist(), strict=True)}
+class _Session:
+    """One session's prompts in number order, with their vectors as one matrix (a prompt has one
+    document), so that each evidence row recorded in it costs one product."""
+
+    def __init__(self, prompts: list[tuple[int, int]], vectors: dict[Key, npt.NDArray[np.float32]]) -> None:
+        self.numbers = [num for num, _ in prompts]
+        self.ids = [p for _, p in prompts]
+        found = [vectors.get((Kind.PROMPT, p)) for p in self.ids]
+        # Similarities only when every prompt has its vector (one not synced yet: priors only).
+        self.matrix = np.stack([v[0] for v in found if v is not None]) \
+            if found and all(v is not None for v in found) else None
+
+    def attribute(self, own: npt.NDArray[np.float32] | None, number: int, fan_in: int) -> dict[int, float]:
+        """Shares of one row's vote over the prompts numbered up to ``number`` (the last
+        ``MAX_CANDIDATES``); ``fan_in`` 0 means no recorded prompt is trusted over the others (a
+        summary). See the module docstring."""
+        end = bisect.bisect_right(self.numbers, number)
+        start = max(0, end - MAX_CANDIDATES)
+        candidates = self.ids[start:end]
+        if not candidates:
+            return {}
+        recorded = self.ids[end - 1] if self.numbers[end - 1] == number else None
+        prior = 1.0 / fan_in if fan_in and recorded is not None else 1.0 / len(candidates)
+        if recorded is not None and prior >= 1.0:
+            return {recorded: 1.0}  # the only row recorded under its prompt: a precise link
+        if own is None or self.matrix is None:
+            # No vectors to tell which prompt it talks about: only the recorded link, as far as its
+            # fan-in lets it be trusted.
+            return {recorded: prior} if recorded is not None else {}
+        logits = (self.matrix[start:end] @ own.T).max(axis=1) / TEMPERATURE  # against the row's best document
+        if recorded is not None and len(candidates) > 1:
+            priors = np.full(len(candidates), (1.0 - prior) / (len(candidates) - 1))
+            priors[-1] = prior  # the recorded prompt is the last candidate
+            logits += np.log(priors + 1e-12)
+        weights = np.exp(logits - logits.max())
+        weights /= weights.sum()
+        return dict(zip(candidates, weights.tolist(), strict=True))
 
 
 def _vectors(copy: VectorCopy, keys: Sequence[Key], prompts: Sequence[int]) -> dict[Key, npt.NDArray[np.float32]]:
