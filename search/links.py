@@ -41,6 +41,7 @@ from memsync.search.vectorcopy import VectorCopy
 
 TEMPERATURE = 0.05  # cosine differences of ~0.1 between prompts decide the attribution (e^2)
 MAX_CANDIDATES = 64  # prompts of the session an observation can be attributed to (the latest ones)
+MIN_SHARE = 0.01  # smaller shares of a vote are dropped: they cannot move a prompt in the fusion
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +128,7 @@ class _Session:
             logits += np.log(priors + 1e-12)
         weights = np.exp(logits - logits.max())
         weights /= weights.sum()
-        return dict(zip(candidates, weights.tolist(), strict=True))
+        return {p: w for p, w in zip(candidates, weights.tolist(), strict=True) if w >= MIN_SHARE}
 
 
 def _vectors(copy: VectorCopy, keys: Sequence[Key], prompts: Sequence[int]) -> dict[Key, npt.NDArray[np.float32]]:
