@@ -267,6 +267,11 @@ class Settings(BaseSettings):
         return (init_settings, env_settings)
 
 
+def openai_env_key() -> str | None:
+    """OPENAI_API_KEY from the environment (for api.openai.com only: see ``openai_host``)."""
+    return os.environ.get(OPENAI_KEY_ENV) or None
+
+
 def openai_host(url: str | None) -> bool:
     """Whether ``url`` is OpenAI's own API (the only place OPENAI_API_KEY may go)."""
     return bool(url) and urlsplit(str(url)).hostname == OPENAI_HOST

@@ -21,9 +21,11 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import urlsplit
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import SecretStr
 
 from memsync.config.embedding.local import MODELS, TOKENS_PER_TEXT, MiniLMOnnx, ModelSpec, get_embedder, tokenizer_json
 from memsync.config.embedding.remote import (
@@ -37,7 +39,7 @@ from memsync.config.embedding.remote import (
     model_id,
 )
 from memsync.config.errors import EmbeddingError, EmbeddingUnavailable
-from memsync.config.settings import LOCAL_MODEL, Settings
+from memsync.config.settings import LOCAL_MODEL, Settings, openai_env_key, openai_host
 
 __all__ = [
     "MODELS", "TOKENS_PER_TEXT", "Embedder", "EmbeddingError", "EmbeddingUnavailable", "Identity", "MiniLMOnnx",
@@ -159,9 +161,8 @@ def make_reranker(settings: Settings) -> RerankClient | None:
     deadline per request and no retries, as for query embeddings. One per endpoint and process."""
     if settings.rerank_provider == "none":
         return None
-    key = settings.rerank_api_key or settings.embedding_api_key
-    config = EndpointConfig(settings.rerank_base_url or settings.embedding_base_url,
-                            key.get_secret_value() if key else None,
+    base = settings.rerank_base_url or settings.embedding_base_url
+    config = EndpointConfig(base, key_for(settings, base, settings.rerank_api_key),
                             timeout_s=min(settings.embedding_timeout_s, settings.search_timeout_ms / 1000),
                             max_retries=0, backoff_cap_s=settings.backoff_cap_s)
     with _remote_lock:
@@ -172,8 +173,23 @@ def make_reranker(settings: Settings) -> RerankClient | None:
 
 def _endpoint_config(settings: Settings, base_url: str, timeout_s: float | None = None,
                      max_retries: int | None = None) -> EndpointConfig:
-    key = settings.embedding_api_key
-    return EndpointConfig(base_url, key.get_secret_value() if key else None,
+    return EndpointConfig(base_url, key_for(settings, base_url),
                           settings.embedding_timeout_s if timeout_s is None else timeout_s,
                           settings.embedding_max_retries if max_retries is None else max_retries,
                           settings.backoff_cap_s)
+
+
+def key_for(settings: Settings, url: str, explicit: SecretStr | None = None) -> str | None:
+    """The key sent to ``url``: ``explicit`` when given (``rerank_api_key``); else the embedding key,
+    only to the server it was configured for (``embedding_base_url``'s host and port); else
+    OPENAI_API_KEY, only to api.openai.com. So no key meant for one server reaches another: not a
+    reranker elsewhere, not the old endpoint of a generation being replaced."""
+    if explicit is not None:
+        return explicit.get_secret_value()
+    if settings.embedding_api_key is not None and _netloc(url) == _netloc(settings.embedding_base_url):
+        return settings.embedding_api_key.get_secret_value()
+    return openai_env_key() if openai_host(url) else None
+
+
+def _netloc(url: str) -> str:
+    return urlsplit(url).netloc.lower()

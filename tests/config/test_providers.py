@@ -17,7 +17,9 @@ from memsync.config.embedding import (
     Identity,
     configured_identity,
     generation_embedder,
+    key_for,
     make_embedder,
+    make_reranker,
     provider_of,
 )
 from memsync.config.embedding.remote import (
@@ -212,6 +214,27 @@ class TestSettings:
         monkeypatch.setenv("MEMSYNC_EMBEDDING_API_KEY", "mine")
         s = load_settings().settings
         assert s.embedding_api_key is not None and s.embedding_api_key.get_secret_value() == "mine"
+
+    def test_each_key_goes_only_to_its_own_server(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        monkeypatch.setenv("MEMSYNC_EMBEDDING_PROVIDER", "openai")
+        monkeypatch.setenv("MEMSYNC_RERANK_PROVIDER", "openai")
+        monkeypatch.setenv("MEMSYNC_RERANK_MODEL", "bge-reranker")
+        monkeypatch.setenv("MEMSYNC_RERANK_BASE_URL", "http://127.0.0.1:8012/v1")
+        s = load_settings().settings
+        assert key_for(s, "https://api.openai.com/v1") == KEY
+        reranker = make_reranker(s)
+        assert reranker is not None and reranker.endpoint.config.api_key is None  # not OpenAI's key
+        monkeypatch.setenv("MEMSYNC_RERANK_API_KEY", "rerank-key")
+        reranker = make_reranker(load_settings().settings)
+        assert reranker is not None and reranker.endpoint.config.api_key == "rerank-key"
+        # Switched to Ollama, a generation recorded at OpenAI still gets OpenAI's key (and only it).
+        monkeypatch.setenv("MEMSYNC_EMBEDDING_BASE_URL", "http://127.0.0.1:11434/v1")
+        monkeypatch.setenv("MEMSYNC_EMBEDDING_API_KEY", "ollama-key")
+        s = load_settings().settings
+        assert key_for(s, "https://api.openai.com/v1") == KEY
+        assert key_for(s, "http://127.0.0.1:11434/v1") == "ollama-key"
+        assert key_for(s, "http://127.0.0.1:8012/v1") is None  # same host, another server
 
     def test_secrets_print_as_set_or_unset(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("MEMSYNC_EMBEDDING_API_KEY", KEY)
