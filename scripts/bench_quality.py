@@ -210,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--retrievers", default=",".join(RETRIEVERS), help=f"default {','.join(RETRIEVERS)}")
     p.add_argument("--work", type=Path, default=ROOT / ".bench", help="parent of the quality-LINKS directories")
     p.add_argument("--out", type=Path, default=ROOT / ".bench" / "bench_quality.json")
-    p.add_argument("--weights", default=None, metavar="K,LEX,SEM,LINKED_SEM,LINKED_LEX",
-                   help="fusion constants to try instead of the shipped ones, e.g. 10,1,0.5,0.5,0.5")
+    p.add_argument("--weights", default=None, metavar="K,LEX,SEM,LINKED_SEM,LINKED_LEX[,CONTEXT]",
+                   help="fusion constants to try instead of the shipped ones, e.g. 10,1,0.5,0.5,0.5,0.5")
     args = p.parse_args(argv)
     linkings = parse_list(args.links, LINKS, "links")
     retrievers = parse_list(args.retrievers, RETRIEVERS, "retrievers")

@@ -7,10 +7,11 @@ How a query is answered (``Searcher.search``):
 2. Semantic (``search.semantic``), on a pool thread at the same time: the query embedded by the
    worker's model, the nearest rows within the filters and window by the cheapest strategy that
    loses none (Chroma top-N, the local vector copy, exact by id, or a Chroma ``where``).
-3. Linked evidence (``search.links``): an observation or summary is recorded under a user prompt
-   (same session and ``prompt_number``); when prompts are searched without observations, the
-   observations and summaries that match vouch for the prompts they talk about, each vote spread
-   by how specific its link is and which of the session's prompts its text is closest to.
+3. Linked evidence (``search.links``): an observation is recorded under a user prompt (same
+   session and ``prompt_number``); when prompts are searched without observations, the
+   observations that match vouch for the prompts they talk about, each vote spread by how
+   specific its link is and which of the session's prompts its text is closest to. Prompts are
+   also ranked in the context of their neighbouring prompts (``search.context``), a list of its own.
 4. Fusion (``search.fusion``), or for date order the newest/oldest matches (SQLite's own date order
    of the lexical matches, merged with the semantic candidates that are real matches); then the
    page, hydrated with one ``IN`` query per kind in that order (``search.hydrate``).
@@ -119,11 +120,13 @@ class Searcher(Lookups):
             # when prompts are searched without observations: with both, each observation is a
             # result of its own, and boosting its prompt too would count the same evidence twice
             # (prompts then crowded observations out of mixed results).
-            linked = mode is Mode.HYBRID and Kind.PROMPT in kinds and Kind.OBSERVATION not in kinds
+            # Linked evidence and the context list only reorder by relevance: date order skips them.
+            ranked_hybrid = mode is Mode.HYBRID and order is Order.RELEVANCE
+            linked = ranked_hybrid and Kind.PROMPT in kinds and Kind.OBSERVATION not in kinds
             sem_future: concurrent.futures.Future[SemanticAnswer] | None = None
             if mode is not Mode.LEXICAL:
                 sem_future = self._pool.submit(self._semantic, query, kinds, filters, window, need, depth, linked,
-                                               mode is Mode.HYBRID)
+                                               ranked_hybrid)
             if mode is not Mode.SEMANTIC:
                 try:
                     self._lexical(rows, lexical, kinds, filters, window, depth, linked, got)
@@ -188,8 +191,8 @@ class Searcher(Lookups):
     @staticmethod
     def _lexical(rows: SourceRows, lexical: LexicalSide, kinds: Sequence[Kind], filters: Filters, window: Window,
                  depth: int, linked: bool, got: _Gathered) -> None:
-        """The lexical rankings, and with ``linked`` the observations and summaries that match as
-        evidence (searched with the project and dates only: they are evidence, not results)."""
+        """The lexical rankings, and with ``linked`` the evidence rows (``EVIDENCE_KINDS``) that match
+        (searched with the project and dates only: they are evidence, not results)."""
         tasks = [(k, filters) for k in kinds]
         evidence = [k for k in EVIDENCE_KINDS if k not in kinds] if linked else []
         evidence_filters = Filters(project=filters.project, date_from=filters.date_from, date_to=filters.date_to)

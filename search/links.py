@@ -22,7 +22,9 @@ attribution (no prompt stands out) gives every prompt a small share. ``cos`` is 
 observation's field documents against the prompt's document, from the worker's vector copy (the
 vectors memsync already has); without the copy only the prior is known, so the recorded prompt gets
 ``1 / fan_in`` and no other prompt is guessed at. Summaries are recorded the same way (session and
-``prompt_number``) and are treated alike, with every prompt of the session equally likely a priori.
+``prompt_number``) and can be treated alike, with every prompt of the session equally likely a
+priori; measured, that costs recall (a summary covers a whole session), so the search passes
+observations only (``search.semantic.EVIDENCE_KINDS``).
 """
 
 from __future__ import annotations
@@ -100,9 +102,12 @@ class _Session:
         self.numbers = [num for num, _ in prompts]
         self.ids = [p for _, p in prompts]
         found = [vectors.get((Kind.PROMPT, p)) for p in self.ids]
-        # Similarities only when every prompt has its vector (one not synced yet: priors only).
-        self.matrix = np.stack([v[0] for v in found if v is not None]) \
-            if found and all(v is not None for v in found) else None
+        # A prompt not in the copy yet (the newest of a live session) is left out of the
+        # similarities; it keeps its prior only.
+        self.has = np.array([v is not None for v in found], dtype=bool)
+        dim = next((v.shape[1] for v in found if v is not None), 0)
+        self.matrix = np.stack([v[0] if v is not None else np.zeros(dim, np.float32) for v in found]) \
+            if dim else None
 
     def attribute(self, own: npt.NDArray[np.float32] | None, number: int, fan_in: int) -> dict[int, float]:
         """Shares of one row's vote over the prompts numbered up to ``number`` (the last
@@ -117,11 +122,12 @@ class _Session:
         prior = 1.0 / fan_in if fan_in and recorded is not None else 1.0 / len(candidates)
         if recorded is not None and prior >= 1.0:
             return {recorded: 1.0}  # the only row recorded under its prompt: a precise link
-        if own is None or self.matrix is None:
+        if own is None or self.matrix is None or (recorded is not None and not self.has[end - 1]):
             # No vectors to tell which prompt it talks about: only the recorded link, as far as its
             # fan-in lets it be trusted.
             return {recorded: prior} if recorded is not None else {}
-        logits = (self.matrix[start:end] @ own.T).max(axis=1) / TEMPERATURE  # against the row's best document
+        # Each candidate's cosine with the row's best document (0 for a prompt without a vector).
+        logits = np.where(self.has[start:end], (self.matrix[start:end] @ own.T).max(axis=1), 0.0) / TEMPERATURE
         if recorded is not None and len(candidates) > 1:
             priors = np.full(len(candidates), (1.0 - prior) / (len(candidates) - 1))
             priors[-1] = prior  # the recorded prompt is the last candidate

@@ -65,8 +65,8 @@ class SemanticSide:
     def search(self, query: str, kinds: Sequence[Kind], filters: Filters, window: Window, need: int, depth: int,
                linked: bool, context: bool = False) -> SemanticAnswer:
         """The rows nearest to ``query`` within filters/window (at least ``need`` of the searched
-        kinds when that many exist); with ``linked``, also the observations and summaries nearest
-        the query as evidence for the prompts they were recorded under; with ``context``, the prompts
+        kinds when that many exist); with ``linked``, also the evidence rows (``EVIDENCE_KINDS``)
+        nearest the query, for the prompts they were recorded under; with ``context``, the prompts
         ranked in the context of their neighbours too (``search.context``). Raises
         VectorUnavailable when the store cannot answer."""
         t = time.perf_counter()

@@ -258,7 +258,8 @@ class SourceRows:
             return out
         for chunk in chunks(sorted(sessions)):
             sql = (f"SELECT s.id AS session, {pnum} AS num, {ALIAS}.id AS id FROM {SESSIONS_TABLE} s "
-                   f"JOIN user_prompts {ALIAS} ON {match} WHERE s.id IN ({','.join('?' * len(chunk))})")
+                   f"JOIN user_prompts {ALIAS} ON {match} WHERE s.id IN ({','.join('?' * len(chunk))}) "
+                   f"AND {pnum} IS NOT NULL")
             for r in self.query(sql, chunk):
                 out.setdefault(int(r["session"]), []).append((int(r["num"]), int(r["id"])))
         for plist in out.values():

@@ -9,6 +9,7 @@ metadata is as fresh as Chroma's; the engine still checks the rows it returns ag
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 
 import numpy as np
@@ -24,7 +25,24 @@ CHUNK = 4096  # rows gathered per int8→float32 product: small enough to stay i
 _ROW_BITS = 56  # a (kind, row) key packed into one int64: kind byte above a 56-bit row id
 # Sorted (kind, row) keys of a copy's entries, per copy directory and entry count: built once per
 # process and count (append-only copy: a new count means new entries), reused by every search.
-_key_index: dict[str, tuple[int, npt.NDArray[np.int64], npt.NDArray[np.intp]]] = {}
+# The last entry's packed key rides along to tell the same copy from a refilled one.
+_key_index: dict[str, tuple[int, npt.NDArray[np.int64], npt.NDArray[np.intp], npt.NDArray[np.int64]]] = {}
+_key_index_lock = threading.Lock()  # one thread sorts; the others wait for its result
+
+
+def _pack(entries: npt.NDArray[np.void]) -> npt.NDArray[np.int64]:
+    """(kind, row) of each entry as one int64."""
+    return (entries["kind"].astype(np.int64) << _ROW_BITS) | entries["row"].astype(np.int64)
+
+
+def _matches(cached: tuple[int, npt.NDArray[np.int64], npt.NDArray[np.intp], npt.NDArray[np.int64]],
+             entries: npt.NDArray[np.void], count: int) -> bool:
+    """Whether the cached order was built from these entries: the entry it ended with is still the
+    same (an append-only copy never changes an entry's kind or row; a refilled one does). A view
+    opened before the cache grew (``count`` smaller) is taken as the same copy."""
+    if count < cached[0] or cached[0] == 0:
+        return True
+    return bool(np.array_equal(_pack(np.asarray(entries[cached[0] - 1:cached[0]])), cached[3]))
 
 
 class VectorCopy:
@@ -103,26 +121,35 @@ class VectorCopy:
         return list(best.values()), len(scores) <= n_docs
 
     def _keys(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]]:
-        """Every entry's packed (kind, row) key, sorted, and the entry positions in that order. The
-        copy only appends: a grown copy sorts its new entries and inserts them into the cached
-        order (one linear copy), so a worker writing all the time does not cost each search a full
-        sort (90 ms at 313k entries)."""
+        """Every entry's packed (kind, row) key among the first ``count``, sorted, and the entry
+        positions in that order. The copy only appends: a grown copy sorts its new entries and
+        inserts them into the cached order (one linear copy), so a worker writing all the time does
+        not cost each search a full sort (90 ms at 313k entries); a view opened earlier (smaller
+        count) uses the cache without its newer entries. The cache is checked against the copy's
+        own entries (a copy dropped and refilled in the same directory is sorted anew)."""
         count = self.manifest.count
-        cached = _key_index.get(self._directory)
-        if cached is not None and cached[0] == count:
-            return cached[1], cached[2]
-        start = cached[0] if cached is not None and cached[0] < count else 0
-        e = np.asarray(self._entries[start:count])
-        new_keys = (e["kind"].astype(np.int64) << _ROW_BITS) | e["row"].astype(np.int64)
-        new_order = np.argsort(new_keys, kind="stable") + start
-        if start and cached is not None:
-            sorted_new = new_keys[new_order - start]
-            at = np.searchsorted(cached[1], sorted_new, side="right")  # after equal keys: entry order kept
-            keys, order = np.insert(cached[1], at, sorted_new), np.insert(cached[2], at, new_order)
-        else:
-            keys, order = new_keys[new_order], new_order
-        _key_index[self._directory] = (count, keys, order)
-        return keys, order
+        e = self._entries
+        with _key_index_lock:
+            cached = _key_index.get(self._directory)
+            if cached is not None and not _matches(cached, e, count):
+                cached = None
+            if cached is not None and cached[0] >= count:
+                keys, order = cached[1], cached[2]
+                if cached[0] > count:
+                    keep = order < count
+                    keys, order = keys[keep], order[keep]
+                return keys, order
+            start = cached[0] if cached is not None else 0
+            new_keys = _pack(np.asarray(e[start:count]))
+            new_order = np.argsort(new_keys, kind="stable") + start
+            if cached is not None:
+                sorted_new = new_keys[new_order - start]
+                at = np.searchsorted(cached[1], sorted_new, side="right")  # after equal keys: entry order kept
+                keys, order = np.insert(cached[1], at, sorted_new), np.insert(cached[2], at, new_order)
+            else:
+                keys, order = new_keys[new_order], new_order
+            _key_index[self._directory] = (count, keys, order, _pack(np.asarray(e[count - 1:count])))
+            return keys, order
 
     def row_vectors(self, rows: Iterable[tuple[Kind, int]]) -> dict[tuple[Kind, int], npt.NDArray[np.float32]]:
         """The live documents' unit vectors of each row (documents × dim, float32), for the rows the

@@ -38,3 +38,20 @@ def test_row_vectors_match_a_scan_before_and_after_the_copy_grows(tmp_path: obje
                 assert key not in got
             else:
                 assert np.array_equal(got[key], ref), (count, key)
+
+
+def test_an_older_view_and_a_refilled_copy_get_their_own_rows(tmp_path: object) -> None:
+    e, v = entries(3000, 11)
+    big = VectorCopy(Manifest("m", 4, count=3000, complete=True), v, e, directory=str(tmp_path))
+    small = VectorCopy(Manifest("m", 4, count=1000, complete=True), v[:1000], e[:1000], directory=str(tmp_path))
+    wanted = [(k, r) for k in KINDS for r in range(50)]
+    big.row_vectors(wanted)  # the cache now holds 3,000 entries
+    for key, got in small.row_vectors(wanted).items():  # an older view never sees newer entries
+        assert np.array_equal(got, brute(e, v, 1000, key))
+    # The copy dropped and refilled in the same directory with other rows, grown past the cache.
+    e2, v2 = entries(3500, 12)
+    refilled = VectorCopy(Manifest("m", 4, count=3500, complete=True), v2, e2, directory=str(tmp_path))
+    got = refilled.row_vectors(wanted)
+    for key in wanted:
+        ref = brute(e2, v2, 3500, key)
+        assert (key not in got) if len(ref) == 0 else np.array_equal(got[key], ref)

@@ -98,3 +98,13 @@ def test_each_side_gets_its_own_votes_from_one_read(rows: SourceRows) -> None:
     sides = [[[(Kind.OBSERVATION, 1)]], [[(Kind.OBSERVATION, 5)]]]
     lexical, semantic = links.votes(rows, FakeVectorCopy(vectors()), sides, Filters(), NO_WINDOW, 10)
     assert [v.prompt for v in lexical] == [2] and semantic[0].prompt == 1
+
+
+def test_a_prompt_not_in_the_copy_yet_leaves_the_others_attributed(rows: SourceRows) -> None:
+    partial = vectors()
+    del partial[(Kind.PROMPT, 3)]  # say, synced after the search's copy was read
+    got = links.votes(rows, FakeVectorCopy(partial), [[[(Kind.OBSERVATION, 5)]]], Filters(), NO_WINDOW, 10)[0]
+    assert got[0].prompt == 1 and got[0].share > 0.9
+    del partial[(Kind.PROMPT, 4)]  # its own recorded prompt missing: the prior only
+    got = links.votes(rows, FakeVectorCopy(partial), [[[(Kind.OBSERVATION, 5)]]], Filters(), NO_WINDOW, 10)[0]
+    assert [(v.prompt, round(v.share, 6)) for v in got] == [(4, 0.25)]
