@@ -11,7 +11,8 @@ How a query is answered (``Searcher.search``):
    session and ``prompt_number``); when prompts are searched without observations, the
    observations that match vouch for the prompts they talk about, each vote spread by how
    specific its link is and which of the session's prompts its text is closest to. Prompts are
-   also ranked in the context of their neighbouring prompts (``search.context``), a list of its own.
+   also ranked in the context of their neighbouring prompts (``search.context``), a list of its own,
+   when prompts alone are searched.
 4. Fusion (``search.fusion``), or for date order the newest/oldest matches (SQLite's own date order
    of the lexical matches, merged with the semantic candidates that are real matches); then the
    page, hydrated with one ``IN`` query per kind in that order (``search.hydrate``).
@@ -123,10 +124,13 @@ class Searcher(Lookups):
             # Linked evidence and the context list only reorder by relevance: date order skips them.
             ranked_hybrid = mode is Mode.HYBRID and order is Order.RELEVANCE
             linked = ranked_hybrid and Kind.PROMPT in kinds and Kind.OBSERVATION not in kinds
+            # The context list is a second dense list of prompts only: in a search of several kinds
+            # it would count prompts' semantic evidence twice and crowd the other kinds out.
+            context = ranked_hybrid and set(kinds) == {Kind.PROMPT}
             sem_future: concurrent.futures.Future[SemanticAnswer] | None = None
             if mode is not Mode.LEXICAL:
                 sem_future = self._pool.submit(self._semantic, query, kinds, filters, window, need, depth, linked,
-                                               ranked_hybrid)
+                                               context)
             if mode is not Mode.SEMANTIC:
                 try:
                     self._lexical(rows, lexical, kinds, filters, window, depth, linked, got)
