@@ -234,19 +234,26 @@ class SourceRows:
         return out
 
     def neighbour_prompts(self, ids: Sequence[int]) -> dict[int, list[int]]:
-        """prompt id -> the ids of the prompts numbered just before and after it in its session."""
+        """prompt id -> the ids of the prompts just before and after it in its session (by prompt
+        number; a gap in the numbering, a deleted or unrecorded prompt, is stepped over)."""
         pnum = self.schema.column("user_prompts", "prompt_number")
         mine, theirs = (self.schema.session_match(Kind.PROMPT, a, "s") for a in (ALIAS, "n"))
         out: dict[int, list[int]] = {}
         if not pnum or "0" in (mine, theirs):
             return out
+        mine_num, their_num = f'{ALIAS}."{pnum}"', f'n."{pnum}"'
         for chunk in chunks(list(ids)):
-            sql = (f"SELECT {ALIAS}.id AS id, n.id AS nid FROM user_prompts {ALIAS} "
-                   f"JOIN {SESSIONS_TABLE} s ON {mine} JOIN user_prompts n ON {theirs} "
-                   f'AND n."{pnum}" IN ({ALIAS}."{pnum}" - 1, {ALIAS}."{pnum}" + 1) '
-                   f"WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))})")
+            sql = (f"SELECT {ALIAS}.id AS id, "
+                   f"(SELECT n.id FROM user_prompts n WHERE {theirs} AND {their_num} < {mine_num} "
+                   f"ORDER BY {their_num} DESC, n.id DESC LIMIT 1) AS prev, "
+                   f"(SELECT n.id FROM user_prompts n WHERE {theirs} AND {their_num} > {mine_num} "
+                   f"ORDER BY {their_num}, n.id LIMIT 1) AS next "
+                   f"FROM user_prompts {ALIAS} JOIN {SESSIONS_TABLE} s ON {mine} "
+                   f"WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))}) AND {mine_num} IS NOT NULL")
             for r in self.query(sql, chunk):
-                out.setdefault(int(r["id"]), []).append(int(r["nid"]))
+                found = [int(x) for x in (r["prev"], r["next"]) if x is not None]
+                if found:
+                    out[int(r["id"])] = found
         return out
 
     def session_prompts(self, sessions: set[int]) -> dict[int, list[tuple[int, int]]]:

@@ -75,7 +75,7 @@ CREATE TABLE user_prompts (
 CREATE INDEX idx_observations_project ON observations(project);
 CREATE INDEX idx_observations_created ON observations(created_at_epoch);
 CREATE INDEX idx_summaries_project ON session_summaries(project);
-CREATE INDEX idx_prompts_session ON user_prompts(session_db_id);
+CREATE INDEX idx_user_prompts_lookup ON user_prompts(session_db_id, prompt_number);
 CREATE INDEX idx_observations_sdk_session ON observations(memory_session_id);
 """
 
@@ -125,7 +125,7 @@ CREATE TABLE user_prompts (
   created_at_epoch INTEGER NOT NULL
 );
 CREATE INDEX idx_observations_sdk_session ON observations(sdk_session_id);
-CREATE INDEX idx_user_prompts_claude_session ON user_prompts(claude_session_id);
+CREATE INDEX idx_user_prompts_lookup ON user_prompts(claude_session_id, prompt_number);
 """
 
 

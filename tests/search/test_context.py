@@ -26,17 +26,20 @@ def unit(*parts: float) -> npt.NDArray[np.float32]:
 
 @pytest.fixture(params=[Era.CURRENT, Era.LEGACY], ids=["current", "legacy"])
 def rows(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SourceRows]:
-    # Session a: prompts 1, 2, 3 (numbers 1-3); session b: prompt 4 (number 2), in project beta.
+    # Session a: prompts 1, 2, 3 (numbers 1-3); session b: prompt 4 (number 2), in project beta;
+    # session c: prompts 5 and 6 numbered 1 and 4 (a gap: prompts never recorded or deleted).
     records = [prompt(i, session="alpha-a", prompt_number=i) for i in (1, 2, 3)]
     records.append(prompt(4, project="beta", session="beta-b", prompt_number=2))
+    records += [prompt(5, session="alpha-c", prompt_number=1), prompt(6, session="alpha-c", prompt_number=4)]
     r = SourceRows(make_db(tmp_path / "claude-mem.db", records, era=request.param))
     yield r
     r.close()
 
 
 def test_neighbours_are_the_prompts_numbered_next_to_it_in_its_session(rows: SourceRows) -> None:
-    got = rows.neighbour_prompts([1, 2, 4])
+    got = rows.neighbour_prompts([1, 2, 4, 5, 6])
     assert sorted(got[2]) == [1, 3] and got[1] == [2] and 4 not in got
+    assert got[5] == [6] and got[6] == [5]  # the gap in the numbering is stepped over
 
 
 def test_a_terse_prompt_is_lifted_by_the_prompts_around_it(rows: SourceRows) -> None:
@@ -48,7 +51,7 @@ def test_a_terse_prompt_is_lifted_by_the_prompts_around_it(rows: SourceRows) -> 
     dense_order = [1, 3, 4, 2]
     got = context.ranking(rows, FakeVectorCopy(vectors), query, dense_order, Filters(), NO_WINDOW)
     assert got.index(2) < got.index(4)  # in context, "yes, do that" is about certificates
-    assert set(got) == {1, 2, 3, 4}
+    assert set(got) == {1, 2, 3, 4}  # session c's prompts were not found and have no neighbour here
 
 
 def test_neighbours_join_the_ranking_only_within_the_filters(rows: SourceRows) -> None:
