@@ -68,6 +68,7 @@ class _Gathered:
     linked_lexical: list[links.Vote] = field(default_factory=list)
     similarity: dict[Key, RowHit] = field(default_factory=dict)
     context: list[int] = field(default_factory=list)  # prompts ranked in their neighbours' context
+    copy: VectorCopy | None = None  # the vector copy the semantic side read (None: priors only)
 
 
 class Searcher(Lookups):
@@ -141,6 +142,7 @@ class Searcher(Lookups):
                 try:
                     sem = sem_future.result()
                     got.semantic, got.similarity, got.context = sem.hits, sem.similarity, sem.context
+                    got.copy = sem.copy
                     got.evidence_semantic = [[key for key in sem.evidence if key[0] is k] for k in EVIDENCE_KINDS]
                     timings.update(sem.timings)
                 except VectorUnavailable as exc:
@@ -153,7 +155,7 @@ class Searcher(Lookups):
                     notes.append(f"semantic filtering incomplete: {exc}")
             if linked:
                 t1 = time.perf_counter()
-                self._link(rows, filters, window, got, sem_future is not None and answered is not Mode.LEXICAL_FALLBACK)
+                self._link(rows, filters, window, got, self.weights.k)
                 timings["linked"] = _ms(t1)
             t2 = time.perf_counter()
             if order is Order.RELEVANCE:
@@ -205,21 +207,12 @@ class Searcher(Lookups):
         got.lexical = {k: ranked[k] for k in kinds}
         got.evidence_lexical = [[(k, i) for i in ranked[k]] for k in evidence]
 
-    def _link(self, rows: SourceRows, filters: Filters, window: Window, got: _Gathered, vectors: bool) -> None:
+    @staticmethod
+    def _link(rows: SourceRows, filters: Filters, window: Window, got: _Gathered, k: int) -> None:
         """The prompts the evidence rows of both sides vouch for (``search.links``); the vector copy
-        tells which prompt an observation talks about when the semantic side is up."""
-        copy = self._copy() if vectors else None
+        the semantic side read tells which prompt an observation talks about."""
         got.linked_lexical, got.linked_semantic = links.votes(
-            rows, copy, [got.evidence_lexical, got.evidence_semantic], filters, window, self.weights.k)
-
-    def _copy(self) -> VectorCopy | None:
-        """The worker's vector copy of the active generation, when this data directory has one."""
-        if self._vector is None:
-            return None
-        try:
-            return SemanticSide(self.settings, self._vector).vector_copy()
-        except VectorUnavailable:
-            return None
+            rows, got.copy, [got.evidence_lexical, got.evidence_semantic], filters, window, k)
 
     def _fuse(self, got: _Gathered) -> list[PageEntry]:
         """Both sides' rankings and the linked evidence, fused (weighted RRF), best first."""

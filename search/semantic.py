@@ -52,6 +52,7 @@ class SemanticAnswer:
     similarity: dict[Key, RowHit] = field(default_factory=dict)  # every row found, evidence included
     evidence: list[Key] = field(default_factory=list)  # evidence rows found for linked prompts, best first
     context: list[int] = field(default_factory=list)  # prompts ranked in their neighbours' context
+    copy: VectorCopy | None = None  # the vector copy this search read, for the linked evidence
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -120,9 +121,11 @@ class SemanticSide:
                                 timings=timings)
         if linked_kinds:
             answer.evidence = [(h.kind, h.id) for h in hits if h.kind in linked_kinds]
+        if (context and Kind.PROMPT in kinds) or linked_kinds:
+            copy = copy or self.vector_copy()  # opened once: the context list and linked evidence share it
+            answer.copy = copy
         if context and Kind.PROMPT in kinds:
             t = time.perf_counter()
-            copy = copy or self.vector_copy()
             if copy is not None:
                 prompts = [h.id for h in answer.hits if h.kind is Kind.PROMPT][:depth]
                 answer.context = prompt_context.ranking(rows, copy, vec, prompts, filters, window)

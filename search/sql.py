@@ -258,34 +258,31 @@ class SourceRows:
 
     def session_prompts(self, sessions: set[int]) -> dict[int, list[tuple[int, int]]]:
         """session id -> [(prompt_number, prompt id)] of its prompts, in number order."""
-        match = self.schema.session_match(Kind.PROMPT, ALIAS, "s")
-        pnum = self.col(Kind.PROMPT, "prompt_number")
         out: dict[int, list[tuple[int, int]]] = {}
-        if match == "0" or not pnum:
-            return out
-        for chunk in chunks(sorted(sessions)):
-            sql = (f"SELECT s.id AS session, {pnum} AS num, {ALIAS}.id AS id FROM {SESSIONS_TABLE} s "
-                   f"JOIN user_prompts {ALIAS} ON {match} WHERE s.id IN ({','.join('?' * len(chunk))}) "
-                   f"AND {pnum} IS NOT NULL")
-            for r in self.query(sql, chunk):
-                out.setdefault(int(r["session"]), []).append((int(r["num"]), int(r["id"])))
+        for r in self._per_session(Kind.PROMPT, sessions, f"{ALIAS}.id AS id"):
+            out.setdefault(int(r["session"]), []).append((int(r["num"]), int(r["id"])))
         for plist in out.values():
             plist.sort()
         return out
 
     def fan_in(self, sessions: set[int]) -> dict[tuple[int, int], int]:
         """(session, prompt_number) -> how many observations were recorded under that prompt."""
-        match = self.schema.session_match(Kind.OBSERVATION, ALIAS, "s")
-        pnum = self.col(Kind.OBSERVATION, "prompt_number")
-        out: dict[tuple[int, int], int] = {}
+        rows = self._per_session(Kind.OBSERVATION, sessions, "COUNT(*) AS n", group=True)
+        return {(int(r["session"]), int(r["num"])): int(r["n"]) for r in rows}
+
+    def _per_session(self, kind: Kind, sessions: set[int], select: str, group: bool = False) -> list[sqlite3.Row]:
+        """Rows of ``kind`` with a prompt number in the given sessions (sdk_sessions ids), as
+        ``session``, ``num`` and ``select`` (grouped by session and number with ``group``)."""
+        match = self.schema.session_match(kind, ALIAS, "s")
+        pnum = self.col(kind, "prompt_number")
         if match == "0" or not pnum or not sessions:
-            return out
+            return []
+        out: list[sqlite3.Row] = []
         for chunk in chunks(sorted(sessions)):
-            sql = (f"SELECT s.id AS session, {pnum} AS num, COUNT(*) AS n FROM {SESSIONS_TABLE} s "
-                   f"JOIN observations {ALIAS} ON {match} WHERE s.id IN ({','.join('?' * len(chunk))}) "
-                   f"AND {pnum} IS NOT NULL GROUP BY s.id, {pnum}")
-            for r in self.query(sql, chunk):
-                out[(int(r["session"]), int(r["num"]))] = int(r["n"])
+            sql = (f"SELECT s.id AS session, {pnum} AS num, {select} FROM {SESSIONS_TABLE} s "
+                   f"JOIN {TABLES[kind]} {ALIAS} ON {match} WHERE s.id IN ({','.join('?' * len(chunk))}) "
+                   f"AND {pnum} IS NOT NULL" + (f" GROUP BY s.id, {pnum}" if group else ""))
+            out.extend(self.query(sql, chunk))
         return out
 
     # -- listings --------------------------------------------------------------------------------------
