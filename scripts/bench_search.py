@@ -102,9 +102,14 @@ def ensure_vector_copy(settings: Settings, server: ManagedServer) -> float | Non
         assert writer is not None
         try:
             if writer.complete:
+                if writer.needs_reorder():  # built before the copy was kept in date order: as a worker's idle step does
+                    t = time.monotonic()
+                    writer.reorder()
+                    print(f"vector copy put in date order in {time.monotonic() - t:.1f} s")
                 return None
             t = time.monotonic()
             fill_from_store(writer, collection, state.acknowledged_ids(str(collection.name)))
+            writer.reorder()
             print(f"vector copy filled from Chroma in {time.monotonic() - t:.1f} s")
             return round(time.monotonic() - t, 1)
         finally:

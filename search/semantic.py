@@ -29,6 +29,7 @@ from memsync.config.settings import Settings
 from memsync.search import context as prompt_context
 from memsync.search.models import Filters, Key, Window
 from memsync.search.sql import SourceRows
+from memsync.search.threads import one_blas_thread
 from memsync.search.vectorcopy import VectorCopy
 from memsync.search.vectorstore import RowHit, VectorStore, VectorUnavailable
 
@@ -74,7 +75,8 @@ class SemanticSide:
         self.store.ensure()  # before opening anything: a down store costs nothing more
         rows = SourceRows.open(self.settings)
         try:
-            answer = self._search(rows, query, kinds, filters, window, need, depth, linked, context)
+            with one_blas_thread():
+                answer = self._search(rows, query, kinds, filters, window, need, depth, linked, context)
         finally:
             rows.close()
         answer.timings["semantic"] = _ms(t)

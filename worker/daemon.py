@@ -37,7 +37,7 @@ from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.health import Health
 from memsync.worker.lock import WorkerLock
-from memsync.worker.maintenance import Compaction, fill_copy
+from memsync.worker.maintenance import Compaction, CopyOrder, fill_copy
 from memsync.worker.signals import SignalRelay
 from memsync.worker.state import SyncState
 from memsync.worker.sync import Syncer, SyncResult
@@ -64,6 +64,7 @@ class Worker:
         self._target = SyncTarget(settings, embedder)
         self._tail = SourceTail(settings.db, settings.sqlite_busy_timeout_ms, self.reconcile_due)
         self._compaction = Compaction(settings, self.stop, self.log)
+        self._copy_order = CopyOrder()
         self._text = TextSync(settings, self.stop)
         self._lock = WorkerLock(settings.data_dir)
         self._state: SyncState | None = None
@@ -160,6 +161,8 @@ class Worker:
             result = self._pass(full=True)
             if not result.interrupted and self._target.copy is not None and not self._target.copy.complete:
                 fill_copy(self._target, state, budget=None)
+            if not result.interrupted and self._copy_order.due(self._target):
+                self._copy_order.run(self._target)
             return result
         finally:
             self._shutdown()
@@ -207,6 +210,8 @@ class Worker:
                 self._compaction.rows_arrived()
             elif self._target.copy is not None and not self._target.copy.complete:
                 fill_copy(self._target, state)
+            elif self._copy_order.due(self._target):
+                self._copy_order.run(self._target)
             elif self._compaction.due(state, collection):
                 result = self._compaction.run(self._target, state)
                 self.health.status.compactions += 0 if result.interrupted else 1

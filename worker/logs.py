@@ -20,6 +20,7 @@ COMPACTED = "compacted"
 SPACE_RECLAIMED = "space_reclaimed"
 VECTOR_COPY_FAILED = "vector_copy_failed"
 VECTOR_COPY_FILLED = "vector_copy_filled"
+VECTOR_COPY_REORDERED = "vector_copy_reordered"
 STATE_DAMAGED = "state_damaged"  # state.db unreadable: moved aside, records rebuilt from the store
 STORE_ALIGNED = "store_aligned"  # sync records corrected to what the store holds (then re-driven)
 CHROMA_SERVER_STARTED = "chroma_server_started"

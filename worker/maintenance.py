@@ -3,6 +3,9 @@
 - **Vector copy fill**: a generation synced without a local vector copy (by an older memsync, or
   with the copy deleted) gets one filled from Chroma, ``COPY_FILL_BUDGET`` documents per idle step,
   so that new rows keep arriving within a second meanwhile (``worker.vectorcopy``).
+- **Vector copy order**: the copy is rewritten without its dead entries and in date order when
+  enough of it is dead or appended out of order (``VectorCopyWriter.needs_reorder``), looked at
+  once a minute at most: a second or two at 313k documents, and a window then reads one slice.
 - **Compaction**: off-peak (no new rows for ``compact_idle_s``) and with enough churn, the active
   generation is rebuilt without its dead vectors (``worker.compact``); the churn is counted at
   most once a minute so that an idle worker stays idle. Then, when the worker started the managed
@@ -26,6 +29,8 @@ from memsync.worker.vectorcopy import fill_from_store
 
 COMPACT_CHECK_S = 60.0  # how often an idle worker looks at the churn (one COUNT over its records)
 COPY_FILL_BUDGET = 5000  # documents per idle step when filling a vector copy from Chroma (~0.5 s)
+REORDER_CHECK_S = 60.0  # how often an idle worker asks whether its vector copy needs a rewrite
+REORDER_RETRY_S = 3600.0  # after a failed rewrite (its half-written files are deleted by the next)
 
 
 def fill_copy(target: SyncTarget, state: SyncState, budget: int | None = COPY_FILL_BUDGET) -> None:
@@ -38,6 +43,31 @@ def fill_copy(target: SyncTarget, state: SyncState, budget: int | None = COPY_FI
     except (OSError, ValueError) as exc:
         logs.get_logger(component="worker").warning(logs.VECTOR_COPY_FAILED, op="fill", error=str(exc)[:200])
         target.close_copy()
+
+
+class CopyOrder:
+    """When to rewrite the vector copy in date order (see the module docstring), and the rewrite."""
+
+    def __init__(self) -> None:
+        self._next_check = 0.0
+
+    def due(self, target: SyncTarget) -> bool:
+        """Whether the active copy needs a rewrite; asked at most every ``REORDER_CHECK_S``."""
+        now = time.monotonic()
+        if target.copy is None or not target.copy.complete or now < self._next_check:
+            return False
+        self._next_check = now + REORDER_CHECK_S
+        return target.copy.needs_reorder()
+
+    def run(self, target: SyncTarget) -> None:
+        """Rewrite the copy. A rewrite that fails (a full disk) leaves the copy as it was, in use;
+        it is logged and not tried again for ``REORDER_RETRY_S``."""
+        assert target.copy is not None
+        try:
+            target.copy.reorder()
+        except (OSError, ValueError) as exc:
+            logs.get_logger(component="worker").warning(logs.VECTOR_COPY_FAILED, op="reorder", error=str(exc)[:200])
+            self._next_check = time.monotonic() + REORDER_RETRY_S
 
 
 class Compaction:

@@ -90,6 +90,9 @@ def _resync(settings: Settings, embedder: Embedder, project: str | None, rebuild
             if syncer.copy is not None and sink is not None and not syncer.copy.complete and not result.interrupted:
                 # A generation synced before memsync kept a copy: fill it from Chroma now.
                 fill_from_store(syncer.copy, sink.collection, state.acknowledged_ids(name))
+            if syncer.copy is not None and syncer.copy.complete and not result.interrupted \
+                    and syncer.copy.needs_reorder():
+                syncer.copy.reorder()  # a first sync writes kind after kind: put the copy in date order
         finally:
             if copy is not None:
                 copy.close()

@@ -7,6 +7,12 @@ an exclusive lock on the directory for each step (a resync may run beside the wo
 
 A copy that does not yet hold a generation's documents (made by an older memsync, or deleted) is
 filled from Chroma itself (:func:`fill_from_store`) and only then marked complete.
+
+Appending leaves dead entries behind and puts edited old rows after new ones; :meth:`reorder`
+rewrites the copy without its dead entries, sorted by date (layout: ``config.formats.vector_copy``),
+when :meth:`needs_reorder` says enough of it is dead or out of order: at the end of a resync and in
+the worker's idle step. So the copy of a corpus that deletes as much as it adds stays the same size,
+and a window reads one slice of it.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import fcntl
 import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import IO, Any
 
 import numpy as np
@@ -25,16 +32,17 @@ from memsync.config.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.docids import DocIdError, format_doc_id, parse_doc_id
 from memsync.config.formats.vector_copy import (
-    ENTRIES_FILE,
     ENTRY,
     KIND_BYTE,
     LIVE_OFFSET,
     LOCK_FILE,
-    VECTORS_FILE,
+    MANIFEST_FILE,
     Manifest,
     copy_dir,
+    entries_file,
     open_arrays,
     quantize,
+    vectors_file,
 )
 from memsync.config.settings import Settings
 from memsync.worker import logs
@@ -43,6 +51,23 @@ from memsync.worker.state import SyncState
 Key = tuple[int, int, int]  # kind code, row id, field code
 CODE_TABLES = ("fields", "projects", "types")
 PAGE = 500
+# A rewrite is due when this share of the entries is dead (disk and scan time spent on nothing) or
+# was appended after the ordered part (a window reads that tail whole), and at least REORDER_MIN
+# entries would go or move: small copies are cheap to scan either way.
+REORDER_DEAD = 0.2
+REORDER_TAIL = 0.2
+REORDER_MIN = 2000
+REWRITE_CHUNK = 65536  # entries gathered per write of a rewrite: bounded memory at any size
+
+
+@dataclass(frozen=True, slots=True)
+class ReorderResult:
+    """What a rewrite did: live entries kept, dead ones dropped, bytes before and after."""
+
+    kept: int
+    dropped: int
+    bytes_before: int
+    bytes_after: int
 
 
 class VectorCopyWriter:
@@ -61,11 +86,11 @@ class VectorCopyWriter:
         with self._locked():
             manifest = Manifest.read(self.dir)
             if manifest is None or manifest.model != model or manifest.dim != dim:
-                for name in (VECTORS_FILE, ENTRIES_FILE):
-                    (self.dir / name).unlink(missing_ok=True)
                 manifest = Manifest(model, dim, complete=fresh)
+                self._remove_files(keep=None)
                 manifest.write(self.dir)
             self.manifest = manifest
+            self._remove_files(keep=manifest.layout)  # a rewrite that crashed before or after its switch
             self._refresh()
 
     def close(self) -> None:
@@ -85,10 +110,21 @@ class VectorCopyWriter:
         finally:
             fcntl.flock(self._lock_fh, fcntl.LOCK_UN)
 
+    def _remove_files(self, keep: int | None) -> None:
+        """Delete the data files of every layout but ``keep`` (None: all of them)."""
+        for path in self.dir.iterdir():
+            if path.name in (LOCK_FILE, MANIFEST_FILE) or path.name.endswith(".tmp") and path.name.startswith(
+                    MANIFEST_FILE):
+                continue
+            if keep is None or path.name not in (vectors_file(keep), entries_file(keep)):
+                path.unlink(missing_ok=True)
+
     def _refresh(self) -> None:
-        """Catch up with entries another writer appended; mark older duplicates dead (left by a
-        crash between an append and its dead marks)."""
+        """Catch up with entries another writer appended (or with its rewrite: then every position
+        changed); mark older duplicates dead (left by a crash between an append and its dead marks)."""
         manifest = Manifest.read(self.dir) or self.manifest
+        if manifest.layout != self.manifest.layout:
+            self._keys, self._loaded = {}, 0
         self.manifest = manifest
         self._codes = {name: {v: i for i, v in enumerate(getattr(manifest, name))} for name in CODE_TABLES}
         if manifest.count <= self._loaded:
@@ -200,6 +236,55 @@ class VectorCopyWriter:
             self._refresh()
             return [d for d in acknowledged if (k := self._key(d)) is None or k not in self._keys]
 
+    def needs_reorder(self) -> bool:
+        """Whether enough of the copy is dead or out of date order for a rewrite (thresholds above)."""
+        with self._locked():
+            self._refresh()
+            count = self.manifest.count
+            dead = count - len(self._keys)
+            tail = count - self.manifest.ordered
+            return (dead >= REORDER_MIN and dead >= REORDER_DEAD * count) or \
+                (tail >= REORDER_MIN and tail >= REORDER_TAIL * count)
+
+    def reorder(self) -> ReorderResult:
+        """Rewrite the copy without its dead entries, sorted by date, into the files of a new layout,
+        then switch the manifest and delete the old files (readers that mapped them keep them).
+        A crash before the switch leaves the old copy as it was (the half-written files are
+        deleted by the next writer); after it, the new one."""
+        with self._locked():
+            self._refresh()
+            old = self.manifest
+            arrays = open_arrays(self.dir, old)
+            if arrays is None:
+                raise OSError(f"vector copy {self.dir} is shorter than its manifest")
+            vecs, entries = arrays
+            live = np.flatnonzero(np.asarray(entries["live"]) == 1)
+            order = live[np.argsort(np.asarray(entries["epoch"])[live], kind="stable")]
+            layout = old.layout + 1
+            new = Manifest(old.model, old.dim, len(order), old.complete, old.fields, old.projects, old.types,
+                           layout=layout, ordered=len(order))
+            try:
+                for name, source in ((vectors_file(layout), vecs), (entries_file(layout), entries)):
+                    with open(self.dir / name, "wb") as fh:
+                        for start in range(0, len(order), REWRITE_CHUNK):
+                            fh.write(np.ascontiguousarray(source[order[start:start + REWRITE_CHUNK]]).tobytes())
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                new.write(self.dir)
+            except BaseException:
+                self._remove_files(keep=old.layout)  # the old copy stays as it was
+                raise
+            self.manifest, self._loaded = new, len(order)
+            kept = entries[order]
+            self._keys = {(k, r, f): i for i, (k, r, f) in enumerate(zip(
+                kept["kind"].tolist(), kept["row"].tolist(), kept["field"].tolist(), strict=True))}
+            self._remove_files(keep=layout)
+            per_entry = old.dim + ENTRY.itemsize
+            result = ReorderResult(len(order), old.count - len(order), old.count * per_entry, len(order) * per_entry)
+        logs.get_logger().info(logs.VECTOR_COPY_REORDERED, collection=self.collection, kept=result.kept,
+                               dropped=result.dropped)
+        return result
+
     def _append(self, doc_ids: Sequence[str], q: npt.NDArray[np.int8], scale: npt.NDArray[np.float32],
                 metadatas: Sequence[Mapping[str, Any]]) -> None:
         m = self.manifest
@@ -216,7 +301,7 @@ class VectorCopyWriter:
                        key[2], self._code("types", str(meta.get("type") or "")), key[0], 1)
         start = m.count
         # Bytes past `count` are a crashed append: overwritten here.
-        for name, data in ((VECTORS_FILE, q), (ENTRIES_FILE, rows)):
+        for name, data in ((vectors_file(m.layout), q), (entries_file(m.layout), rows)):
             fd = os.open(self.dir / name, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 os.pwrite(fd, np.ascontiguousarray(data).tobytes(), start * (data.nbytes // max(1, len(data))))
@@ -240,7 +325,7 @@ class VectorCopyWriter:
     def _mark_dead(self, positions: Sequence[int]) -> None:
         if not positions:
             return
-        with open(self.dir / ENTRIES_FILE, "r+b") as fh:
+        with open(self.dir / entries_file(self.manifest.layout), "r+b") as fh:
             for pos in sorted(positions):
                 fh.seek(pos * ENTRY.itemsize + LIVE_OFFSET)
                 fh.write(b"\x00")

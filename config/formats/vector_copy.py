@@ -14,14 +14,23 @@ Layout, one directory per collection generation, ``DATA_DIR/vectors/<collection>
 - ``vectors.i8``: ``count × dim`` int8, a document's unit vector ≈ ``row * scale``;
 - ``entries.bin``: ``count`` records of :data:`ENTRY` (kind, row id, field, project, the project
   it was merged into, observation type, created_at_epoch, scale, live);
-- ``manifest.json``: version, model, dimension, ``count``, ``complete``, and the code tables of
-  fields, projects and types (an entry stores indexes into them).
+- ``manifest.json``: version, model, dimension, ``count``, ``complete``, ``layout``, ``ordered``,
+  and the code tables of fields, projects and types (an entry stores indexes into them).
 
-Append-only: a document written again gets a new entry and its old one is marked dead (``live`` =
-0, written in place); a deleted document is marked dead. The manifest is replaced atomically after
-the appended bytes are on disk, so a reader never sees an entry beyond ``count``. ``complete``
-says the copy holds every document Chroma acknowledged for the generation (a generation started
-with the copy, or one filled from Chroma); a reader uses nothing else.
+Append-only between rewrites: a document written again gets a new entry and its old one is marked
+dead (``live`` = 0, written in place); a deleted document is marked dead. The manifest is replaced
+atomically after the appended bytes are on disk, so a reader never sees an entry beyond ``count``.
+``complete`` says the copy holds every document Chroma acknowledged for the generation (a
+generation started with the copy, or one filled from Chroma); a reader uses nothing else.
+
+A rewrite (``worker.vectorcopy`` ``reorder``) drops the dead entries and sorts the live ones by
+date into files of a new ``layout`` number (``vectors.N.i8``, ``entries.N.bin``; layout 0 is the
+plain names), then switches the manifest: a reader that mapped the old files keeps them until it
+is done, and positions never change under it. ``ordered`` entries from the start are sorted by
+``epoch`` (the rewrite's); the ones after them were appended since. A window then reads a slice
+found by binary search plus that tail, not every entry: the default 90-day window is the path
+almost every search takes, and without the order it cost a mask over the whole copy and a gather
+of scattered vectors.
 """
 
 from __future__ import annotations
@@ -43,7 +52,8 @@ VECTORS_FILE = "vectors.i8"
 ENTRIES_FILE = "entries.bin"
 MANIFEST_FILE = "manifest.json"
 LOCK_FILE = "lock"
-VERSION = 1
+VERSION = 2
+READ_VERSIONS = (1, 2)  # version 1: no layout or order (layout 0, nothing ordered)
 
 ENTRY = np.dtype([
     ("row", "<i8"), ("epoch", "<i8"), ("scale", "<f4"), ("project", "<i4"), ("merged", "<i4"),
@@ -51,6 +61,16 @@ ENTRY = np.dtype([
 ])
 LIVE_OFFSET = ENTRY.itemsize - 1  # `live`, the last byte of a packed entry
 KIND_BYTE: dict[Kind, int] = {k: i for i, k in enumerate(KINDS)}  # an entry's `kind` byte
+
+
+def vectors_file(layout: int) -> str:
+    """The vectors file of a layout (0: the plain name of version 1)."""
+    return VECTORS_FILE if layout == 0 else f"vectors.{layout}.i8"
+
+
+def entries_file(layout: int) -> str:
+    """The entries file of a layout (0: the plain name of version 1)."""
+    return ENTRIES_FILE if layout == 0 else f"entries.{layout}.bin"
 
 
 def copy_dir(settings: Settings, collection: str) -> Path:
@@ -77,6 +97,8 @@ class Manifest:
     fields: list[str] = field(default_factory=list)
     projects: list[str] = field(default_factory=list)
     types: list[str] = field(default_factory=list)
+    layout: int = 0  # which files hold the entries (a rewrite writes new ones)
+    ordered: int = 0  # entries [0, ordered) are sorted by epoch
 
     @classmethod
     def read(cls, directory: Path) -> Manifest | None:
@@ -85,11 +107,12 @@ class Manifest:
             data: dict[str, Any] = json.loads((directory / MANIFEST_FILE).read_text())
         except (OSError, ValueError):
             return None
-        if data.get("version") != VERSION:
+        if data.get("version") not in READ_VERSIONS:
             return None
         try:
             return cls(str(data["model"]), int(data["dim"]), int(data["count"]), bool(data["complete"]),
-                       list(data["fields"]), list(data["projects"]), list(data["types"]))
+                       list(data["fields"]), list(data["projects"]), list(data["types"]),
+                       int(data.get("layout", 0)), min(int(data.get("ordered", 0)), int(data["count"])))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -98,7 +121,7 @@ class Manifest:
         tmp = directory / (MANIFEST_FILE + ".tmp")
         payload = {"version": VERSION, "model": self.model, "dim": self.dim, "count": self.count,
                    "complete": self.complete, "fields": self.fields, "projects": self.projects,
-                   "types": self.types}
+                   "types": self.types, "layout": self.layout, "ordered": self.ordered}
         with open(tmp, "w") as fh:
             json.dump(payload, fh)
             fh.flush()
@@ -112,8 +135,10 @@ def open_arrays(directory: Path, manifest: Manifest) -> tuple[npt.NDArray[np.int
     if manifest.count == 0:
         return np.zeros((0, manifest.dim), np.int8), np.zeros(0, ENTRY)
     try:
-        vectors = np.memmap(directory / VECTORS_FILE, dtype=np.int8, mode="r", shape=(manifest.count, manifest.dim))
-        entries = np.memmap(directory / ENTRIES_FILE, dtype=ENTRY, mode="r", shape=(manifest.count,))
+        vectors = np.memmap(directory / vectors_file(manifest.layout), dtype=np.int8, mode="r",
+                            shape=(manifest.count, manifest.dim))
+        entries = np.memmap(directory / entries_file(manifest.layout), dtype=ENTRY, mode="r",
+                            shape=(manifest.count,))
     except (OSError, ValueError):
         return None
     return vectors, entries

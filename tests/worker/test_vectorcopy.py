@@ -232,3 +232,109 @@ def test_chunked_scoring_matches_one_product(tmp_path: Path, n: int) -> None:
     hits, done = copy.nearest(vecs[-1], copy.candidates(tuple(Kind), Filters(), ALL), n)
     assert done and len(hits) == n and hits[0].id == n - 1
     w.close()
+
+
+def _answers(copy: VectorCopy, queries: np.ndarray) -> list[list[tuple[Kind, int]]]:
+    windows = [ALL, Window(90, 5_000, None, "window"), Window(90, 2_000, 6_000, "window")]
+    return [nearest(copy, q, 20, filters=f, window=w) for q in queries for w in windows
+            for f in (Filters(), Filters(project="alpha"))]
+
+
+def test_reorder_drops_the_dead_sorts_by_date_and_changes_no_answer(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("memsync.worker.vectorcopy.REORDER_MIN", 100)
+    rng = np.random.default_rng(11)
+    n = 600
+    vecs = unit(rng, n)
+    epochs = rng.permutation(n) * 17  # written out of date order, as a first sync of several kinds is
+    w = writer(tmp_path)
+    w.put([f"prompt_{i}" for i in range(n)], vecs, [meta("alpha" if i % 3 else "beta", int(epochs[i]))
+                                                    for i in range(n)])
+    w.delete([f"prompt_{i}" for i in range(0, n, 4)])  # a quarter dead
+    w.relabel(["prompt_1"], [meta("gamma", int(epochs[1]))])
+    other = writer(tmp_path)  # another process's writer, opened before the rewrite
+    before = reader(tmp_path)
+    assert before is not None
+    queries = unit(rng, 4)
+    expected = _answers(before, queries)
+    assert w.needs_reorder()
+    result = w.reorder()
+    assert (result.kept, result.dropped) == (n - n // 4, n // 4 + 1)  # the relabel left one more dead
+    assert not w.needs_reorder()
+    after = reader(tmp_path)
+    assert after is not None and after.manifest.layout == 1
+    assert after.manifest.count == after.manifest.ordered == n - n // 4
+    assert np.all(np.diff(np.asarray(after._entries["epoch"])) >= 0)
+    assert sorted(p.name for p in copy_dir(Settings(data_dir=tmp_path), "gen1").iterdir()) == [
+        "entries.1.bin", "lock", "manifest.json", "vectors.1.i8"]
+    assert _answers(after, queries) == expected
+    assert _answers(before, queries) == expected  # a reader that mapped the old files keeps them
+    # The other writer follows the new positions: its delete and write land on the right entries.
+    other.delete(["prompt_2"])
+    other.put(["prompt_3"], vecs[5:6], [meta("alpha", 10**6)])
+    assert "prompt_2" not in other.doc_ids()
+    latest = reader(tmp_path)
+    assert latest is not None
+    assert nearest(latest, vecs[5], 1, window=Window(90, 10**6, None, "window")) == [(Kind.PROMPT, 3)]
+    assert (Kind.PROMPT, 2) not in nearest(latest, vecs[2], n)
+    w.close()
+    other.close()
+
+
+def test_a_window_reads_the_ordered_slice_and_the_tail_exactly(tmp_path: Path) -> None:
+    rng = np.random.default_rng(12)
+    n = 400
+    vecs = unit(rng, n + 100)
+    w = writer(tmp_path)
+    w.put([f"prompt_{i}" for i in range(n)], vecs[:n], [meta("alpha" if i % 2 else "beta", int(rng.integers(0, 10_000)))
+                                                        for i in range(n)])
+    w.reorder()
+    # Appended after the rewrite: new rows, and edits of old rows with old dates (out of order).
+    w.put([f"prompt_{i}" for i in range(n, n + 100)], vecs[n:], [meta("alpha", int(rng.integers(0, 12_000)))
+                                                                 for _ in range(100)])
+    w.put([f"prompt_{i}" for i in range(0, 50)], vecs[:50], [meta("beta", int(rng.integers(0, 10_000)))
+                                                             for _ in range(50)])
+    copy = reader(tmp_path)
+    assert copy is not None and copy.manifest.ordered == n and copy.manifest.count == n + 150
+    e = np.asarray(copy._entries)
+    for start, end in [(None, None), (2_000, None), (None, 3_000), (4_000, 4_500), (11_000, None), (0, 0)]:
+        for project in (None, "alpha"):
+            window = Window(90, start, end, "window")
+            got = copy.candidates(tuple(Kind), Filters(project=project), window)
+            mask = e["live"] == 1
+            if start is not None:
+                mask &= e["epoch"] >= start
+            if end is not None:
+                mask &= e["epoch"] <= end
+            if project is not None:
+                mask &= e["project"] == copy.manifest.projects.index(project)
+            assert got.tolist() == np.flatnonzero(mask).tolist(), (start, end, project)
+    w.close()
+
+
+def test_a_crashed_rewrite_leaves_the_copy_as_it_was(tmp_path: Path) -> None:
+    rng = np.random.default_rng(13)
+    vecs = unit(rng, 50)
+    w = writer(tmp_path)
+    w.put([f"prompt_{i}" for i in range(50)], vecs, [meta(epoch=i) for i in range(50)])
+    w.close()
+    directory = copy_dir(Settings(data_dir=tmp_path), "gen1")
+    (directory / "vectors.1.i8").write_bytes(b"\x01" * 100)  # killed while writing the next layout
+    (directory / "entries.1.bin").write_bytes(b"\x02" * 10)
+    again = writer(tmp_path)
+    assert not (directory / "vectors.1.i8").exists() and not (directory / "entries.1.bin").exists()
+    copy = reader(tmp_path)
+    assert copy is not None and nearest(copy, vecs[7], 1) == [(Kind.PROMPT, 7)]
+    again.close()
+
+
+def test_resync_leaves_the_copy_in_date_order(settings: Settings, fake_embedder: FakeEmbedder,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("memsync.worker.vectorcopy.REORDER_MIN", 1)  # this corpus is small
+    make_db(settings.db, mixed_records(20))
+    resync(settings, embedder=fake_embedder)
+    copy = VectorCopy.open(settings, _active(settings), fake_embedder.model_id, fake_embedder.dimension)
+    assert copy is not None and copy.manifest.ordered == copy.manifest.count > 0
+    assert np.all(np.diff(np.asarray(copy._entries["epoch"])) >= 0)
+    report = verify(settings)
+    assert report.clean and report.copy_drift == 0
