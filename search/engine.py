@@ -50,6 +50,7 @@ from memsync.search.models import (
 from memsync.search.rerank import rerank
 from memsync.search.semantic import EVIDENCE_KINDS, SemanticAnswer, SemanticSide
 from memsync.search.sql import QueryTimeout, SourceRows
+from memsync.search.threads import one_blas_thread
 from memsync.search.vectorcopy import VectorCopy
 from memsync.search.vectorstore import RowHit, VectorStore, VectorUnavailable, probe
 
@@ -211,8 +212,9 @@ class Searcher(Lookups):
     def _link(rows: SourceRows, filters: Filters, window: Window, got: _Gathered, k: int) -> None:
         """The prompts the evidence rows of both sides vouch for (``search.links``); the vector copy
         the semantic side read tells which prompt an observation talks about."""
-        got.linked_lexical, got.linked_semantic = links.votes(
-            rows, got.copy, [got.evidence_lexical, got.evidence_semantic], filters, window, k)
+        with one_blas_thread():
+            got.linked_lexical, got.linked_semantic = links.votes(
+                rows, got.copy, [got.evidence_lexical, got.evidence_semantic], filters, window, k)
 
     def _fuse(self, got: _Gathered) -> list[PageEntry]:
         """Both sides' rankings and the linked evidence, fused (weighted RRF), best first."""
