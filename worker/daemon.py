@@ -65,6 +65,7 @@ class Worker:
         self._tail = SourceTail(settings.db, settings.sqlite_busy_timeout_ms, self.reconcile_due)
         self._compaction = Compaction(settings, self.stop, self.log)
         self._copy_order = CopyOrder()
+        self._serving = False  # the loop runs (not --once): worth warming the server's index for searches
         self._text = TextSync(settings, self.stop)
         self._lock = WorkerLock(settings.data_dir)
         self._state: SyncState | None = None
@@ -118,6 +119,7 @@ class Worker:
         from memsync.worker.watch import watch_database
 
         self._start()
+        self._serving = True
         scheduler = BackgroundScheduler(daemon=True)
         # Jobs only raise flags: the work itself happens on this thread, never on theirs.
         scheduler.add_job(self.request_reconcile, "interval", seconds=self.s.reconcile_interval_s,
@@ -221,6 +223,8 @@ class Worker:
             self._degrade(exc)
             return self.health.backoff.delay
         self.health.recovered()
+        self.health.status.index_loading_since_ms = self._target.warmup.loading_since_ms
+        self.health.status.index_loaded_in_ms = self._target.warmup.loaded_in_ms
         self.health.publish()
         # A stamp that just moved gets its second look soon: the commit behind it may not have been
         # visible yet, and waiting a whole poll interval would add up to a second of lag.
@@ -242,6 +246,9 @@ class Worker:
         if self._target.open(self._state):
             self.health.status.chroma_reachable = True
             self._store_due = True  # a new connection may be to a new (wiped, restored, other) store
+            if self._serving and self.s.chroma_mode != "embedded" and self._target.sink is not None:
+                # Searches read the server, not this process: have it load the index now.
+                self._target.warmup.start(self._target.sink.collection, self._target.embedder.dimension, self.stop)
         return self._state
 
     def _check_store(self, state: SyncState) -> bool:

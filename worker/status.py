@@ -123,10 +123,13 @@ def store_state(worker: dict[str, Any], now: int, reconcile_interval_s: float) -
         return {"known": False}
     since = worker.get("store_differs_since_ms")
     differing_ms = now - int(since) if isinstance(since, int) else 0
+    loading = worker.get("index_loading_since_ms")
     return {"known": True, "documents": count, "records": records, "read_at_ms": worker.get("store_read_at_ms"),
             "missing": max(0, records - count), "extra": max(0, count - records),
             "differs_since_ms": since, "repairs": int(worker.get("store_repairs") or 0),
-            "stuck": differing_ms > reconcile_interval_s * 1000}
+            "stuck": differing_ms > reconcile_interval_s * 1000,
+            "index_loading_ms": now - int(loading) if isinstance(loading, int) and worker.get("up") else None,
+            "index_loaded_in_ms": worker.get("index_loaded_in_ms")}
 
 
 def status(settings: Settings, failures_limit: int = 50) -> StatusReport:

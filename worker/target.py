@@ -21,15 +21,18 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from memsync.config.chroma import collections as stores
 from memsync.config.chroma.server import ManagedServer
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.docids import DocIdError, parse_doc_id
 from memsync.config.embedding import Embedder, endpoint_url
+from memsync.config.errors import StoreUnavailable
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.sink import ChromaSink, VectorSink
@@ -177,6 +180,48 @@ def check_store(settings: Settings, state: SyncState, sink: ChromaSink, copy: Ve
     return StoreCheck(count, live, now, reason, result)
 
 
+WARMUP_ATTEMPTS = 30  # first queries tried (each bounded by chroma_timeout_s) before giving up
+
+
+class IndexWarmup:
+    """The worker's first query after it connects: the server loads a collection's vector index
+    on the first query after it starts (5.5 s at 100k rows / 313k documents, ``scripts/bench_search``),
+    and a search meanwhile cannot wait that long (searches without a window answer lexically; a
+    window is answered by the vector copy). Asking at once moves the wait from a user's first
+    search to the worker's start, and tells ``memsync status`` whether the index is still loading."""
+
+    def __init__(self) -> None:
+        self.loading_since_ms: int | None = None  # None: not loading (loaded, or not asked)
+        self.loaded_in_ms: int | None = None  # how long the last load took
+        self._thread: threading.Thread | None = None
+
+    def start(self, collection: Any, dimension: int, stop: threading.Event) -> None:
+        """Ask ``collection`` for one neighbour on a thread of its own (the sync goes on)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self.loading_since_ms = now_ms()
+        self._thread = threading.Thread(target=self._run, args=(collection, dimension, stop),
+                                        name="memsync-index-warmup", daemon=True)
+        self._thread.start()
+
+    def _run(self, collection: Any, dimension: int, stop: threading.Event) -> None:
+        started = self.loading_since_ms or now_ms()
+        probe = [[1.0] + [0.0] * (dimension - 1)]
+        for _ in range(WARMUP_ATTEMPTS):
+            try:
+                stores.store_call("query", collection.query, query_embeddings=probe, n_results=1,
+                                  include=["distances"])
+            except StoreUnavailable as exc:
+                logs.get_logger(component="worker").info("index_warmup_retry", error=str(exc)[:200])
+                if stop.wait(1.0):
+                    break
+                continue
+            self.loaded_in_ms = now_ms() - started
+            logs.get_logger(component="worker").info("index_loaded", seconds=round(self.loaded_in_ms / 1000, 1))
+            break
+        self.loading_since_ms = None
+
+
 class SyncTarget:
     """What the worker writes to; ``server`` is None unless ``chroma_mode`` is ``managed``."""
 
@@ -187,6 +232,7 @@ class SyncTarget:
         self.handle: stores.ChromaHandle | None = None
         self.sink: ChromaSink | None = None
         self.copy: VectorCopyWriter | None = None  # the local vector copy of the active generation
+        self.warmup = IndexWarmup()
 
     @property
     def collection(self) -> str | None:

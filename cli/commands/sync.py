@@ -181,6 +181,11 @@ def _store_line(store: dict[str, Any]) -> str:
         line += f"; {store['missing']} missing (pending: the worker re-drives them)"
     if store["extra"]:
         line += f"; {store['extra']} without a sync record (the worker checks them)"
+    if store.get("index_loading_ms") is not None:
+        line += (f"; index loading for {store['index_loading_ms'] / 1000:.0f}s (until it is loaded, searches "
+                 "without a window answer lexically; windowed ones use the vector copy)")
+    elif store.get("index_loaded_in_ms") is not None:
+        line += f"; index loaded (in {store['index_loaded_in_ms'] / 1000:.1f}s)"
     return line
 
 

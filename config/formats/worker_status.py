@@ -56,6 +56,10 @@ class WorkerStatus:
     records_documents: int = 0
     store_differs_since_ms: int | None = None
     store_repairs: int = 0
+    # The server's vector index (worker.target.IndexWarmup): loading since (None: not loading), and
+    # how long its last load took.
+    index_loading_since_ms: int | None = None
+    index_loaded_in_ms: int | None = None
 
     def write(self, data_dir: Path) -> None:
         """Replace ``worker.json`` in ``data_dir`` atomically (temp file + rename)."""

@@ -59,3 +59,30 @@ def test_status_check_fails_only_when_store_and_records_differ_for_long(
         assert any("vector store holds 3 documents" in p for p in report["problems"])
     text = CliRunner().invoke(main, ["status"], env=env, catch_exceptions=False).stdout
     assert "store: 3 documents" in text and "7 missing (pending" in text
+
+
+class TestIndexLoading:
+    def test_loading_is_reported_while_the_worker_is_up_and_then_its_duration(self) -> None:
+        fields = {"store_documents": 5, "records_documents": 5, "store_read_at_ms": NOW, "up": True}
+        state = store_state({**fields, "index_loading_since_ms": NOW - 4000}, NOW, 600)
+        assert state["index_loading_ms"] == 4000
+        # A worker that died while the index loaded says nothing about it any more.
+        assert store_state({**fields, "up": False, "index_loading_since_ms": NOW - 4000}, NOW, 600)[
+            "index_loading_ms"] is None
+        state = store_state({**fields, "index_loaded_in_ms": 5500}, NOW, 600)
+        assert state["index_loading_ms"] is None and state["index_loaded_in_ms"] == 5500
+
+
+def test_status_says_the_index_is_loading(settings: Settings) -> None:
+    make_db(settings.db, mixed_records(2))
+    now = int(time.time() * 1000)
+    write_worker_json(settings.data_dir, store_documents=14, records_documents=14, store_read_at_ms=now,
+                      index_loading_since_ms=now - 3000)
+    env = {"MEMSYNC_DB": str(settings.db), "MEMSYNC_DATA_DIR": str(settings.data_dir),
+           "MEMSYNC_CHROMA_MODE": "embedded"}
+    text = CliRunner().invoke(main, ["status"], env=env, catch_exceptions=False).stdout
+    assert "index loading for 3s (until it is loaded, searches without a window answer lexically" in text
+    write_worker_json(settings.data_dir, store_documents=14, records_documents=14, store_read_at_ms=now,
+                      index_loaded_in_ms=5500)
+    text = CliRunner().invoke(main, ["status"], env=env, catch_exceptions=False).stdout
+    assert "index loaded (in 5.5s)" in text

@@ -196,6 +196,10 @@ def test_metrics_endpoint_and_status_check(managed: Settings) -> None:
         assert 'memsync_documents_total{op="added"} 14.0' in body
         code, report = status_check(managed)
         assert code == 0 and report["healthy"] and report["problems"] == []
+        # The worker asked the server for a neighbour at once (the index loads on the first query).
+        loaded = wait_for(lambda: (read_worker_status(managed.data_dir) or {}).get("index_loaded_in_ms") is not None,
+                          30, "index loaded")
+        assert loaded and (read_worker_status(managed.data_dir) or {}).get("index_loading_since_ms") is None
     finally:
         worker.stop()
         worker.kill()
