@@ -8,28 +8,36 @@ that many documents, synced into a managed Chroma server with the real sync code
   ``bench_search`` (2,000 real MiniLM vectors, mixed per text): what is measured is memsync + Chroma,
   not the model. The real model's rate is measured in the same run as the baseline, and bounds a
   real resync (``embed docs/s``);
-- hybrid search p50/p95 over the query list (queries embedded by the real model), all time and the
-  90-day window;
+- how long after the server starts a search without a window first gets Chroma's answer (the
+  server loads the index on its first query; searches fall back to lexical until then);
+- search p50/p95 over the query list (queries embedded by the real model): hybrid all time, the
+  90-day window (the default), window + project; lexical only and the fallback (Chroma down) at the
+  default window;
 - memory: RSS of the Chroma server after the searches, and of ``memsync worker`` after its first
   full reconcile of that database (with the time the reconcile took);
-- disk per document: the Chroma directory, memsync's sync records, and the source database.
+- disk per document: the Chroma directory, memsync's sync records, vector copy, text index and
+  embedding store, and the source database.
+Everything is on, as by default: text index, vector copy (in date order), embedding store.
 Writes JSON (default ``.bench/bench_scale.json``); the data of each size is kept in
-``.bench/scale-N`` and reused.
+``.bench/scale-N`` and reused when its build finished (``built.json``; ``--rebuild`` to redo it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from memsync.config.chroma.server import ManagedServer, ServerInfo
 from memsync.config.embedding import get_embedder
 from memsync.config.settings import Settings
-from memsync.search import Mode, Searcher
+from memsync.search import Filters, Mode, Searcher
 from memsync.worker.demo import PROJECTS, generate
 from memsync.worker.importer import import_records, init_db
 from memsync.worker.resync import resync
@@ -45,13 +53,22 @@ def size_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6 if path.exists() else 0.0
 
 
-def build(work: Path, documents: int, pool_embedder: PoolEmbedder) -> tuple[Settings, int, int, float]:
+BUILT = "built.json"
+
+
+def build(work: Path, documents: int, pool_embedder: PoolEmbedder, rebuild: bool) -> tuple[Settings, int, int, float]:
     """A database of about ``documents`` documents, synced in one resync: a first chunk measures
     documents per row, then the rest of the rows are imported and everything is synced once (a
     resync per chunk would compare every earlier row again). Returns (settings, rows, documents,
-    resync seconds)."""
+    resync seconds). A finished build in ``work`` is reused; a partial one is started again."""
     settings = Settings(db=work / "claude-mem.db", data_dir=work / "data", chroma_mode="managed",
                         chroma_port=free_port())
+    marker = work / BUILT
+    if marker.exists() and not rebuild:
+        done = json.loads(marker.read_text())
+        return settings, int(done["rows"]), int(done["documents"]), float(done["seconds"])
+    shutil.rmtree(work, ignore_errors=True)  # a partial build cannot be trusted
+    work.mkdir(parents=True)
     init_db(settings.db)
     records = iter(generate(n_sessions=documents // 4 + 10, seed=13, end_ms=int(time.time() * 1000),
                             span_days=365, projects=len(PROJECTS)))
@@ -71,6 +88,7 @@ def build(work: Path, documents: int, pool_embedder: PoolEmbedder) -> tuple[Sett
     t = time.perf_counter()
     docs += resync(settings, embedder=pool_embedder).added
     seconds += time.perf_counter() - t
+    marker.write_text(json.dumps({"rows": rows, "documents": docs, "seconds": seconds}))
     return settings, rows, docs, seconds
 
 
@@ -91,10 +109,56 @@ def worker_reconcile(settings: Settings) -> tuple[float, float]:
         proc.wait(120)
 
 
+def timed(fn: Callable[[str], object]) -> tuple[float, float]:
+    """p50 and p95 ms of ``fn`` over the query list, three rounds (after one untimed round)."""
+    for q in QUERIES:
+        fn(q)
+    ms = []
+    for _ in range(3):
+        for q in QUERIES:
+            t = time.perf_counter()
+            fn(q)
+            ms.append((time.perf_counter() - t) * 1000)
+    return statistics.median(ms), pct(ms, 0.95)
+
+
+def measure(settings: Settings) -> dict[str, object]:
+    """Search latencies, the index load after the server started and Chroma's RSS, on a built size
+    whose server was just started."""
+    searcher = Searcher(settings)
+    down = Searcher(settings.model_copy(update={"chroma_mode": "http", "chroma_port": free_port()}))
+    project = PROJECTS[0].name
+    try:
+        t = time.monotonic()
+        while searcher.search("warm up", window_days=0).mode is not Mode.HYBRID:  # the server loads the index
+            if time.monotonic() - t > 1800:
+                raise SystemExit("Chroma did not answer within 1800 s")
+            time.sleep(0.2)
+        load_s = time.monotonic() - t
+        out: dict[str, object] = {"index load after start s": round(load_s, 1)}
+        variants: dict[str, Callable[[str], object]] = {
+            "hybrid all time": lambda q: searcher.search(q, window_days=0),
+            "hybrid 90 d": lambda q: searcher.search(q),
+            "hybrid 90 d + project": lambda q: searcher.search(q, filters=Filters(project=project)),
+            "lexical 90 d": lambda q: searcher.search(q, mode=Mode.LEXICAL),
+            "fallback 90 d": lambda q: down.search(q),
+        }
+        for name, fn in variants.items():
+            p50, p95 = timed(fn)
+            out[f"{name} p50/p95 ms"] = f"{p50:.0f} / {p95:.0f}"
+        info = ServerInfo.read(settings.data_dir)
+        out["chroma RSS MB"] = round(rss_mb(info.pid)) if info else 0
+        return out
+    finally:
+        searcher.close()
+        down.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns the exit code."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="10000,100000,1000000", help="document counts, comma-separated")
+    p.add_argument("--rebuild", action="store_true", help="build every size again even when a finished build is there")
     p.add_argument("--out", type=Path, default=ROOT / ".bench" / "bench_scale.json")
     args = p.parse_args(argv)
 
@@ -108,46 +172,24 @@ def main(argv: list[str] | None = None) -> int:
     table = []
     for size in (int(s) for s in args.sizes.split(",")):
         work = ROOT / ".bench" / f"scale-{size}"
-        if (work / "claude-mem.db").exists():
-            import shutil
-
-            shutil.rmtree(work)  # a partial build cannot be trusted; rebuild from scratch
-        settings, rows, docs, seconds = build(work, size, pool_embedder)
+        settings, rows, docs, seconds = build(work, size, pool_embedder, args.rebuild)
+        row: dict[str, object] = {"documents": docs, "rows": rows, "resync docs/s": round(docs / seconds),
+                                  "embed docs/s (real model)": round(embed_rate)}
         server = ManagedServer(settings)
         server.ensure()
-        searcher = Searcher(settings)
         try:
-            deadline = time.monotonic() + 600
-            while searcher.search("warm up").mode is not Mode.HYBRID:  # the server loads the index
-                if time.monotonic() > deadline:
-                    raise SystemExit("Chroma did not answer within 600 s")
-                time.sleep(1)
-            timings: dict[str, list[float]] = {"all time": [], "90 days": []}
-            for _ in range(3):
-                for q in QUERIES:
-                    for name, wd in (("all time", 0), ("90 days", None)):
-                        t = time.perf_counter()
-                        searcher.search(q, window_days=wd)
-                        timings[name].append((time.perf_counter() - t) * 1000)
-            info = ServerInfo.read(settings.data_dir)
-            chroma_rss = rss_mb(info.pid) if info else 0.0
+            row.update(measure(settings))
+            worker_rss, reconcile_s = worker_reconcile(settings)  # the worker adopts the running server
         finally:
-            searcher.close()
-        worker_rss, reconcile_s = worker_reconcile(settings)
-        server.stop()
-        table.append({
-            "documents": docs, "rows": rows,
-            "resync docs/s": round(docs / seconds), "embed docs/s (real model)": round(embed_rate),
-            "hybrid p50/p95 ms (all time)": f"{statistics.median(timings['all time']):.0f} / "
-                                            f"{pct(timings['all time'], 0.95):.0f}",
-            "hybrid p50/p95 ms (90 d)": f"{statistics.median(timings['90 days']):.0f} / "
-                                        f"{pct(timings['90 days'], 0.95):.0f}",
-            "chroma RSS MB": round(chroma_rss), "worker RSS MB": round(worker_rss),
-            "first reconcile s": round(reconcile_s, 1),
-            "chroma B/doc": round(size_mb(settings.chroma_dir) * 1e6 / docs),
-            "state B/doc": round(size_mb(settings.state_path) * 1e6 / docs),
-            "source B/doc": round(size_mb(settings.db) * 1e6 / docs),
-        })
+            server.stop()
+        row["worker RSS MB"] = round(worker_rss)
+        row["first reconcile s"] = round(reconcile_s, 1)
+        data = settings.data_dir
+        for name, path in (("chroma", settings.chroma_dir), ("state", settings.state_path),
+                           ("vector copy", data / "vectors"), ("text index", data / "text-index"),
+                           ("embedding store", data / "embeddings.db"), ("source", settings.db)):
+            row[f"{name} B/doc"] = round(size_mb(path) * 1e6 / docs)
+        table.append(row)
         print_table(table[-1:])
     print_table(table)
     write_json({"embed_docs_per_s": embed_rate, "table": table}, args.out)
