@@ -214,7 +214,7 @@ class EmbeddingStore:
                     (cutoff,)).rowcount
             conn.execute("DELETE FROM temp.live")
             if removed:
-                conn.execute("PRAGMA incremental_vacuum")
+                conn.executescript("PRAGMA incremental_vacuum;")  # to the end (execute() frees one page)
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             return int(removed)
         return 0
@@ -229,11 +229,12 @@ def _keys(live: Iterable[tuple[str, str]]) -> Iterator[tuple[bytes, str]]:
 
 
 def collect_garbage(store: EmbeddingStore, state: SyncState, now_s: int | None = None,
-                    grace_s: int = GC_GRACE_S) -> Collected:
+                    grace_s: int | None = None) -> Collected:
     """One garbage collection of ``store`` against every sync record in ``state`` (every
-    generation: the active one, one being built, one being replaced)."""
+    generation: the active one, one being built, one being replaced); ``grace_s`` defaults to
+    :data:`GC_GRACE_S`."""
     t0 = time.perf_counter()
-    removed = store.collect(state.text_hashes(), now_s, grace_s)
+    removed = store.collect(state.text_hashes(), now_s, GC_GRACE_S if grace_s is None else grace_s)
     result = Collected(removed, store.count(), time.perf_counter() - t0, store.file_bytes())
     store.log.info(logs.EMBEDDING_STORE_COLLECTED, removed=result.removed, kept=result.kept,
                    seconds=round(result.seconds, 3), file_bytes=result.file_bytes)
