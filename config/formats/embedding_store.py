@@ -16,6 +16,11 @@ Layout, one SQLite file in WAL mode (the worker and a ``resync`` may write at th
   ``text_hash`` (a hash of exactly the embedded text, ``worker.documents``), ``vec``
   :data:`DTYPE` components followed by the CRC-32 of their bytes, and ``added_s`` (epoch
   seconds) so that a collection never removes a vector whose sync record is still being written.
+  A rowid table with a unique index on the key, not a WITHOUT ROWID table keyed by it: the keys
+  are random, so a table ordered by them leaves its pages part-full and a lookup reads pages of
+  whole vectors, while rows appended in rowid order fill their pages. Measured with 20,000
+  MiniLM-sized entries inserted 256 at a time: 851 bytes per vector and 0.8 ms for a lookup of
+  256 keys, against 982 bytes and 3.1 ms keyed (944 bytes and 1.8 ms with 16 KB pages).
 
 float16, not the vector copy's int8: the model's unit vectors have components well inside
 float16's range, and its 11-bit mantissa moves a vector by a cosine of about 1e-7 (measured by
@@ -48,12 +53,13 @@ CREATE TABLE IF NOT EXISTS models (
   model TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS vectors (
+  id INTEGER PRIMARY KEY,
   model INTEGER NOT NULL,
   text_hash BLOB NOT NULL,
   added_s INTEGER NOT NULL,
-  vec BLOB NOT NULL,
-  PRIMARY KEY (model, text_hash)
-) WITHOUT ROWID;
+  vec BLOB NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS vectors_by_key ON vectors(model, text_hash);
 """
 
 
