@@ -5,9 +5,9 @@ asks before it embeds, and the garbage collection that keeps it as small as the 
   so the worker and a ``resync`` share it; a failure is logged and costs only an embedding (a
   lookup answers nothing, a write is skipped), and a file SQLite cannot read is replaced by an
   empty one: nothing here can make a sync wrong or stop it.
-- :class:`BatchVectors`: the vectors of one sync batch. Each distinct text is embedded at most
-  once, and not at all when the store holds its vector; new vectors are stored right after they
-  are embedded, before Chroma sees them (write-ahead is safe: a vector is a pure function of
+- :class:`BatchVectors`: the vectors of one sync batch, a chunk at a time. Each distinct text is
+  embedded at most once, and not at all when the store holds its vector; new vectors are stored
+  right after they are embedded, before Chroma sees them (write-ahead is safe: a vector is a pure function of
   (model, text), so no crash can leave a wrong one under a key).
 - :func:`collect_garbage`: removes the vectors whose text no sync record of any generation names
   any more (rows edited or deleted, a generation dropped after a rebuild to another model). Run by
@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -139,25 +140,28 @@ class EmbeddingStore:
             return int(row[0])
         return None
 
+    def held(self, model: int, text_hashes: Iterable[str]) -> set[str]:
+        """The text hashes the store has an entry for (read from the key index alone)."""
+        with self._using("held") as conn:
+            if conn is None:
+                return set()
+            return {bytes(key).hex() for key, in _select(conn, "text_hash", model, text_hashes)}
+        return set()
+
     def get(self, model: int, text_hashes: Iterable[str], dim: int) -> dict[str, npt.NDArray[np.float32]]:
         """Stored vectors by text hash; entries that cannot be trusted (wrong length, checksum) are
         left out, so their texts are embedded again and overwritten."""
         found: dict[str, npt.NDArray[np.float32]] = {}
         bad = 0
-        hashes = list(text_hashes)
         with self._using("get") as conn:
             if conn is None:
                 return found
-            for start in range(0, len(hashes), LOOKUP_CHUNK):
-                keys = [hash_key(h) for h in hashes[start:start + LOOKUP_CHUNK]]
-                marks = ",".join("?" * len(keys))
-                sql = f"SELECT text_hash, vec FROM vectors WHERE model = ? AND text_hash IN ({marks})"
-                for key, blob in conn.execute(sql, [model, *keys]):
-                    vector = decode(blob, dim)
-                    if vector is None:
-                        bad += 1
-                    else:
-                        found[bytes(key).hex()] = vector
+            for key, blob in _select(conn, "text_hash, vec", model, text_hashes):
+                vector = decode(blob, dim)
+                if vector is None:
+                    bad += 1
+                else:
+                    found[bytes(key).hex()] = vector
         if bad:
             self.log.warning(logs.EMBEDDING_STORE_BAD_ENTRIES, entries=bad, model=model)
         return found
@@ -220,6 +224,16 @@ class EmbeddingStore:
         return 0
 
 
+def _select(conn: sqlite3.Connection, columns: str, model: int, text_hashes: Iterable[str]) -> Iterator[Any]:
+    """Rows of ``columns`` of the entries of these text hashes, LOOKUP_CHUNK keys per SELECT."""
+    hashes = list(text_hashes)
+    for start in range(0, len(hashes), LOOKUP_CHUNK):
+        keys = [hash_key(h) for h in hashes[start:start + LOOKUP_CHUNK]]
+        marks = ",".join("?" * len(keys))
+        yield from conn.execute(f"SELECT {columns} FROM vectors WHERE model = ? AND text_hash IN ({marks})",
+                                [model, *keys])
+
+
 def _keys(live: Iterable[tuple[str, str]]) -> Iterator[tuple[bytes, str]]:
     """(key bytes, model id) of well-formed text hashes (a record's hash is hex; anything else
     names no stored vector)."""
@@ -242,42 +256,46 @@ def collect_garbage(store: EmbeddingStore, state: SyncState, now_s: int | None =
 
 
 class BatchVectors:
-    """The vectors of one sync batch, from the store, from an identical text embedded earlier in
-    the batch, or embedded now (each distinct text once). Without a store: every document
-    embedded, as before the store existed."""
+    """The vectors of one sync batch, chunk by chunk: from the store (an identical text embedded in
+    an earlier chunk is there too), or embedded now, each distinct text once. Only one chunk's
+    vectors are held at a time (a remote model's may be 12 KB each). Without a store: every
+    document embedded, as before the store existed."""
 
     def __init__(self, embedder: Embedder, store: EmbeddingStore | None, model: int | None) -> None:
         self.embedder = embedder
         self.store = store if model is not None else None
         self.model = model if model is not None else 0
-        self._known: dict[str, npt.NDArray[np.float32]] = {}
         self.embedded = 0  # texts embedded
         self.reused = 0  # documents written without embedding anything for them
         self.embed_s = 0.0
         self.store_s = 0.0
 
     def order(self, docs: Sequence[Document]) -> list[Document]:
-        """``docs`` in the order to write them: those whose vectors the store holds first (their
+        """``docs`` in the order to write them: those whose texts the store holds first (their
         chunks cost no embedding), then by text length, since the model's cost follows the longest
         text of a call (chunks of similar length pad less)."""
+        held: set[str] = set()
         if self.store is not None and docs:
             t = time.perf_counter()
-            self._known.update(self.store.get(self.model, {d.text_hash for d in docs}, self.embedder.dimension))
+            held = self.store.held(self.model, {d.text_hash for d in docs})
             self.store_s += time.perf_counter() - t
-        return sorted(docs, key=lambda d: (d.text_hash not in self._known, len(d.text)))
+        return sorted(docs, key=lambda d: (d.text_hash not in held, len(d.text)))
 
     def vectors(self, chunk: Sequence[Document]) -> npt.NDArray[np.float32]:
-        """The vectors of ``chunk``, in order: texts not known yet are embedded (once each) and
-        stored before they are returned."""
+        """The vectors of ``chunk``, in order: texts the store does not hold (or holds a bad entry
+        of) are embedded, once each, and stored before they are returned."""
         if self.store is None:
             t = time.perf_counter()
             out = self.embedder.embed([d.text for d in chunk])
             self.embed_s += time.perf_counter() - t
             self.embedded += len(chunk)
             return out
+        t = time.perf_counter()
+        known = self.store.get(self.model, {d.text_hash for d in chunk}, self.embedder.dimension)
+        self.store_s += time.perf_counter() - t
         missing: dict[str, str] = {}
         for d in chunk:
-            if d.text_hash not in self._known:
+            if d.text_hash not in known:
                 missing.setdefault(d.text_hash, d.text)
         if missing:
             t = time.perf_counter()
@@ -290,9 +308,9 @@ class BatchVectors:
             t = time.perf_counter()
             self.store.put(self.model, items)
             self.store_s += time.perf_counter() - t
-            self._known.update(items)
+            known.update(items)
         self.reused += len(chunk) - len(missing)
-        return np.stack([self._known[d.text_hash] for d in chunk]) if chunk else \
+        return np.stack([known[d.text_hash] for d in chunk]) if chunk else \
             np.zeros((0, self.embedder.dimension), np.float32)
 
 
