@@ -215,6 +215,16 @@ class SyncState:
                 [(collection, d, kind.value, s, th, ch, model, ts) for d, s, th, ch in docs],
             )
 
+    def name_texts(self, collection: str, docs: Sequence[tuple[str, str]]) -> None:
+        """Set the text hash of records that have none: (doc_id, text_hash) of documents whose
+        content hash matched (so the text is the one the store holds)."""
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.executemany(
+                "UPDATE docs SET text_hash=? WHERE collection=? AND doc_id=? AND text_hash IS NULL",
+                [(th, collection, d) for d, th in docs],
+            )
+
     def forget_docs(self, collection: str, doc_ids: Sequence[str]) -> None:
         """After Chroma deleted them: drop the records."""
         with self._conn:

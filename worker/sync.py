@@ -102,6 +102,10 @@ class _Plan:
     gone_rows: list[int] = field(default_factory=list)
     done_rows: dict[int, tuple[str, str, str, int]] = field(default_factory=dict)
     failed_rows: list[tuple[int, str | None, str, str, str]] = field(default_factory=list)
+    # (doc_id, text_hash) of unchanged documents whose record has no text hash (adopted from the
+    # store by worker.target): equal content hashes prove the text, so the record names it again
+    # and the embedding store keeps its vector.
+    text_hashes: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _records(docs: Sequence[Document]) -> list[tuple[str, int, str, str]]:
@@ -255,6 +259,8 @@ class Syncer:
             rec = records.pop(doc.doc_id, None)
             if rec is not None and rec.content_hash == doc.content_hash:
                 tally.unchanged += 1
+                if rec.text_hash is None:
+                    plan.text_hashes.append((doc.doc_id, doc.text_hash))
             elif rec is not None and rec.content_hash and rec.text_hash == doc.text_hash:
                 plan.relabel.append(doc)
                 tally.updated += 1
@@ -292,6 +298,8 @@ class Syncer:
             self.state.forget_docs(self.collection, plan.delete)
         if plan.gone_rows:
             self.state.forget_rows(self.collection, kind, plan.gone_rows)
+        if plan.text_hashes:
+            self.state.name_texts(self.collection, plan.text_hashes)
         if plan.relabel:
             t = time.perf_counter()
             ids, metas = [d.doc_id for d in plan.relabel], [chroma_metadata(d) for d in plan.relabel]

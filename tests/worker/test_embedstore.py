@@ -186,6 +186,18 @@ class TestGarbageCollection:
         rebuilt = resync(settings, rebuild=True, embedder=embedder)  # what is referenced was kept
         assert rebuilt.added == 83 and embedder.embedded == 0
 
+    def test_records_rebuilt_from_the_store_name_their_texts_again(self, settings: Settings) -> None:
+        """state.db lost: its records come back from Chroma without text hashes (worker.target);
+        the next pass names the texts again, so the collection keeps every vector."""
+        make_db(settings.db, mixed_records(12))
+        resync(settings, embedder=FakeEmbedder())
+        for p in settings.state_path.parent.glob(settings.state_path.name + "*"):
+            p.unlink()
+        again = resync(settings, embedder=FakeEmbedder())
+        assert again.written == 0 and again.unchanged == 84
+        assert collect_now(settings).removed == 0
+        assert resync(settings, rebuild=True, embedder=RecordingEmbedder()).embedded == 0
+
     def test_rebuild_to_another_model_lets_the_old_vectors_go(self, settings: Settings) -> None:
         make_db(settings.db, mixed_records(12))
         resync(settings, embedder=FakeEmbedder())
