@@ -159,6 +159,10 @@ class Settings(BaseSettings):
     vector_copy: bool = Field(
         True, description="Worker: keep a local int8 copy of the vectors it writes to Chroma, with their project, "
         "type and date, in the data directory; searches with a window or filter rank exactly from it.")
+    embedding_store: bool = Field(
+        True, description="Sync: keep every vector it embeds in DATA_DIR/embeddings.db (float16, by model and "
+        "text hash) and take it from there for any document with the same text and model (a rebuild, a "
+        "re-derived document, repeated texts), so no text is embedded twice; false: every document is embedded.")
     lexical_feedback: bool = Field(
         True, description="Search: expand the query with the words its best text-index matches share "
         "(pseudo-relevance feedback, RM3-style); one more index query per kind.")

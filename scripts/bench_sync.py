@@ -10,6 +10,11 @@
 3. (b) full resync into a fresh data directory (read, derive, hash, embed, upsert, record).
 4. A second resync of the unchanged database: its time and the documents it wrote (target 0, and
    under 5 s per 100,000 rows).
+5. The embedding store (:func:`embedding_store_step`): how many embeddings identical texts saved
+   in (b); (b)'s time against the raw embedding of the distinct texts it embedded; the float16
+   error against float32 on those vectors; a rebuild of the unchanged database (``resync
+   --rebuild``: target 0 embedded); the store's bytes per vector on disk and the cost of a lookup
+   of 256 documents.
 Prints a table and writes JSON (default ``.bench/bench_sync.json``).
 """
 
@@ -17,20 +22,27 @@ from __future__ import annotations
 
 import argparse
 import platform
+import statistics
 import tempfile
 import time
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.embedding import get_embedder
+from memsync.config.formats.embedding_store import roundtrip, store_path
 from memsync.config.settings import Settings
 from memsync.worker.demo import generate
 from memsync.worker.documents import RowError, build_documents
+from memsync.worker.embedstore import EmbeddingStore, collect_garbage, store_model
 from memsync.worker.importer import import_records, init_db
 from memsync.worker.resync import resync
 from memsync.worker.source import SourceReader
+from memsync.worker.state import SyncState
+from memsync.worker.sync import SyncResult
 from scripts.benchlib import report
 
 
@@ -69,6 +81,60 @@ def raw_embedding_rate(settings: Settings, texts: list[str]) -> float:
     return len(texts) / (time.perf_counter() - t)
 
 
+def embedding_store_step(settings: Settings, texts: list[str], first: SyncResult) -> tuple[list[tuple[str, str]],
+                                                                                        dict[str, Any]]:
+    """Step 5 (issue 16): what the embedding store saved and costs, after (b) filled it. Returns
+    table rows and JSON fields."""
+    embedder = get_embedder(settings.embedding_model, settings.embedding_batch_size, settings.embedding_max_tokens,
+                            settings.embedding_threads)
+    distinct = sorted(set(texts), key=len)
+    t = time.perf_counter()  # (a'): the raw embedder on exactly the distinct texts (b) embedded
+    vectors = np.concatenate([embedder.embed(distinct[i:i + settings.batch_size])
+                              for i in range(0, len(distinct), settings.batch_size)])
+    distinct_s = time.perf_counter() - t
+    back = roundtrip(vectors)
+    cosine = (back * vectors).sum(axis=1) / (np.linalg.norm(back, axis=1) * np.linalg.norm(vectors, axis=1))
+    rebuilt = resync(settings, rebuild=True)
+    lookups: list[float] = []
+    with EmbeddingStore(store_path(settings)) as store, SyncState(settings.state_path) as state:
+        stored, disk = store.count(), store.file_bytes()
+        model = store_model(store, embedder)
+        hashes = sorted({h for m, h in state.text_hashes() if m == embedder.model_id})
+        # What one 256-document chunk costs when nothing was cached in memory yet (one SELECT).
+        for start in range(0, len(hashes), 256):
+            t = time.perf_counter()
+            store.get(model or 0, hashes[start:start + 256], embedder.dimension)
+            lookups.append((time.perf_counter() - t) * 1000)
+        collected = collect_garbage(store, state)  # what the worker's collection costs (nothing to remove)
+    overhead = distinct_s / first.seconds
+    fields: dict[str, Any] = {
+        "first_resync_reused": first.reused, "first_resync_embedded": first.embedded,
+        "distinct_texts": len(distinct), "raw_embed_distinct_seconds": distinct_s,
+        "first_resync_embedding_share": overhead,
+        "float16_min_cosine": float(cosine.min()), "float16_max_abs_error": float(np.abs(back - vectors).max()),
+        "rebuild_seconds": rebuilt.seconds, "rebuild_embedded": rebuilt.embedded, "rebuild_reused": rebuilt.reused,
+        "rebuild_written": rebuilt.written, "rebuild_store_seconds": rebuilt.store_seconds,
+        "store_vectors": stored, "store_bytes": disk, "store_bytes_per_vector": disk / max(stored, 1),
+        "store_lookup_256_ms_p50": statistics.median(lookups),
+        "store_lookup_256_ms_max": max(lookups), "store_collect_seconds": collected.seconds,
+    }
+    rows = [
+        ("(b) identical texts: embeddings saved", f"{first.reused:,} of {first.added:,} documents "
+                                                  f"({first.embedded:,} distinct texts embedded)"),
+        ("(a') raw embedding of those distinct texts", f"{distinct_s:,.1f} s = {overhead:.3f} of (b)'s time "
+                                                       "(target >= 0.9)"),
+        ("float16 store vs float32: min cosine / max abs", f"{cosine.min():.9f} / {np.abs(back - vectors).max():.2e}"),
+        ("rebuild of the unchanged database", f"{rebuilt.seconds:,.1f} s, {rebuilt.written:,} written, "
+                                              f"{rebuilt.embedded} embedded  (target 0)"),
+        ("embedding store on disk", f"{stored:,} vectors, {disk / 1e6:,.1f} MB, "
+                                    f"{disk / max(stored, 1):,.0f} B per vector"),
+        ("store lookup of 256 documents p50 / max", f"{statistics.median(lookups):.2f} / {max(lookups):.2f} ms "
+                                                    f"(embedding them: ~{256 / (len(distinct) / distinct_s):.1f} s)"),
+        ("store garbage collection (all referenced)", f"{collected.seconds:.2f} s for {len(hashes):,} texts"),
+    ]
+    return rows, fields
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns the process exit code."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -92,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         raw_rate = raw_embedding_rate(settings, texts)
         first = resync(settings)
         second = resync(settings)
-    sync_rate = first.embedded / first.seconds
+        store_rows, store_fields = embedding_store_step(settings, texts, first)
+    sync_rate = first.added / first.seconds  # documents written per second (identical texts embedded once)
     per_100k = second.seconds * 100_000 / args.rows
     result: dict[str, Any] = {
         "rows": args.rows, "documents": len(texts), "chroma_mode": args.chroma_mode, "generate_seconds": gen_s,
@@ -101,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         "resync_upsert_seconds": first.upsert_seconds, "resync_read_seconds": first.read_seconds,
         "second_resync_seconds": second.seconds, "second_resync_written": second.written,
         "second_resync_embedded": second.embedded, "second_resync_s_per_100k_rows": per_100k,
+        **store_fields,
         "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count(),
                     "platform": platform.platform()},
     }
@@ -113,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                                              f"{first.read_seconds:,.2f} s"),
         ("second resync", f"{second.seconds:.2f} s, {second.written} written, {second.embedded} embedded"),
         ("second resync per 100k rows", f"{per_100k:.2f} s  (target < 5 s, 0 written)"),
+        *store_rows,
     ]
     report(rows, result, args.out)
     return 0

@@ -13,7 +13,8 @@ run on this thread:
   identity and count against the sync records; when they differ (a store wiped, restored or
   replaced), and every ``store_audit_interval_s``, the records are aligned with the store's ids
   and a reconcile re-drives exactly what changed (``worker.target.check_store``).
-- **Idle**: fill the vector copy, then compact when due (``worker.maintenance``).
+- **Idle**: fill the vector copy, collect the embedding store's garbage after a full pass that
+  changed documents, then compact when due (``worker.maintenance``).
 - **Degraded**: Chroma, the database or a remote embedding endpoint unavailable: rows stay pending
   (never counted as failed) and retries back off (``worker.health``, which also checks Chroma's
   heartbeat and writes ``DATA_DIR/worker.json``).
@@ -35,9 +36,10 @@ from memsync.config.embedding import close_embedder, make_embedder
 from memsync.config.errors import EmbeddingUnavailable, SourceUnavailable, StoreUnavailable
 from memsync.config.settings import Settings
 from memsync.worker import logs
+from memsync.worker.embedstore import EmbeddingStore
 from memsync.worker.health import Health
 from memsync.worker.lock import WorkerLock
-from memsync.worker.maintenance import Compaction, CopyOrder, fill_copy
+from memsync.worker.maintenance import Compaction, CopyOrder, StoreCollection, fill_copy
 from memsync.worker.signals import SignalRelay
 from memsync.worker.state import SyncState
 from memsync.worker.sync import Syncer, SyncResult
@@ -69,6 +71,8 @@ class Worker:
         self._text = TextSync(settings, self.stop)
         self._lock = WorkerLock(settings.data_dir)
         self._state: SyncState | None = None
+        self._store: EmbeddingStore | None = None  # the embedding store, open while the worker runs
+        self._collection = StoreCollection(None)
         self._signals: SignalRelay | None = None
         self._store_due = True  # check the collection against the records at the next step
 
@@ -165,6 +169,8 @@ class Worker:
                 fill_copy(self._target, state, budget=None)
             if not result.interrupted and self._copy_order.due(self._target):
                 self._copy_order.run(self._target)
+            if not result.interrupted and self._collection.due():
+                self._collection.run(state)
             return result
         finally:
             self._shutdown()
@@ -172,6 +178,8 @@ class Worker:
     def _start(self) -> None:
         self._lock.acquire()
         self._state = SyncState(self.s.state_path)
+        self._store = EmbeddingStore.open(self.s)
+        self._collection = StoreCollection(self._store)
 
     def _shutdown(self) -> None:
         self.health.stopping()
@@ -183,6 +191,9 @@ class Worker:
         if self._state is not None:
             self._state.close()
             self._state = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None
         self._lock.release()
         self.log.info("worker_stopped")
 
@@ -214,6 +225,8 @@ class Worker:
                 fill_copy(self._target, state)
             elif self._copy_order.due(self._target):
                 self._copy_order.run(self._target)
+            elif self._collection.due():
+                self._collection.run(state)
             elif self._compaction.due(state, collection):
                 result = self._compaction.run(self._target, state)
                 self.health.status.compactions += 0 if result.interrupted else 1
@@ -267,8 +280,10 @@ class Worker:
         start_after = None if full else state.watermarks(sink.name)
         syncer = Syncer(reader, sink, state, self._target.embedder, collection=sink.name,
                         read_batch_rows=self.s.read_batch_rows, batch_size=self.s.batch_size, stop=self.stop,
-                        max_row_attempts=self.s.max_row_attempts, copy=self._target.copy)
+                        max_row_attempts=self.s.max_row_attempts, copy=self._target.copy, store=self._store)
         result = syncer.run(start_after=start_after)
+        if not result.interrupted:
+            self._collection.passed(full, result.updated, result.deleted)
         if syncer.copy is None:  # a copy write failed: stop using it
             self._target.close_copy()
         self.health.record_pass(result, full)

@@ -109,7 +109,7 @@ class Health:
         if full and not result.interrupted:
             self.status.reconciles += 1
             self.status.last_reconcile_ms = now
-        for key in ("added", "updated", "deleted"):
+        for key in ("added", "updated", "deleted", "embedded", "reused"):  # reused: what the embedding store saved
             self.status.totals[key] = self.status.totals.get(key, 0) + int(getattr(result, key))
         self.status.failed_rows = result.failed_rows if full else self.status.failed_rows
 

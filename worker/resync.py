@@ -7,6 +7,7 @@ the next ``--rebuild`` (its records belong to the generation being built).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from dataclasses import asdict
@@ -17,6 +18,7 @@ from memsync.config.embedding import Embedder, close_embedder, endpoint_url, mak
 from memsync.config.errors import ConfigError
 from memsync.config.settings import Settings
 from memsync.worker import logs
+from memsync.worker.embedstore import EmbeddingStore, collect_garbage
 from memsync.worker.sink import ChromaSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
@@ -63,8 +65,10 @@ def resync(
 def _resync(settings: Settings, embedder: Embedder, project: str | None, rebuild: bool, dry_run: bool,
             stop: threading.Event | None, progress: ProgressFn | None) -> SyncResult:
     started = now_ms()
+    store = None if dry_run else EmbeddingStore.open(settings)
     with SourceReader(settings.db, settings.sqlite_busy_timeout_ms) as reader, \
-            SyncState(settings.state_path) as state, stores.connect(settings) as handle:
+            SyncState(settings.state_path) as state, stores.connect(settings) as handle, \
+            contextlib.closing(store) if store is not None else contextlib.nullcontext():
         client = handle.client
         sink: ChromaSink | None = None
         if dry_run:
@@ -85,7 +89,8 @@ def _resync(settings: Settings, embedder: Embedder, project: str | None, rebuild
                 check_store(settings, state, sink, copy, embedder.model_id)
             syncer = Syncer(reader, sink, state, embedder, collection=name,
                             read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size, stop=stop,
-                            progress=progress, max_row_attempts=settings.max_row_attempts, copy=copy)
+                            progress=progress, max_row_attempts=settings.max_row_attempts, copy=copy,
+                            store=store)
             result = syncer.run(project=project, dry_run=dry_run)
             if syncer.copy is not None and sink is not None and not syncer.copy.complete and not result.interrupted:
                 # A generation synced before memsync kept a copy: fill it from Chroma now.
@@ -103,6 +108,9 @@ def _resync(settings: Settings, embedder: Embedder, project: str | None, rebuild
                 state.drop_collection(old)
                 drop_copy(settings, old)
             logs.get_logger().info(logs.REBUILD_SWITCHED, active=name, dropped=old)
+        if store is not None and not result.interrupted and (rebuild or result.updated or result.deleted):
+            # Texts no record names any more (edited, deleted, or only the dropped generation's).
+            collect_garbage(store, state)
         if not dry_run:
             summary = {k: v for k, v in asdict(result).items() if k != "failures"}
             state.record_run(name, started, json.dumps(summary))

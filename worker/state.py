@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +59,22 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def open_wal(path: Path, ddl: str, timeout_s: float = 30) -> sqlite3.Connection:
+    """One of memsync's own SQLite files, in WAL mode (readers never wait for the one writer, and
+    the worker and a resync may write in turn) with ``ddl`` applied; autocommit unless a
+    transaction is begun, usable from the thread that writes beside the sync's."""
+    conn = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None, check_same_thread=False)
+    try:
+        conn.executescript(ddl)  # first: pragmas that only a new file takes (auto_vacuum) come before WAL
+        conn.execute("PRAGMA journal_mode=WAL")
+        # A commit lost in a power cut is found again by the next pass: no fsync per commit.
+        conn.execute("PRAGMA synchronous=NORMAL")
+    except sqlite3.Error:
+        conn.close()
+        raise
+    return conn
+
+
 class SyncState:
     """The sync-record database. One writer at a time (SQLite's lock); short transactions."""
 
@@ -83,15 +99,7 @@ class SyncState:
 
     @staticmethod
     def _open(path: Path) -> sqlite3.Connection:
-        conn = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.executescript(STATE_DDL)
-        except sqlite3.Error:
-            conn.close()
-            raise
-        return conn
+        return open_wal(path, STATE_DDL)
 
     def close(self) -> None:
         """Close the database."""
@@ -166,6 +174,12 @@ class SyncState:
         """doc id → content hash of every document record of a collection (None: an intent)."""
         return dict(self._conn.execute("SELECT doc_id, content_hash FROM docs WHERE collection=?", (collection,)))
 
+    def text_hashes(self) -> Iterator[tuple[str, str]]:
+        """(model, text hash) of every document record of every generation (repeated when several
+        documents share a text): the texts whose vectors the embedding store keeps
+        (``worker.embedstore``)."""
+        yield from self._conn.execute("SELECT model, text_hash FROM docs WHERE text_hash IS NOT NULL")
+
     def store_identity(self, collection: str) -> str | None:
         """The identity of the Chroma collection these records describe (None: not recorded yet)."""
         return self.get_meta(STORE_PREFIX + collection)
@@ -199,6 +213,16 @@ class SyncState:
                 "text_hash=excluded.text_hash, content_hash=excluded.content_hash, model=excluded.model, "
                 "synced_at=excluded.synced_at, source_id=excluded.source_id",
                 [(collection, d, kind.value, s, th, ch, model, ts) for d, s, th, ch in docs],
+            )
+
+    def name_texts(self, collection: str, docs: Sequence[tuple[str, str]]) -> None:
+        """Set the text hash of records that have none: (doc_id, text_hash) of documents whose
+        content hash matched (so the text is the one the store holds)."""
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.executemany(
+                "UPDATE docs SET text_hash=? WHERE collection=? AND doc_id=? AND text_hash IS NULL",
+                [(th, collection, d) for d, th in docs],
             )
 
     def forget_docs(self, collection: str, doc_ids: Sequence[str]) -> None:

@@ -6,7 +6,9 @@ unchanged but whose metadata changed (a project merge) get a metadata update wit
 documents that vanished (a deleted row, a shrunk facts list) are deleted once. Rows are read in id
 ranges, and records are compared per range, so rows deleted anywhere, including past the last
 row, are found. Records are written only after Chroma acknowledged, so a crash at any point
-replays at most the batch in flight and never leaves an orphan unaccounted for.
+replays at most the batch in flight and never leaves an orphan unaccounted for. Documents to
+embed are first looked up in the embedding store (``worker.embedstore``): a text already embedded
+by the same model, in this pass or any earlier one, is not embedded again.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.embedding import Embedder
 from memsync.worker import logs
 from memsync.worker.documents import Document, RowError, SourceRow, build_documents, chroma_metadata, row_values_hash
+from memsync.worker.embedstore import BatchVectors, EmbeddingStore, store_model
 from memsync.worker.sink import RejectedBatch, VectorSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import FAILED, SYNCED, DocRecord, RowRecord, SyncState
@@ -45,13 +48,15 @@ class SyncResult:
     updated: int = 0
     deleted: int = 0
     unchanged: int = 0
-    embedded: int = 0
+    embedded: int = 0  # texts embedded
+    reused: int = 0  # documents written with a stored vector or one of an identical text: no embedding
     rows: int = 0
     failed_rows: int = 0
     seconds: float = 0.0
     embed_seconds: float = 0.0
     upsert_seconds: float = 0.0
     read_seconds: float = 0.0
+    store_seconds: float = 0.0  # lookups and writes of the embedding store
     interrupted: bool = False
     dry_run: bool = False
     failures: tuple[tuple[str, int, str], ...] = ()
@@ -76,11 +81,13 @@ class _Tally:
     deleted: int = 0
     unchanged: int = 0
     embedded: int = 0
+    reused: int = 0
     rows: int = 0
     failed_rows: int = 0
     embed_s: float = 0.0
     upsert_s: float = 0.0
     read_s: float = 0.0
+    store_s: float = 0.0
     failures: list[tuple[str, int, str]] = field(default_factory=list)
 
 
@@ -95,6 +102,10 @@ class _Plan:
     gone_rows: list[int] = field(default_factory=list)
     done_rows: dict[int, tuple[str, str, str, int]] = field(default_factory=dict)
     failed_rows: list[tuple[int, str | None, str, str, str]] = field(default_factory=list)
+    # (doc_id, text_hash) of unchanged documents whose record has no text hash (adopted from the
+    # store by worker.target): equal content hashes prove the text, so the record names it again
+    # and the embedding store keeps its vector.
+    text_hashes: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _records(docs: Sequence[Document]) -> list[tuple[str, int, str, str]]:
@@ -123,9 +134,12 @@ class Syncer:
         progress: ProgressFn | None = None,
         max_row_attempts: int = 3,
         copy: VectorCopyWriter | None = None,
+        store: EmbeddingStore | None = None,
     ) -> None:
         self.reader, self.sink, self.state, self.embedder = reader, sink, state, embedder
         self.copy = copy  # the local vector copy (worker.vectorcopy), written after each Chroma write
+        self.store = store  # the embedding store (worker.embedstore): asked before anything is embedded
+        self._store_model: int | None = None
         self.collection = collection
         self.read_batch_rows, self.batch_size = read_batch_rows, batch_size
         self.stop = stop or threading.Event()
@@ -150,15 +164,17 @@ class Syncer:
                 break
         result = SyncResult(
             collection=self.collection, added=tally.added, updated=tally.updated, deleted=tally.deleted,
-            unchanged=tally.unchanged, embedded=tally.embedded, rows=tally.rows, failed_rows=tally.failed_rows,
-            seconds=time.perf_counter() - t0, embed_seconds=tally.embed_s, upsert_seconds=tally.upsert_s,
-            read_seconds=tally.read_s, interrupted=interrupted, dry_run=dry_run, failures=tuple(tally.failures),
+            unchanged=tally.unchanged, embedded=tally.embedded, reused=tally.reused, rows=tally.rows,
+            failed_rows=tally.failed_rows, seconds=time.perf_counter() - t0, embed_seconds=tally.embed_s,
+            upsert_seconds=tally.upsert_s, read_seconds=tally.read_s, store_seconds=tally.store_s,
+            interrupted=interrupted, dry_run=dry_run, failures=tuple(tally.failures),
         )
         if not dry_run:  # space Chroma will not give back until a rebuild (worker.compact)
             self.state.add_churn(self.collection, result.updated + result.deleted)
         event = logs.SYNC_INTERRUPTED if interrupted else logs.SYNC_DONE
         self.log.info(event, added=result.added, updated=result.updated, deleted=result.deleted,
-                      unchanged=result.unchanged, failed_rows=result.failed_rows, rows=result.rows,
+                      unchanged=result.unchanged, embedded=result.embedded, reused=result.reused,
+                      failed_rows=result.failed_rows, rows=result.rows,
                       seconds=round(result.seconds, 3), dry_run=dry_run)
         return result
 
@@ -243,6 +259,8 @@ class Syncer:
             rec = records.pop(doc.doc_id, None)
             if rec is not None and rec.content_hash == doc.content_hash:
                 tally.unchanged += 1
+                if rec.text_hash is None:
+                    plan.text_hashes.append((doc.doc_id, doc.text_hash))
             elif rec is not None and rec.content_hash and rec.text_hash == doc.text_hash:
                 plan.relabel.append(doc)
                 tally.updated += 1
@@ -280,6 +298,8 @@ class Syncer:
             self.state.forget_docs(self.collection, plan.delete)
         if plan.gone_rows:
             self.state.forget_rows(self.collection, kind, plan.gone_rows)
+        if plan.text_hashes:
+            self.state.name_texts(self.collection, plan.text_hashes)
         if plan.relabel:
             t = time.perf_counter()
             ids, metas = [d.doc_id for d in plan.relabel], [chroma_metadata(d) for d in plan.relabel]
@@ -288,8 +308,10 @@ class Syncer:
             tally.upsert_s += time.perf_counter() - t
             self.state.record_synced(self.collection, kind, _records(plan.relabel), model)
         rejected: dict[int, str] = {}
-        # Chunks of similar length pad less: the model's cost follows the longest text of a batch.
-        plan.embed.sort(key=lambda d: len(d.text))
+        if plan.embed and self.store is not None and self._store_model is None:
+            self._store_model = store_model(self.store, self.embedder)
+        vectors_of = BatchVectors(self.embedder, self.store, self._store_model)
+        plan.embed = vectors_of.order(plan.embed)
         # Embedding (CPU, this thread) overlaps the previous chunk's intents + upsert + records
         # (I/O, one helper thread, so state writes never interleave). At most one chunk in flight.
         in_flight: Future[None] | None = None
@@ -305,15 +327,16 @@ class Syncer:
                     stopped = True
                     break
                 chunk = plan.embed[start : start + self.batch_size]
-                t = time.perf_counter()
-                vectors = self.embedder.embed([d.text for d in chunk])
-                tally.embed_s += time.perf_counter() - t
-                tally.embedded += len(chunk)
+                vectors = vectors_of.vectors(chunk)
                 if in_flight is not None:
                     in_flight.result()  # re-raises the helper's error here
                 in_flight = pool.submit(self._write_chunk, kind, chunk, vectors, tally, rejected)
             if in_flight is not None:
                 in_flight.result()
+        tally.embedded += vectors_of.embedded
+        tally.reused += vectors_of.reused
+        tally.embed_s += vectors_of.embed_s
+        tally.store_s += vectors_of.store_s
         if stopped:
             return False
         for sid, reason in rejected.items():

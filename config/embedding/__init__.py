@@ -44,7 +44,7 @@ from memsync.config.settings import LOCAL_MODEL, Settings, openai_env_key, opena
 __all__ = [
     "MODELS", "TOKENS_PER_TEXT", "Embedder", "EmbeddingError", "EmbeddingUnavailable", "Identity", "MiniLMOnnx",
     "ModelSpec", "OpenAIEmbedder", "close_embedder", "configured_identity", "endpoint_url", "generation_embedder",
-    "get_embedder", "make_embedder", "make_reranker", "model_id", "provider_of", "tokenizer_json",
+    "get_embedder", "make_embedder", "make_reranker", "model_id", "provider_of", "tokenizer_json", "vector_identity",
 ]
 
 
@@ -151,6 +151,19 @@ def endpoint_url(embedder: Embedder) -> str | None:
     """The endpoint a remote embedder calls (recorded with the generation it fills), else None."""
     endpoint = getattr(embedder, "endpoint", None)
     return endpoint.url if isinstance(endpoint, Endpoint) else None
+
+
+def vector_identity(embedder: Embedder) -> str:
+    """What makes two vectors comparable, as one string: what a generation records (provider,
+    model id, dimension, endpoint of a remote model) plus the bundled model's token limit (a text
+    cut at 128 tokens has another vector than at 256). The embedding store keys vectors by it."""
+    parts = [provider_of(embedder.model_id), embedder.model_id, f"dim={embedder.dimension}"]
+    if (url := endpoint_url(embedder)) is not None:
+        parts.append(f"endpoint={url}")
+    tokens = getattr(embedder, "max_tokens", None)
+    if isinstance(tokens, int):
+        parts.append(f"tokens={tokens}")
+    return "|".join(parts)
 
 
 _rerankers: dict[tuple[EndpointConfig, str], RerankClient] = {}

@@ -58,6 +58,7 @@ class MiniLMOnnx:
             raise EmbeddingError(f"embedding model package missing: {exc}") from exc
         self._spec = MODELS[LOCAL_MODEL]
         self._batch_size = batch_size
+        self._max_tokens = max_tokens
         self._tokenizer = Tokenizer.from_str(tokenizer_json())
         # The shipped tokenizer.json pads every text to 128; padding is done here per sub-batch.
         self._tokenizer.no_padding()
@@ -83,6 +84,11 @@ class MiniLMOnnx:
     def dimension(self) -> int:
         """Vector length (384)."""
         return self._spec.dimension
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens read per text (longer texts are cut): part of what makes two vectors comparable."""
+        return self._max_tokens
 
     def _sub_batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
         """Consecutive runs of ``order`` (sorted by length) of at most batch_size texts and at most

@@ -1,6 +1,8 @@
 """Sync records bound to the store they describe: a store wiped, partly lost, restored or replaced,
 and records lost or damaged, are all repaired by the next pass, embedding only what is really
-missing or changed (real embedded Chroma, a counting fake embedder)."""
+missing or changed (real embedded Chroma, a counting fake embedder). What is missing is written
+again from the embedding store (``worker.embedstore``): ``reused`` counts it, and nothing is
+embedded."""
 
 from __future__ import annotations
 
@@ -62,12 +64,12 @@ def test_store_directory_deleted_is_refilled_by_the_next_resync(settings: Settin
     shutil.rmtree(settings.chroma_dir)
     with capture_logs() as logged:
         again = resync(settings, embedder=embedder)
-    assert again.added == total and embedder.embedded == total and again.unchanged == 0
+    assert again.added == total == again.reused and embedder.embedded == 0 and again.unchanged == 0
     aligned = [e for e in logged if e["event"] == logs.STORE_ALIGNED]
     assert len(aligned) == 1 and aligned[0]["reason"] == "identity" and aligned[0]["lost"] == total
     clean(settings, total)
     third = resync(settings, embedder=embedder)  # and then it is settled
-    assert third.written == 0 and third.unchanged == total and embedder.embedded == total
+    assert third.written == 0 and third.unchanged == total and third.reused == embedder.embedded == 0
 
 
 def test_a_tenth_deleted_in_the_store_is_re_driven_exactly(settings: Settings) -> None:
@@ -76,7 +78,7 @@ def test_a_tenth_deleted_in_the_store_is_re_driven_exactly(settings: Settings) -
         ids = sorted(col.get(include=[])["ids"])[::10]
         col.delete(ids=ids)
     again = resync(settings, embedder=embedder)
-    assert again.added == len(ids) and embedder.embedded == len(ids)
+    assert again.added == len(ids) == again.reused and embedder.embedded == 0
     assert again.updated == again.deleted == 0
     clean(settings, total)
 
@@ -94,7 +96,7 @@ def test_a_loss_that_keeps_the_count_is_found_by_the_audit(settings: Settings) -
     assert unnoticed.written == 0
     audit = settings.model_copy(update={"store_audit_interval_s": 0.001})
     again = resync(audit, embedder=embedder)
-    assert (again.added, again.updated, again.deleted) == (1, 1, 1) and embedder.embedded == 2
+    assert (again.added, again.updated, again.deleted) == (1, 1, 1) and again.reused == 2 and embedder.embedded == 0
     clean(settings, total)
 
 
@@ -130,7 +132,7 @@ def test_both_lost_state_and_a_tenth_of_the_store_embed_only_the_missing(setting
         col.delete(ids=ids)
     settings.state_path.unlink()
     again = resync(settings, embedder=embedder)
-    assert again.added == len(ids) == embedder.embedded
+    assert again.added == len(ids) == again.reused and embedder.embedded == 0
     clean(settings, total)
 
 
@@ -168,7 +170,7 @@ def test_worker_pass_repairs_a_deleted_store_and_reports_it(settings: Settings,
     monkeypatch.setattr(daemon, "make_embedder", lambda *a, **k: embedder)
     shutil.rmtree(settings.chroma_dir)
     result = daemon.Worker(settings).once()
-    assert result.added == total == embedder.embedded
+    assert result.added == total == result.reused and embedder.embedded == 0
     status = json.loads((settings.data_dir / "worker.json").read_text())
     assert status["store_repairs"] == 1 and status["store_read_at_ms"] > 0
     # counted again after the repair's pass: equal
@@ -176,7 +178,7 @@ def test_worker_pass_repairs_a_deleted_store_and_reports_it(settings: Settings,
     assert status["store_differs_since_ms"] is None
     clean(settings, total)
     again = daemon.Worker(settings).once()
-    assert again.written == 0 and embedder.embedded == total
+    assert again.written == 0 and embedder.embedded == 0
     status = json.loads((settings.data_dir / "worker.json").read_text())
     assert status["store_repairs"] == 0 and status["store_documents"] == status["records_documents"] == total
 
@@ -185,7 +187,7 @@ def test_rebuild_stays_the_explicit_full_rebuild(settings: Settings) -> None:
     total, embedder = synced(settings)
     shutil.rmtree(settings.chroma_dir)
     rebuilt = resync(settings, rebuild=True, embedder=embedder)
-    assert rebuilt.added == total == embedder.embedded
+    assert rebuilt.added == total == rebuilt.reused and embedder.embedded == 0
     clean(settings, total)
 
 
@@ -209,7 +211,7 @@ def test_running_worker_notices_its_embedded_store_deleted(settings: Settings,
         worker.step()  # the check fails: degraded, the connection dropped
         assert worker.health.status.degraded and worker._target.sink is None
         worker.step()  # reconnected to a new, empty store: aligned and refilled
-        assert worker.health.status.store_repairs == 1 and embedder.embedded == 2 * total
+        assert worker.health.status.store_repairs == 1 and embedder.embedded == total  # refilled from the store
         assert not worker.health.status.degraded
     finally:
         worker._shutdown()
