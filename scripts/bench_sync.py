@@ -10,6 +10,9 @@
 3. (b) full resync into a fresh data directory (read, derive, hash, embed, upsert, record).
 4. A second resync of the unchanged database: its time and the documents it wrote (target 0, and
    under 5 s per 100,000 rows).
+5. ``--peer`` (default): the same on the same rows with LangChain's indexing API, what a user would
+   otherwise build (``scripts/peer_langchain.py``, in a venv of its own made on first use), then
+   a few edited and deleted rows and a third pass of each; a side-by-side table with ratios.
 Prints a table and writes JSON (default ``.bench/bench_sync.json``).
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import sys
 import tempfile
 import time
 from itertools import islice
@@ -31,7 +35,8 @@ from memsync.worker.documents import RowError, build_documents
 from memsync.worker.importer import import_records, init_db
 from memsync.worker.resync import resync
 from memsync.worker.source import SourceReader
-from scripts.benchlib import report
+from scripts import peer_langchain
+from scripts.benchlib import print_table, report
 
 
 def make_database(path: Path, rows: int, seed: int) -> None:
@@ -77,7 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chroma-mode", default="managed", choices=["managed", "embedded"])
     parser.add_argument("--port", type=int, default=8799, help="port of the managed server")
     parser.add_argument("--out", type=Path, default=Path(".bench/bench_sync.json"))
+    peer_langchain.add_arguments(parser)
     args = parser.parse_args(argv)
+    try:  # before measuring anything: a missing network costs seconds, not a whole run
+        peer_python = peer_langchain.ensure_env() if args.peer else None
+    except peer_langchain.PeerUnavailable as exc:
+        print(f"bench_sync: {exc}", file=sys.stderr)
+        return 2
 
     from memsync.worker import logs
 
@@ -92,6 +103,14 @@ def main(argv: list[str] | None = None) -> int:
         raw_rate = raw_embedding_rate(settings, texts)
         first = resync(settings)
         second = resync(settings)
+        side, peer_error = None, None
+        if peer_python is not None:
+            try:
+                side = peer_langchain.side_by_side(settings, peer_python, Path(tmp), args.rows, raw_rate,
+                                                   (first, second), edits=args.peer_edits,
+                                                   index_batch_size=args.peer_batch_size, cleanup=args.peer_cleanup)
+            except peer_langchain.PeerUnavailable as exc:
+                peer_error = str(exc)
     sync_rate = first.embedded / first.seconds
     per_100k = second.seconds * 100_000 / args.rows
     result: dict[str, Any] = {
@@ -114,8 +133,14 @@ def main(argv: list[str] | None = None) -> int:
         ("second resync", f"{second.seconds:.2f} s, {second.written} written, {second.embedded} embedded"),
         ("second resync per 100k rows", f"{per_100k:.2f} s  (target < 5 s, 0 written)"),
     ]
+    if side is not None or peer_error:
+        result["peer"] = side.as_json() if side is not None else {"error": peer_error}
     report(rows, result, args.out)
-    return 0
+    if side is not None:
+        print_table(side.table())
+    if peer_error:
+        print(f"bench_sync: {peer_error}", file=sys.stderr)
+    return 1 if peer_error else 0
 
 
 if __name__ == "__main__":
