@@ -304,8 +304,8 @@ class SideBySide:
             "versions": p1.versions, "requirements": list(REQUIREMENTS), "index_batch_size": self.index_batch_size,
             "cleanup": self.cleanup,
             "key_encoder": KEY_ENCODER, "source_id_key": SOURCE_KEY, "chroma_mode": self.chroma_mode,
-            "passes": {name: {**asdict(p), "embedded": p.embedded, "written": p.written}
-                       for name, p in zip(names, self.peer, strict=True)},
+            "passes": {name: {**{k: v for k, v in asdict(p).items() if k != "versions"}, "embedded": p.embedded,
+                              "written": p.written} for name, p in zip(names, self.peer, strict=True)},
             "memsync_after_edits": {"seconds": m3.seconds, "written": m3.written, "embedded": m3.embedded,
                                     "updated": m3.updated, "deleted": m3.deleted},
             "edits": {"observations_edited": self.edited, "observations_deleted": self.deleted,
