@@ -15,6 +15,9 @@
    error against float32 on those vectors; a rebuild of the unchanged database (``resync
    --rebuild``: target 0 embedded); the store's bytes per vector on disk and the cost of a lookup
    of 256 documents.
+6. ``--peer`` (default): the same on the same rows with LangChain's indexing API, what a user would
+   otherwise build (``scripts/peer_langchain.py``, in a venv of its own made on first use), then
+   a few edited and deleted rows and a third pass of each; a side-by-side table with ratios.
 Prints a table and writes JSON (default ``.bench/bench_sync.json``).
 """
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from itertools import islice
@@ -43,7 +47,8 @@ from memsync.worker.resync import resync
 from memsync.worker.source import SourceReader
 from memsync.worker.state import SyncState
 from memsync.worker.sync import SyncResult
-from scripts.benchlib import report
+from scripts import peer_langchain
+from scripts.benchlib import print_table, report
 
 
 def make_database(path: Path, rows: int, seed: int) -> None:
@@ -143,7 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chroma-mode", default="managed", choices=["managed", "embedded"])
     parser.add_argument("--port", type=int, default=8799, help="port of the managed server")
     parser.add_argument("--out", type=Path, default=Path(".bench/bench_sync.json"))
+    peer_langchain.add_arguments(parser)
     args = parser.parse_args(argv)
+    try:  # before measuring anything: a missing network costs seconds, not a whole run
+        peer_python = peer_langchain.ensure_env() if args.peer else None
+    except peer_langchain.PeerUnavailable as exc:
+        print(f"bench_sync: {exc}", file=sys.stderr)
+        return 2
 
     from memsync.worker import logs
 
@@ -159,6 +170,14 @@ def main(argv: list[str] | None = None) -> int:
         first = resync(settings)
         second = resync(settings)
         store_rows, store_fields = embedding_store_step(settings, texts, first)
+        side, peer_error = None, None
+        if peer_python is not None:
+            try:
+                side = peer_langchain.side_by_side(settings, peer_python, Path(tmp), args.rows, raw_rate,
+                                                   (first, second), edits=args.peer_edits,
+                                                   index_batch_size=args.peer_batch_size, cleanup=args.peer_cleanup)
+            except peer_langchain.PeerUnavailable as exc:
+                peer_error = str(exc)
     sync_rate = first.added / first.seconds  # documents written per second (identical texts embedded once)
     per_100k = second.seconds * 100_000 / args.rows
     result: dict[str, Any] = {
@@ -183,8 +202,14 @@ def main(argv: list[str] | None = None) -> int:
         ("second resync per 100k rows", f"{per_100k:.2f} s  (target < 5 s, 0 written)"),
         *store_rows,
     ]
+    if side is not None or peer_error:
+        result["peer"] = side.as_json() if side is not None else {"error": peer_error}
     report(rows, result, args.out)
-    return 0
+    if side is not None:
+        print_table(side.table())
+    if peer_error:
+        print(f"bench_sync: {peer_error}", file=sys.stderr)
+    return 1 if peer_error else 0
 
 
 if __name__ == "__main__":
