@@ -53,15 +53,16 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
     return env
 
 
-def start_worker(prefix: str) -> tuple[Settings, subprocess.Popen[bytes]]:
-    """A fresh demo database (about 200 rows) in a temporary directory and `memsync worker` on it
-    (managed Chroma on a free port) as its own process. The caller terminates the process."""
+def start_worker(prefix: str, sessions: int = 25, **env_extra: str) -> tuple[Settings, subprocess.Popen[bytes]]:
+    """A fresh demo database (``sessions`` sessions, about 8 rows each) in a temporary directory and
+    `memsync worker` on it (managed Chroma on a free port, ``env_extra`` in its environment) as its
+    own process. The caller terminates the process."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
     s = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", chroma_mode="managed", chroma_port=free_port())
     init_db(s.db)
-    import_records(s.db, generate(n_sessions=25, seed=5))
+    import_records(s.db, generate(n_sessions=sessions, seed=5))
     env = {**os.environ, "MEMSYNC_DB": str(s.db), "MEMSYNC_DATA_DIR": str(s.data_dir),
-           "MEMSYNC_CHROMA_PORT": str(s.chroma_port), "PYTHONPATH": str(ROOT)}
+           "MEMSYNC_CHROMA_PORT": str(s.chroma_port), "PYTHONPATH": str(ROOT), **env_extra}
     proc = subprocess.Popen([sys.executable, "-m", "memsync", "worker"], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return s, proc
