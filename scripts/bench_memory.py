@@ -75,11 +75,10 @@ class Corpus:
     def __init__(self, db: Path) -> None:
         self.db = db
         self.rows: collections.deque[tuple[Kind, int]] = collections.deque()
-        with sqlite3.connect(db) as conn:
-            union = " UNION ALL ".join(f"SELECT {i}, id, created_at_epoch FROM {TABLES[k]}" for i, k in enumerate(KINDS))
-            for i, row_id, _ in conn.execute(f"SELECT * FROM ({union}) ORDER BY 3, 1, 2"):
-                self.rows.append((KINDS[i], int(row_id)))
         self.conn = sqlite3.connect(db, timeout=30)
+        union = " UNION ALL ".join(f"SELECT {i}, id, created_at_epoch FROM {TABLES[k]}" for i, k in enumerate(KINDS))
+        for i, row_id, _ in self.conn.execute(f"SELECT * FROM ({union}) ORDER BY 3, 1, 2"):
+            self.rows.append((KINDS[i], int(row_id)))
         self.deleted = 0
 
     def add(self, rec: dict[str, Any]) -> None:

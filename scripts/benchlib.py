@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,22 @@ def start_worker(prefix: str, sessions: int = 25, **env_extra: str) -> tuple[Set
     proc = subprocess.Popen([sys.executable, "-m", "memsync", "worker"], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return s, proc
+
+
+def reconciled_worker(settings: Settings, **env_extra: str) -> tuple[subprocess.Popen[bytes], float]:
+    """`memsync worker` on ``settings``' synced data (``env_extra`` in its environment) and the
+    seconds until its first full reconcile ended. The caller terminates the process."""
+    env = settings_env(settings, **env_extra)
+    (settings.data_dir / "worker.json").unlink(missing_ok=True)  # a status left by an earlier run
+    t = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "memsync", "worker"], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not worker_status(settings.data_dir).get("reconciles"):
+        if proc.poll() is not None or time.monotonic() - t > 3600:
+            proc.terminate()
+            raise SystemExit("the worker did not finish its first reconcile")
+        time.sleep(0.5)
+    return proc, time.monotonic() - t
 
 
 def stop_worker(settings: Settings, proc: subprocess.Popen[bytes]) -> None:
