@@ -14,6 +14,8 @@ run on this thread:
   replaced), and every ``store_audit_interval_s``, the records are aligned with the store's ids
   and a reconcile re-drives exactly what changed (``worker.target.check_store``).
 - **Idle**: fill the vector copy, then compact when due (``worker.maintenance``).
+- **Copy order**: at most once a minute, busy or idle, rewrite the vector copy without its dead
+  entries when enough of it is dead or out of order (``worker.maintenance``).
 - **Degraded**: Chroma, the database or a remote embedding endpoint unavailable: rows stay pending
   (never counted as failed) and retries back off (``worker.health``, which also checks Chroma's
   heartbeat and writes ``DATA_DIR/worker.json``).
@@ -210,11 +212,13 @@ class Worker:
                 self._compaction.rows_arrived()
             elif self._target.copy is not None and not self._target.copy.complete:
                 fill_copy(self._target, state)
-            elif self._copy_order.due(self._target):
-                self._copy_order.run(self._target)
             elif self._compaction.due(state, collection):
                 result = self._compaction.run(self._target, state)
                 self.health.status.compactions += 0 if result.interrupted else 1
+            if self._copy_order.due(self._target):
+                # Busy or idle (issue 16): a worker that gets rows every second is never idle, and
+                # its copy would keep every dead entry and grow in a corpus of constant size.
+                self._copy_order.run(self._target)
         except (StoreUnavailable, SourceUnavailable, EmbeddingUnavailable) as exc:
             # An embedding endpoint that is down is no fault of the rows: they stay pending (no
             # attempt counted), and the next step retries them after the backoff.
