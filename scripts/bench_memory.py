@@ -3,17 +3,19 @@
     .venv/bin/python -m scripts.bench_memory [--minutes 60] [--rate 5] [--sample-seconds 30]
     .venv/bin/python -m scripts.bench_memory --constant --corpus 10000 --minutes 90
 
-Starts the worker (managed mode, everything on: text index, vector copy) as its own process,
-commits ``--rate`` rows per second (prompts, observations and summaries of the demo generator,
-about 3.6 documents a row) and samples the worker's RSS, its documents and its vector copy's
-entries every ``--sample-seconds``.
+Starts the worker (managed mode, everything on: text index, vector copy) as its own process on a
+database of about ``--corpus`` rows, synced before the worker starts with vectors mixed from a
+random pool (what is measured is the worker from then on, not the model's minutes over the
+corpus), commits ``--rate`` rows per second (prompts, observations and summaries of the demo
+generator, about 3.6 documents a row) and samples the worker's RSS, its documents and its vector
+copy's entries every ``--sample-seconds``.
 
 - Growing (the default): the database only grows. Reports RSS after warm-up, last and maximum,
   the trend per hour, and what must grow: the bytes per document of RSS growth after minute 10
   (RSS growth / documents added, and the least-squares slope of RSS against documents).
-- ``--constant``: the database starts with about ``--corpus`` rows, and each row added deletes the
-  oldest one, so the corpus keeps its size (issue 16: RSS at the end within 10% of RSS at minute
-  10). Reports RSS at minute 10 and at the end, their ratio, and the trend after minute 10.
+- ``--constant``: each row added deletes the oldest one, so the corpus keeps its size (issue 16:
+  RSS at the end within 10% of RSS at minute 10). Reports RSS at minute 10 and at the end, their
+  ratio, and the trend after minute 10.
 
 The JSON (default ``.bench/bench_memory.json``) is rewritten at every sample and on SIGTERM, so a
 run cut short leaves its figures (``"partial": true``).
@@ -30,12 +32,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from memsync.config.claude_mem.schema import KINDS, TABLES, Kind
 from memsync.config.formats.vector_copy import DIR as COPY_DIR
 from memsync.config.formats.vector_copy import Manifest
 from memsync.worker.demo import generate
 from memsync.worker.importer import import_records
 from scripts.bench_lag import rss_mb, wait
+from scripts.bench_search import PoolEmbedder
 from scripts.benchlib import report, start_worker, stop_worker, worker_status
 
 WARM_S = 600.0  # minute 10: the reference after warm-up
@@ -146,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     extra = {} if args.reconcile_seconds is None else {"MEMSYNC_RECONCILE_INTERVAL_S": str(args.reconcile_seconds)}
-    s, proc = start_worker("memsync-mem-", sessions=max(1, args.corpus // ROWS_PER_SESSION), **extra)
+    pool = np.random.default_rng(0).standard_normal((256, 384)).astype(np.float32)
+    s, proc = start_worker("memsync-mem-", sessions=max(1, args.corpus // ROWS_PER_SESSION),
+                           seed_embedder=PoolEmbedder(pool / np.linalg.norm(pool, axis=1, keepdims=True)), **extra)
     records = [r for r in generate(n_sessions=2000, seed=9)]
     samples: list[dict[str, float]] = []
     rows = 0
