@@ -16,6 +16,8 @@ run on this thread:
 - **Idle**: fill the vector copy, then compact when due (``worker.maintenance``).
 - **Copy order**: at most once a minute, busy or idle, rewrite the vector copy without its dead
   entries when enough of it is dead or out of order (``worker.maintenance``).
+- **Memory**: after steps that did work, what they freed is given back to the system, at most
+  every 30 s (``worker.memory``).
 - **Degraded**: Chroma, the database or a remote embedding endpoint unavailable: rows stay pending
   (never counted as failed) and retries back off (``worker.health``, which also checks Chroma's
   heartbeat and writes ``DATA_DIR/worker.json``).
@@ -40,6 +42,7 @@ from memsync.worker import logs
 from memsync.worker.health import Health
 from memsync.worker.lock import WorkerLock
 from memsync.worker.maintenance import Compaction, CopyOrder, fill_copy
+from memsync.worker.memory import Trimmer
 from memsync.worker.signals import SignalRelay
 from memsync.worker.state import SyncState
 from memsync.worker.sync import Syncer, SyncResult
@@ -67,6 +70,7 @@ class Worker:
         self._tail = SourceTail(settings.db, settings.sqlite_busy_timeout_ms, self.reconcile_due)
         self._compaction = Compaction(settings, self.stop, self.log)
         self._copy_order = CopyOrder()
+        self._trimmer = Trimmer()
         self._text = TextSync(settings, self.stop)
         self._lock = WorkerLock(settings.data_dir)
         self._state: SyncState | None = None
@@ -190,12 +194,13 @@ class Worker:
 
     def step(self) -> float:
         """Check, sync what is due, record status. Returns how long to wait before the next step."""
+        idle = False
         try:
             if self.health_due.is_set():
                 self.health_due.clear()
                 self.health.check_chroma(self._target)
                 self._store_due = True
-            self._text.step()  # before Chroma: it keeps the lexical fallback fast while Chroma is down
+            indexed = self._text.step()  # before Chroma: it keeps the lexical fallback fast while Chroma is down
             state = self._ensure_open()
             collection = self._target.collection
             assert collection is not None
@@ -215,10 +220,13 @@ class Worker:
             elif self._compaction.due(state, collection):
                 result = self._compaction.run(self._target, state)
                 self.health.status.compactions += 0 if result.interrupted else 1
+            else:
+                idle = indexed is None
             if self._copy_order.due(self._target):
                 # Busy or idle (issue 16): a worker that gets rows every second is never idle, and
                 # its copy would keep every dead entry and grow in a corpus of constant size.
                 self._copy_order.run(self._target)
+                idle = False
         except (StoreUnavailable, SourceUnavailable, EmbeddingUnavailable) as exc:
             # An embedding endpoint that is down is no fault of the rows: they stay pending (no
             # attempt counted), and the next step retries them after the backoff.
@@ -226,6 +234,9 @@ class Worker:
             return self.health.backoff.delay
         self.health.recovered()
         self.health.publish()
+        if not idle:
+            self._trimmer.worked()
+        self._trimmer.maybe()  # what the step freed goes back to the system (worker.memory)
         # A stamp that just moved gets its second look soon: the commit behind it may not have been
         # visible yet, and waiting a whole poll interval would add up to a second of lag.
         return self.s.poll_interval_s if self._tail.settled else min(self.s.poll_interval_s, 0.1)

@@ -191,3 +191,4 @@ class TestWorkerRewritesItsCopy:
                 assert copy.manifest.layout == 2 + i and copy.manifest.ordered == copy.manifest.count
         finally:
             worker._shutdown()
+
