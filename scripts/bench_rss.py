@@ -11,9 +11,10 @@ directory up to date, and the run without the vector copy deletes the copy): use
    (Python and memsync's modules, chromadb's client, the model with one batch embedded, the sync
    records, the vector copy writer with its key index, the text index writer after a full check).
 2. `memsync worker` (managed Chroma) until its first reconcile, then sampled every second for
-   ``--seconds``: with everything on, without the text index, without the vector copy, with
-   neither (in that order: the run without the copy drops it). The first run's memory by mapping
-   (``/proc/PID/smaps``: anonymous memory, and each shared library's resident pages).
+   ``--seconds``: with everything on, twice (the first start in a moved directory aligns the sync
+   records with the store: every id read once), without the text index, without the vector copy,
+   with neither (in that order: the run without the copy drops it). The second run's memory by
+   mapping (``/proc/PID/smaps``: anonymous memory, and each shared library's resident pages).
 Prints tables and writes JSON (default ``.bench/bench_rss.json``).
 """
 
@@ -33,7 +34,8 @@ from memsync.config.settings import Settings
 from scripts.bench_lag import rss_mb
 from scripts.benchlib import ROOT, free_port, print_table, reconciled_worker, settings_env, write_json
 
-VARIANTS = (("everything", {}), ("no text index", {"MEMSYNC_TEXT_INDEX": "false"}),
+VARIANTS = (("everything, first start here (store check: ids aligned)", {}), ("everything", {}),
+            ("no text index", {"MEMSYNC_TEXT_INDEX": "false"}),
             ("no vector copy", {"MEMSYNC_VECTOR_COPY": "false"}),
             ("neither", {"MEMSYNC_TEXT_INDEX": "false", "MEMSYNC_VECTOR_COPY": "false"}))
 
@@ -148,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_worker(settings, extra, args.seconds)
         runs.append({"worker": name, **{k: v for k, v in result.items() if k != "mappings"}})
         print_table(runs[-1:])
-        if name == "everything":
+        if name == "everything":  # the second run: the steady state
             mappings = result["mappings"]
             print_table(mappings)
     print_table(runs)
