@@ -7,9 +7,11 @@ same worker's parts measured one at a time.
 copy of what ``scripts/bench_search.py`` builds. The runs WRITE to it (a worker keeps its data
 directory up to date, and the run without the vector copy deletes the copy): use a copy.
 
-1. Steps, in a fresh process each: RSS after each thing a worker loads, in the order it does
+1. Steps, in a fresh process: RSS after each thing a worker loads (after a trim, as the worker
+   trims after work: ``worker.memory``), in the order it does
    (Python and memsync's modules, chromadb's client, the model with one batch embedded, the sync
-   records, the vector copy writer with its key index, the text index writer after a full check).
+   records, the vector copy writer with its key index, the text index writer after a full check:
+   a rebuild when the directory was moved, since the index names its database by path).
 2. `memsync worker` (managed Chroma) until its first reconcile, then sampled every second for
    ``--seconds``: with everything on, twice (the first start in a moved directory aligns the sync
    records with the store: every id read once), without the text index, without the vector copy,
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from memsync.config.settings import Settings
+from memsync.worker.memory import trim
 from scripts.bench_lag import rss_mb
 from scripts.benchlib import ROOT, free_port, print_table, reconciled_worker, settings_env, write_json
 
@@ -65,6 +68,7 @@ def steps(settings: Settings) -> list[dict[str, Any]]:
 
     def note(what: str, **extra: Any) -> None:
         nonlocal last
+        trim()  # as the worker does after a step that did work (worker.memory)
         now = rss_mb(os.getpid())
         out.append({"step": what, "RSS MB": round(now, 1), "added MB": round(now - last, 1), **extra})
         last = now

@@ -95,7 +95,7 @@ class TestKeyIndex:
 
     def test_memory_is_sixteen_bytes_a_key_after_a_merge(self) -> None:
         index = KeyIndex()
-        n = 300_000
+        n = 60_000
         for k in range(n):
             index.set(pack(k % 3, k, k % 5), k)
         assert len(index) == n
@@ -144,6 +144,21 @@ class TestWriterKeys:
         w = VectorCopyWriter(s, "gen1", MODEL, DIM, fresh=False)
         assert set(w.doc_ids()) == expected - {"prompt_3"}
         assert w.manifest.count == 901
+        w.close()
+
+    def test_row_ids_too_large_to_pack_in_an_int64_are_kept_too(self, tmp_path: Path) -> None:
+        s = Settings(data_dir=tmp_path)
+        huge = [f"prompt_{ROW_MAX + 1 + i}" for i in range(3)]
+        w = VectorCopyWriter(s, "gen1", MODEL, DIM, fresh=True)
+        put(w, [f"prompt_{i}" for i in range(100)] + huge)
+        w.close()
+        w = VectorCopyWriter(s, "gen1", MODEL, DIM, fresh=False)  # the bulk load, with a few one by one
+        assert set(huge) <= set(w.doc_ids()) and len(w.doc_ids()) == 103
+        w.delete(huge[:1])
+        put(w, huge[1:2])  # superseded
+        assert w.missing(huge) == huge[:1] and len(w.doc_ids()) == 102
+        w.reorder()
+        assert w.missing(huge) == huge[:1] and w.manifest.count == 102
         w.close()
 
     def test_a_constant_corpus_keeps_the_writers_memory(self, tmp_path: Path) -> None:
