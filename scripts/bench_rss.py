@@ -13,10 +13,11 @@ directory up to date, and the run without the vector copy deletes the copy): use
    records, the vector copy writer with its key index, the text index writer after a full check:
    a rebuild when the directory was moved, since the index names its database by path).
 2. `memsync worker` (managed Chroma) until its first reconcile, then sampled every second for
-   ``--seconds``: with everything on, twice (the first start in a moved directory aligns the sync
-   records with the store: every id read once), without the text index, without the vector copy,
-   with neither (in that order: the run without the copy drops it). The second run's memory by
-   mapping (``/proc/PID/smaps``: anonymous memory, and each shared library's resident pages).
+   ``--seconds`` while ``--rate`` rows a second are committed, and until they are synced: with
+   everything on, twice (the first start in a moved directory aligns the sync records with the
+   store: every id read once), without the text index, without the vector copy, with neither (in
+   that order: the run without the copy drops it). The second run's memory by mapping
+   (``/proc/PID/smaps``: anonymous memory, and each shared library's resident pages).
 Prints tables and writes JSON (default ``.bench/bench_rss.json``).
 """
 
@@ -33,9 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from memsync.config.settings import Settings
+from memsync.worker.demo import generate
+from memsync.worker.importer import import_records
 from memsync.worker.memory import trim
 from scripts.bench_lag import rss_mb
-from scripts.benchlib import ROOT, free_port, print_table, reconciled_worker, settings_env, write_json
+from scripts.benchlib import ROOT, free_port, print_table, reconciled_worker, settings_env, worker_status, write_json
 
 VARIANTS = (("everything, first start here (store check: ids aligned)", {}), ("everything", {}),
             ("no text index", {"MEMSYNC_TEXT_INDEX": "false"}),
@@ -115,16 +118,26 @@ def steps(settings: Settings) -> list[dict[str, Any]]:
     return out
 
 
-def run_worker(settings: Settings, env_extra: dict[str, str], seconds: float) -> dict[str, Any]:
-    """`memsync worker` until its first reconcile, then RSS sampled every second for ``seconds``."""
+def run_worker(settings: Settings, env_extra: dict[str, str], seconds: float, rate: float) -> dict[str, Any]:
+    """`memsync worker` until its first reconcile, then RSS sampled every second for ``seconds``
+    while ``rate`` rows a second are committed (one transaction each), and until they are synced."""
     proc, reconciled = reconciled_worker(settings, **env_extra)
+    records = list(generate(n_sessions=max(1, int(seconds * rate) // 8 + 1), seed=9))
     try:
-        samples = []
-        for _ in range(int(seconds)):
+        samples = [rss_mb(proc.pid)]
+        start, rows = time.monotonic(), 0
+        while time.monotonic() - start < seconds or worker_status(settings.data_dir).get("pending_rows", 1):
+            if time.monotonic() - start > seconds + 600:
+                raise SystemExit("the worker did not catch up within 10 minutes")
+            if rows < seconds * rate and rows < (time.monotonic() - start) * rate:
+                import_records(settings.db, [{**records[rows % len(records)],
+                                              "created_at_epoch": int(time.time() * 1000), "created_at": None}])
+                rows += 1
+                continue
             samples.append(rss_mb(proc.pid))
-            time.sleep(1)
+            time.sleep(min(1.0, 1 / rate) if rate else 1.0)
         return {"first reconcile s": round(reconciled, 1), "RSS after it MB": round(samples[0]),
-                "RSS max MB": round(max(samples)), "RSS last MB": round(samples[-1]),
+                "rows written": rows, "RSS max MB": round(max(samples)), "RSS last MB": round(samples[-1]),
                 "mappings": by_mapping(proc.pid)}
     finally:
         proc.terminate()
@@ -136,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--rate", type=float, default=5.0, help="rows committed per second while sampling")
+    p.add_argument("--variants", default=",".join(str(i) for i in range(len(VARIANTS))),
+                   help="which worker runs, by number (0: first start, 1: everything, ...)")
+    p.add_argument("--no-steps", action="store_true", help="skip part 1")
     p.add_argument("--steps-only", action="store_true", help=argparse.SUPPRESS)  # the child of part 1
     p.add_argument("--out", type=Path, default=ROOT / ".bench" / "bench_rss.json")
     args = p.parse_args(argv)
@@ -145,13 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps_only:
         print(json.dumps(steps(settings)))
         return 0
-    child = subprocess.run([sys.executable, "-m", "scripts.bench_rss", "--work", str(work), "--steps-only"],
-                           cwd=ROOT, env=settings_env(settings), capture_output=True, text=True, check=True)
-    step_rows = json.loads(child.stdout.strip().splitlines()[-1])
-    print_table(step_rows)
+    step_rows: list[dict[str, Any]] = []
+    if not args.no_steps:
+        child = subprocess.run([sys.executable, "-m", "scripts.bench_rss", "--work", str(work), "--steps-only"],
+                               cwd=ROOT, env=settings_env(settings), capture_output=True, text=True, check=True)
+        step_rows = json.loads(child.stdout.strip().splitlines()[-1])
+        print_table(step_rows)
     runs = []
-    for name, extra in VARIANTS:
-        result = run_worker(settings, extra, args.seconds)
+    mappings: list[dict[str, Any]] = []
+    for name, extra in (VARIANTS[int(i)] for i in args.variants.split(",")):
+        result = run_worker(settings, extra, args.seconds, args.rate)
         runs.append({"worker": name, **{k: v for k, v in result.items() if k != "mappings"}})
         print_table(runs[-1:])
         if name == "everything":  # the second run: the steady state
