@@ -28,8 +28,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,7 +41,7 @@ from memsync.worker.importer import import_records, init_db
 from memsync.worker.resync import resync
 from scripts.bench_lag import rss_mb
 from scripts.bench_search import QUERIES, PoolEmbedder, pct
-from scripts.benchlib import ROOT, free_port, print_table, settings_env, worker_status, write_json
+from scripts.benchlib import ROOT, free_port, print_table, reconciled_worker, write_json
 
 
 def size_mb(path: Path) -> float:
@@ -94,16 +92,9 @@ def build(work: Path, documents: int, pool_embedder: PoolEmbedder, rebuild: bool
 
 def worker_reconcile(settings: Settings) -> tuple[float, float]:
     """Start `memsync worker` on the synced data; (RSS MB, seconds) at the end of its first reconcile."""
-    env = settings_env(settings)
-    t = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "memsync", "worker"], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, seconds = reconciled_worker(settings)
     try:
-        while not worker_status(settings.data_dir).get("reconciles"):
-            if proc.poll() is not None or time.monotonic() - t > 3600:
-                raise SystemExit("the worker did not finish its first reconcile")
-            time.sleep(0.5)
-        return rss_mb(proc.pid), time.monotonic() - t
+        return rss_mb(proc.pid), seconds
     finally:
         proc.terminate()
         proc.wait(120)

@@ -9,16 +9,19 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
 
+from memsync.config.embedding import Embedder
 from memsync.config.formats.worker_status import read_worker_status
 from memsync.config.settings import ENV_PREFIX, Settings
 from memsync.worker.demo import generate
 from memsync.worker.importer import import_records, init_db
+from memsync.worker.resync import resync
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,18 +56,39 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
     return env
 
 
-def start_worker(prefix: str) -> tuple[Settings, subprocess.Popen[bytes]]:
-    """A fresh demo database (about 200 rows) in a temporary directory and `memsync worker` on it
-    (managed Chroma on a free port) as its own process. The caller terminates the process."""
+def start_worker(prefix: str, sessions: int = 25, seed_embedder: Embedder | None = None,
+                 **env_extra: str) -> tuple[Settings, subprocess.Popen[bytes]]:
+    """A fresh demo database (``sessions`` sessions, about 8 rows each) in a temporary directory and
+    `memsync worker` on it (managed Chroma on a free port, ``env_extra`` in its environment) as its
+    own process. With ``seed_embedder``, the database is synced with it first (a large corpus in
+    seconds, not the model's minutes; the worker finds it synced). The caller terminates the process."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
     s = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", chroma_mode="managed", chroma_port=free_port())
     init_db(s.db)
-    import_records(s.db, generate(n_sessions=25, seed=5))
+    import_records(s.db, generate(n_sessions=sessions, seed=5))
+    if seed_embedder is not None:
+        resync(s, embedder=seed_embedder)
     env = {**os.environ, "MEMSYNC_DB": str(s.db), "MEMSYNC_DATA_DIR": str(s.data_dir),
-           "MEMSYNC_CHROMA_PORT": str(s.chroma_port), "PYTHONPATH": str(ROOT)}
+           "MEMSYNC_CHROMA_PORT": str(s.chroma_port), "PYTHONPATH": str(ROOT), **env_extra}
     proc = subprocess.Popen([sys.executable, "-m", "memsync", "worker"], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return s, proc
+
+
+def reconciled_worker(settings: Settings, **env_extra: str) -> tuple[subprocess.Popen[bytes], float]:
+    """`memsync worker` on ``settings``' synced data (``env_extra`` in its environment) and the
+    seconds until its first full reconcile ended. The caller terminates the process."""
+    env = settings_env(settings, **env_extra)
+    (settings.data_dir / "worker.json").unlink(missing_ok=True)  # a status left by an earlier run
+    t = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "memsync", "worker"], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not worker_status(settings.data_dir).get("reconciles"):
+        if proc.poll() is not None or time.monotonic() - t > 3600:
+            proc.terminate()
+            raise SystemExit("the worker did not finish its first reconcile")
+        time.sleep(0.5)
+    return proc, time.monotonic() - t
 
 
 def stop_worker(settings: Settings, proc: subprocess.Popen[bytes]) -> None:

@@ -15,6 +15,10 @@ run on this thread:
   and a reconcile re-drives exactly what changed (``worker.target.check_store``).
 - **Idle**: fill the vector copy, collect the embedding store's garbage after a full pass that
   changed documents, then compact when due (``worker.maintenance``).
+- **Copy order**: at most once a minute, busy or idle, rewrite the vector copy without its dead
+  entries when enough of it is dead or out of order (``worker.maintenance``).
+- **Memory**: after steps that did work, what they freed is given back to the system, at most
+  every 30 s (``worker.memory``).
 - **Degraded**: Chroma, the database or a remote embedding endpoint unavailable: rows stay pending
   (never counted as failed) and retries back off (``worker.health``, which also checks Chroma's
   heartbeat and writes ``DATA_DIR/worker.json``).
@@ -40,6 +44,7 @@ from memsync.worker.embedstore import EmbeddingStore
 from memsync.worker.health import Health
 from memsync.worker.lock import WorkerLock
 from memsync.worker.maintenance import Compaction, CopyOrder, StoreCollection, fill_copy
+from memsync.worker.memory import Trimmer
 from memsync.worker.signals import SignalRelay
 from memsync.worker.state import SyncState
 from memsync.worker.sync import Syncer, SyncResult
@@ -68,6 +73,7 @@ class Worker:
         self._compaction = Compaction(settings, self.stop, self.log)
         self._copy_order = CopyOrder()
         self._serving = False  # the loop runs (not --once): worth warming the server's index for searches
+        self._trimmer = Trimmer()
         self._text = TextSync(settings, self.stop)
         self._lock = WorkerLock(settings.data_dir)
         self._state: SyncState | None = None
@@ -201,12 +207,13 @@ class Worker:
 
     def step(self) -> float:
         """Check, sync what is due, record status. Returns how long to wait before the next step."""
+        idle = False
         try:
             if self.health_due.is_set():
                 self.health_due.clear()
                 self.health.check_chroma(self._target)
                 self._store_due = True
-            self._text.step()  # before Chroma: it keeps the lexical fallback fast while Chroma is down
+            indexed = self._text.step()  # before Chroma: it keeps the lexical fallback fast while Chroma is down
             state = self._ensure_open()
             collection = self._target.collection
             assert collection is not None
@@ -223,13 +230,18 @@ class Worker:
                 self._compaction.rows_arrived()
             elif self._target.copy is not None and not self._target.copy.complete:
                 fill_copy(self._target, state)
-            elif self._copy_order.due(self._target):
-                self._copy_order.run(self._target)
             elif self._collection.due():
                 self._collection.run(state)
             elif self._compaction.due(state, collection):
                 result = self._compaction.run(self._target, state)
                 self.health.status.compactions += 0 if result.interrupted else 1
+            else:
+                idle = indexed is None
+            if self._copy_order.due(self._target):
+                # Busy or idle (issue 16): a worker that gets rows every second is never idle, and
+                # its copy would keep every dead entry and grow in a corpus of constant size.
+                self._copy_order.run(self._target)
+                idle = False
         except (StoreUnavailable, SourceUnavailable, EmbeddingUnavailable) as exc:
             # An embedding endpoint that is down is no fault of the rows: they stay pending (no
             # attempt counted), and the next step retries them after the backoff.
@@ -239,6 +251,9 @@ class Worker:
         self.health.status.index_loading_since_ms = self._target.warmup.loading_since_ms
         self.health.status.index_loaded_in_ms = self._target.warmup.loaded_in_ms
         self.health.publish()
+        if not idle:
+            self._trimmer.worked()
+        self._trimmer.maybe()  # what the step freed goes back to the system (worker.memory)
         # A stamp that just moved gets its second look soon: the commit behind it may not have been
         # visible yet, and waiting a whole poll interval would add up to a second of lag.
         return self.s.poll_interval_s if self._tail.settled else min(self.s.poll_interval_s, 0.1)

@@ -6,6 +6,8 @@
 - **Vector copy order**: the copy is rewritten without its dead entries and in date order when
   enough of it is dead or appended out of order (``VectorCopyWriter.needs_reorder``), looked at
   once a minute at most: a second or two at 313k documents, and a window then reads one slice.
+  Unlike the rest, this runs in busy steps too: a worker given rows every second (5 a second in
+  issue 16's constant-size soak) has no idle step, and its copy kept every dead entry.
 - **Compaction**: off-peak (no new rows for ``compact_idle_s``) and with enough churn, the active
   generation is rebuilt without its dead vectors (``worker.compact``); the churn is counted at
   most once a minute so that an idle worker stays idle. Then, when the worker started the managed
@@ -33,7 +35,7 @@ from memsync.worker.vectorcopy import fill_from_store
 
 COMPACT_CHECK_S = 60.0  # how often an idle worker looks at the churn (one COUNT over its records)
 COPY_FILL_BUDGET = 5000  # documents per idle step when filling a vector copy from Chroma (~0.5 s)
-REORDER_CHECK_S = 60.0  # how often an idle worker asks whether its vector copy needs a rewrite
+REORDER_CHECK_S = 60.0  # how often the worker asks whether its vector copy needs a rewrite
 REORDER_RETRY_S = 3600.0  # after a failed rewrite (its half-written files are deleted by the next)
 
 

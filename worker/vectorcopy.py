@@ -46,9 +46,9 @@ from memsync.config.formats.vector_copy import (
 )
 from memsync.config.settings import Settings
 from memsync.worker import logs
+from memsync.worker.copykeys import ROW_MAX, ROW_MIN, KeyIndex, pack, pack_arrays, unpack
 from memsync.worker.state import SyncState
 
-Key = tuple[int, int, int]  # kind code, row id, field code
 CODE_TABLES = ("fields", "projects", "types")
 PAGE = 500
 # A rewrite is due when this share of the entries is dead (disk and scan time spent on nothing) or
@@ -79,7 +79,7 @@ class VectorCopyWriter:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.collection, self.model, self.dim = collection, model, dim
         self._lock_fh: IO[str] = open(self.dir / LOCK_FILE, "a+")  # noqa: SIM115 - held for the writer's life
-        self._keys: dict[Key, int] = {}
+        self._keys = KeyIndex()  # packed (kind, row, field) → entry position of each live document
         self._loaded = 0
         self._codes: dict[str, dict[str, int]] = {}  # value → code per manifest table, for O(1) lookups
         self.absent: set[str] = set()  # acknowledged ids a fill found missing in Chroma
@@ -124,7 +124,8 @@ class VectorCopyWriter:
         changed); mark older duplicates dead (left by a crash between an append and its dead marks)."""
         manifest = Manifest.read(self.dir) or self.manifest
         if manifest.layout != self.manifest.layout:
-            self._keys, self._loaded = {}, 0
+            self._keys.clear()
+            self._loaded = 0
         self.manifest = manifest
         self._codes = {name: {v: i for i, v in enumerate(getattr(manifest, name))} for name in CODE_TABLES}
         if manifest.count <= self._loaded:
@@ -132,18 +133,28 @@ class VectorCopyWriter:
         arrays = open_arrays(self.dir, manifest)
         if arrays is None:
             raise OSError(f"vector copy {self.dir} is shorter than its manifest")
-        entries = np.asarray(arrays[1][self._loaded:manifest.count])
-        live = np.flatnonzero(entries["live"])
-        picked = entries[live]
-        dead: list[int] = []
-        for offset, kind, row, field_code in zip(live.tolist(), picked["kind"].tolist(), picked["row"].tolist(),
-                                                 picked["field"].tolist(), strict=True):
-            old = self._keys.get((kind, row, field_code))
-            if old is not None:
-                dead.append(old)
-            self._keys[(kind, row, field_code)] = self._loaded + offset
+        dead = self._index(np.asarray(arrays[1][self._loaded:manifest.count]), self._loaded)
         self._loaded = manifest.count
         self._mark_dead(dead)
+
+    def _index(self, entries: npt.NDArray[Any], start: int) -> list[int]:
+        """Add the live ones of ``entries`` (at positions from ``start``) to the key index; returns
+        the positions they supersede. Many at once (a start-up or a rewrite) in one sort."""
+        live = np.flatnonzero(entries["live"])
+        picked = entries[live]
+        rows = picked["row"]
+        fits = (rows >= ROW_MIN) & (rows <= ROW_MAX)
+        dead: list[int] = []
+        if len(live) >= 64:
+            dead = self._keys.set_many(pack_arrays(picked["kind"][fits], rows[fits], picked["field"][fits]),
+                                       live[fits].astype(np.int64) + start)
+            live, picked = live[~fits], picked[~fits]
+        for offset, kind, row, field_code in zip(live.tolist(), picked["kind"].tolist(), picked["row"].tolist(),
+                                                 picked["field"].tolist(), strict=True):
+            old = self._keys.set(pack(kind, row, field_code), start + offset)
+            if old is not None:
+                dead.append(old)
+        return dead
 
     def _code(self, table: str, value: str) -> int:
         """The code of a field, project or type value, added to the manifest's table when new."""
@@ -154,7 +165,7 @@ class VectorCopyWriter:
             codes[value] = len(values) - 1
         return codes[value]
 
-    def _key(self, doc_id: str, add: bool = False) -> Key | None:
+    def _key(self, doc_id: str, add: bool = False) -> int | None:
         """A document's key; None for a non-id, and (unless ``add``) for a field no entry has, so
         that lookups never grow the code tables."""
         try:
@@ -164,7 +175,7 @@ class VectorCopyWriter:
         field_name = d.field or ""
         if not add and field_name not in self._codes["fields"]:
             return None
-        return KIND_BYTE[d.kind], d.sqlite_id, self._code("fields", field_name)
+        return pack(KIND_BYTE[d.kind], d.sqlite_id, self._code("fields", field_name))
 
     def put(self, doc_ids: Sequence[str], vectors: npt.NDArray[np.float32],
             metadatas: Sequence[Mapping[str, Any]]) -> None:
@@ -205,7 +216,7 @@ class VectorCopyWriter:
             dead = []
             for doc_id in doc_ids:
                 key = self._key(doc_id)
-                pos = self._keys.pop(key, None) if key is not None else None
+                pos = self._keys.pop(key) if key is not None else None
                 if pos is not None:
                     dead.append(pos)
             self._mark_dead(dead)
@@ -228,7 +239,7 @@ class VectorCopyWriter:
         with self._locked():
             self._refresh()
             fields = self.manifest.fields
-            return [format_doc_id(KINDS[k], row, fields[f] or None) for k, row, f in self._keys]
+            return [format_doc_id(KINDS[k], row, fields[f] or None) for k, row, f in map(unpack, self._keys)]
 
     def missing(self, acknowledged: Sequence[str]) -> list[str]:
         """Which of these document ids the copy does not hold."""
@@ -275,9 +286,9 @@ class VectorCopyWriter:
                 self._remove_files(keep=old.layout)  # the old copy stays as it was
                 raise
             self.manifest, self._loaded = new, len(order)
-            kept = entries[order]
-            self._keys = {(k, r, f): i for i, (k, r, f) in enumerate(zip(
-                kept["kind"].tolist(), kept["row"].tolist(), kept["field"].tolist(), strict=True))}
+            self._keys.clear()
+            for start in range(0, len(order), REWRITE_CHUNK):
+                self._index(np.asarray(entries[order[start:start + REWRITE_CHUNK]]), start)
             self._remove_files(keep=layout)
             per_entry = old.dim + ENTRY.itemsize
             result = ReorderResult(len(order), old.count - len(order), old.count * per_entry, len(order) * per_entry)
@@ -289,16 +300,17 @@ class VectorCopyWriter:
                 metadatas: Sequence[Mapping[str, Any]]) -> None:
         m = self.manifest
         rows = np.zeros(len(doc_ids), ENTRY)
-        keys: list[Key | None] = []
+        keys: list[int | None] = []
         for i, (doc_id, meta) in enumerate(zip(doc_ids, metadatas, strict=True)):
             key = self._key(doc_id, add=True)
             keys.append(key)
             if key is None:
                 continue
-            rows[i] = (key[1], int(meta.get("created_at_epoch") or 0), scale[i],
+            kind, row, field_code = unpack(key)
+            rows[i] = (row, int(meta.get("created_at_epoch") or 0), scale[i],
                        self._code("projects", str(meta.get("project") or "")),
                        self._code("projects", str(meta.get("merged_into_project") or "")),
-                       key[2], self._code("types", str(meta.get("type") or "")), key[0], 1)
+                       field_code, self._code("types", str(meta.get("type") or "")), kind, 1)
         start = m.count
         # Bytes past `count` are a crashed append: overwritten here.
         for name, data in ((vectors_file(m.layout), q), (entries_file(m.layout), rows)):
@@ -316,10 +328,9 @@ class VectorCopyWriter:
             if key is None:
                 dead.append(start + i)  # not a document id: never live
                 continue
-            old = self._keys.get(key)
+            old = self._keys.set(key, start + i)
             if old is not None:
                 dead.append(old)
-            self._keys[key] = start + i
         self._mark_dead(dead)
 
     def _mark_dead(self, positions: Sequence[int]) -> None:
