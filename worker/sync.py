@@ -3,10 +3,13 @@
 Exact and idempotent (design decisions 2 and 3): every row's documents are compared by content
 hash with the records; unchanged ones are neither embedded nor written; documents whose text is
 unchanged but whose metadata changed (a project merge) get a metadata update without embedding;
-documents that vanished (a deleted row, a shrunk facts list) are deleted once. Rows are read in id
+documents that vanished (a deleted row, a shrunk facts list) are deleted once. Rows are taken in id
 ranges, and records are compared per range, so rows deleted anywhere, including past the last
-row, are found. Records are written only after Chroma acknowledged, so a crash at any point
-replays at most the batch in flight and never leaves an orphan unaccounted for.
+row, are found. A range is first compared by its rows' hashes, computed in SQL, with its records:
+when they agree it is done without reading a row into Python (a reconcile of an unchanged
+database); otherwise its rows are read and compared one by one. Records are written only after
+Chroma acknowledged, so a crash at any point replays at most the batch in flight and never leaves
+an orphan unaccounted for.
 """
 
 from __future__ import annotations
