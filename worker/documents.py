@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+import marshal
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,13 +114,30 @@ def _hash(payload: Any) -> str:
     return hashlib.sha256(data.encode("utf-8", errors="surrogatepass")).hexdigest()[:32]
 
 
+# Prefix of every row hash: a new derivation version (or title policy) makes every row compare as
+# changed, so each is derived again and its documents compared by content hash.
+ROW_HASH_SALT = f"memsync-row:{DOCS_VERSION}:{TITLE_POLICY}:marshal2:".encode()
+
+
+def row_shape(kind: Kind, names: Iterable[str]) -> str:
+    """What a row hash says the cells are: the kind and the column names, in order."""
+    return f"{kind.value}|{','.join(names)}"
+
+
+def row_cells_hash(*cells: Any) -> str:
+    """The row hash of ``(shape, value, value, ...)``, the values being SQLite's cells as Python
+    reads them (str, int, float, bytes, None). ``marshal`` (format 2: no references, floats in
+    binary) encodes them exactly, with their types and lengths, in one C call; the reader also
+    registers this function in SQL, so a pass can hash every row without building it in Python
+    (``worker.source.SourceReader.row_hashes``)."""
+    return hashlib.sha256(ROW_HASH_SALT + marshal.dumps(cells, 2)).hexdigest()[:32]
+
+
 def row_values_hash(row: SourceRow) -> str:
     """Hash of every source value the derivation reads (plus its version): what a row's sync record
-    keeps (``rows.row_hash``), so that a pass skips rows that did not change. ``repr`` of the
-    (column, value) pairs is exact for SQLite's str/int/float/bytes/None values and several times
-    cheaper than JSON on this hot path (every row, every pass)."""
-    payload = f"{DOCS_VERSION}|{TITLE_POLICY}|{row.kind.value}|{row.id}|{tuple(row.values.items())!r}"
-    return hashlib.blake2b(payload.encode("utf-8", errors="surrogatepass"), digest_size=16).hexdigest()
+    keeps (``rows.row_hash``), so that a pass skips rows that did not change. Equal to the SQL
+    function's hash of the same cells (:func:`row_cells_hash`)."""
+    return row_cells_hash(row_shape(row.kind, row.values), *row.values.values())
 
 
 def _base_metadata(row: SourceRow) -> dict[str, str | int]:

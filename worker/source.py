@@ -10,14 +10,24 @@ import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from memsync.config.claude_mem.connection import fetch_all, open_source_db
+from memsync.config.claude_mem.connection import decode_text, fetch_all, open_source_db
 from memsync.config.claude_mem.schema import KINDS, SESSIONS_TABLE, TABLES, Kind, SchemaError, SourceSchema, detect
 from memsync.config.errors import SourceUnavailable
 from memsync.config.formats.text_index import fingerprint_hash
-from memsync.worker.documents import SourceRow
+from memsync.worker.documents import SourceRow, row_cells_hash, row_shape
 
 FINGERPRINT_SQL = "memsync_fingerprint_hash"  # the SQL function text_fingerprint sums
+ROW_HASH_SQL = "memsync_row_hash"  # documents.row_cells_hash, for row_hashes
+ROW_HASH_TYPED_SQL = "memsync_row_hash_typed"  # the same over (type, value) pairs, text as bytes
+
+
+def _typed_row_hash(shape: str, *pairs: Any) -> str:
+    """``row_cells_hash`` of cells passed as (SQL type, value) pairs, text as bytes: decoded here as
+    ``fetch_all`` decodes text that is not UTF-8."""
+    cells = [decode_text(v) if t == "text" else v for t, v in zip(pairs[::2], pairs[1::2], strict=True)]
+    return row_cells_hash(shape, *cells)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +47,8 @@ class SourceReader:
         self._conn = open_source_db(path, busy_timeout_ms)
         self.immutable = self._conn.immutable  # a snapshot: reopen when the file changes
         self._conn.create_function(FINGERPRINT_SQL, -1, fingerprint_hash, deterministic=True)
+        self._conn.create_function(ROW_HASH_SQL, -1, row_cells_hash, deterministic=True)
+        self._conn.create_function(ROW_HASH_TYPED_SQL, -1, _typed_row_hash, deterministic=True)
         try:
             self.schema: SourceSchema = detect(self._conn)
         except SchemaError:
@@ -53,38 +65,79 @@ class SourceReader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _session_join(self, kind: Kind, alias: str) -> tuple[str, str]:
-        """(extra select columns, JOIN clause) for the session a row belongs to."""
+    def _row_columns(self, kind: Kind) -> tuple[list[tuple[str, str]], str]:
+        """(SQL expression, logical name) of every cell a row of ``kind`` is read as (its table's
+        logical columns, then its session's), and the JOIN clause for the session."""
         sch = self.schema
+        cols = sch.select_columns(TABLES[kind], "t")
         platform = sch.column(SESSIONS_TABLE, "platform_source")
-        plat_sql = f's."{platform}" AS platform_source' if platform else "NULL AS platform_source"
-        join = f"LEFT JOIN {SESSIONS_TABLE} s ON {sch.session_match(kind, alias, 's')}"
+        cols.append((f's."{platform}"' if platform else "NULL", "platform_source"))
+        join = f"LEFT JOIN {SESSIONS_TABLE} s ON {sch.session_match(kind, 't', 's')}"
         if kind is Kind.PROMPT:
             sess_ms = sch.column(SESSIONS_TABLE, "memory_session_id")
-            ms = f's."{sess_ms}" AS memory_session_id' if sess_ms else "NULL AS memory_session_id"
-            return f"{plat_sql}, s.project AS project, {ms}, NULL AS merged_into_project", join
-        return plat_sql, join
+            cols += [("s.project", "project"), (f's."{sess_ms}"' if sess_ms else "NULL", "memory_session_id"),
+                     ("NULL", "merged_into_project")]
+        return cols, join
 
-    def _project_clause(self, kind: Kind, alias: str) -> str:
-        if kind is Kind.PROMPT:
-            return "s.project = :project"
-        if self.schema.column(TABLES[kind], "merged_into_project"):
-            return f"({alias}.project = :project OR {alias}.merged_into_project = :project)"
-        return f"{alias}.project = :project"
-
-    def read_batch(self, kind: Kind, after_id: int, limit: int, project: str | None = None) -> list[SourceRow]:
-        """Rows of ``kind`` with id > ``after_id``, by id, at most ``limit``; fully fetched (the read
-        transaction is over when this returns)."""
-        table = TABLES[kind]
-        extra, join = self._session_join(kind, "t")
-        select = self.schema.select_list(table, "t")
+    def _where(self, kind: Kind, project: str | None, up_to: int | None) -> str:
         where = "t.id > :after"
-        if project is not None:
-            where += " AND " + self._project_clause(kind, "t")
-        sql = f"SELECT {select}, {extra} FROM {table} t {join} WHERE {where} ORDER BY t.id LIMIT :limit"
-        params = {"after": after_id, "limit": limit, "project": project}
+        if up_to is not None:
+            where += " AND t.id <= :up_to"
+        if project is None:
+            return where
+        if kind is Kind.PROMPT:
+            return where + " AND s.project = :project"
+        if self.schema.column(TABLES[kind], "merged_into_project"):
+            return where + " AND (t.project = :project OR t.merged_into_project = :project)"
+        return where + " AND t.project = :project"
+
+    def read_batch(
+        self, kind: Kind, after_id: int, limit: int, project: str | None = None, up_to: int | None = None
+    ) -> list[SourceRow]:
+        """Rows of ``kind`` with id > ``after_id`` (and <= ``up_to``), by id, at most ``limit``;
+        fully fetched (the read transaction is over when this returns)."""
+        cols, join = self._row_columns(kind)
+        select = ", ".join(f'{expr} AS "{name}"' for expr, name in cols)
+        sql = (f"SELECT {select} FROM {TABLES[kind]} t {join} WHERE {self._where(kind, project, up_to)} "
+               "ORDER BY t.id LIMIT :limit")
+        params = {"after": after_id, "limit": limit, "project": project, "up_to": up_to}
         rows = self._fetch(sql, params)
         return [SourceRow(kind, int(r["id"]), dict(r)) for r in rows]
+
+    def row_hashes(self, kind: Kind, after_id: int, limit: int, project: str | None = None) -> list[tuple[int, str]]:
+        """(id, row hash) of the rows ``read_batch`` would return, without reading them into Python:
+        SQLite hands each row's cells to the hash function (``documents.row_cells_hash``), so the
+        hash equals ``documents.row_values_hash`` of the row ``read_batch`` returns. A pass compares
+        these with the sync records and reads in full only the rows that differ (issue 16)."""
+        cols, join = self._row_columns(kind)
+        names = [name for _, name in cols]
+        if len(set(names)) != len(names):  # a row's values are a dict: the hashes would never agree
+            raise SchemaError(f"duplicate column names for {kind.value}: {names}")
+        params = {"after": after_id, "limit": limit, "project": project, "up_to": None,
+                  "shape": row_shape(kind, names)}
+        tail = f"FROM {TABLES[kind]} t {join} WHERE {self._where(kind, project, None)} ORDER BY t.id LIMIT :limit"
+        args = ", ".join(expr for expr, _ in cols)
+        try:
+            return self._fetch_tuples(f"SELECT t.id, {ROW_HASH_SQL}(:shape, {args}) {tail}", params)
+        except sqlite3.OperationalError as exc:
+            if "user-defined function" not in str(exc):
+                raise SourceUnavailable(f"reading {self.path}: {exc}") from exc
+        # Text that is not UTF-8 cannot become a Python argument: pass such cells as bytes with their
+        # type, decoded the way a read batch decodes them (replacement characters).
+        args = ", ".join(f"typeof({e}), CASE typeof({e}) WHEN 'text' THEN CAST({e} AS BLOB) ELSE {e} END"
+                         for e, _ in cols)
+        try:
+            return self._fetch_tuples(f"SELECT t.id, {ROW_HASH_TYPED_SQL}(:shape, {args}) {tail}", params)
+        except sqlite3.OperationalError as exc:
+            raise SourceUnavailable(f"reading {self.path}: {exc}") from exc
+
+    def _fetch_tuples(self, sql: str, params: Mapping[str, object]) -> list[tuple[int, str]]:
+        cur = self._conn.cursor()
+        cur.row_factory = None
+        try:
+            return cur.execute(sql, params).fetchall()
+        finally:
+            cur.close()
 
     def iter_rows(self, kind: Kind, batch: int, project: str | None = None) -> Iterator[list[SourceRow]]:
         """Every row of ``kind`` in batches (each its own short read)."""
@@ -101,7 +154,7 @@ class SourceReader:
     def row_refs(self, kind: Kind) -> list[RowRef]:
         """(id, project, merged_into_project) of every row of ``kind``, for status."""
         table = TABLES[kind]
-        _, join = self._session_join(kind, "t")
+        _, join = self._row_columns(kind)
         if kind is Kind.PROMPT:
             sql = f"SELECT t.id AS id, s.project AS project, NULL AS merged FROM {table} t {join}"
         else:

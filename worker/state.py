@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memsync.config.claude_mem.schema import Kind
+from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.formats.sync_records import STATE_DDL
 from memsync.worker import logs
 
@@ -52,6 +52,19 @@ class RowRecord:
     merged_into_project: str
     attempts: int
     docs: int
+
+
+@dataclass(frozen=True, slots=True)
+class RangeTotals:
+    """What the records of one id range add up to; with ``settled_rows``, enough to tell that a
+    range of unchanged rows needs nothing (``worker.sync``)."""
+
+    rows: int  # row records of the pass (in its project, when it has one)
+    failed: int  # of those, rows recorded as failed
+    docs: int  # documents of those rows that are synced
+    synced_docs: int  # documents of every synced row in range, whatever its project
+    doc_records: int  # document records in range (acknowledged or intent), whatever their project
+
 
 
 def now_ms() -> int:
@@ -139,6 +152,35 @@ class SyncState:
         ).fetchone()
         return int(row[0])
 
+    def settled_rows(
+        self, collection: str, kind: Kind, lo: int, hi: int, project: str | None, max_attempts: int
+    ) -> list[tuple[int, str]]:
+        """(source_id, row_hash) by source_id, lo < source_id <= hi, of the rows a pass has nothing to
+        do for while their values keep this hash: synced, or failed ``max_attempts`` times; only the
+        rows recorded in ``project`` (or merged into it) when one is given."""
+        in_project = "" if project is None else " AND (project = :p OR merged_into_project = :p)"
+        return self._conn.execute(
+            "SELECT source_id, row_hash FROM rows WHERE collection = :c AND kind = :k AND source_id > :lo "
+            "AND source_id <= :hi AND (status = :synced OR (status = :failed AND attempts >= :max))"
+            f"{in_project} ORDER BY source_id",
+            {"c": collection, "k": kind.value, "lo": lo, "hi": hi, "p": project, "synced": SYNCED, "failed": FAILED,
+             "max": max_attempts},
+        ).fetchall()
+
+    def range_totals(self, collection: str, kind: Kind, lo: int, hi: int, project: str | None) -> RangeTotals:
+        """Counts of the records with lo < source_id <= hi (see :class:`RangeTotals`), in one query."""
+        in_project = "1" if project is None else "(project = :p OR merged_into_project = :p)"
+        row = self._conn.execute(
+            f"SELECT COALESCE(SUM({in_project}), 0), COALESCE(SUM({in_project} AND status = :failed), 0), "
+            f"COALESCE(SUM(CASE WHEN {in_project} AND status = :synced THEN docs END), 0), "
+            "COALESCE(SUM(CASE WHEN status = :synced THEN docs END), 0), "
+            "(SELECT COUNT(*) FROM docs WHERE collection = :c AND kind = :k AND source_id > :lo AND source_id <= :hi) "
+            "FROM rows WHERE collection = :c AND kind = :k AND source_id > :lo AND source_id <= :hi",
+            {"c": collection, "k": kind.value, "lo": lo, "hi": hi, "p": project, "failed": FAILED,
+             "synced": SYNCED},
+        ).fetchone()
+        return RangeTotals(*(int(x) for x in row))
+
     def doc_counts(self, collection: str) -> list[tuple[str, int, int, int | None]]:
         """(kind, source_id, synced documents, last synced_at) per row with acknowledged documents."""
         cur = self._conn.execute(
@@ -164,11 +206,16 @@ class SyncState:
         return (int(row[0]), str(row[1])) if row else None
 
     def watermarks(self, collection: str) -> dict[Kind, int]:
-        """The highest source id with a row record, per kind: new rows are those above it."""
-        cur = self._conn.execute(
-            "SELECT kind, MAX(source_id) FROM rows WHERE collection=? GROUP BY kind", (collection,)
-        )
-        return {Kind(k): int(m) for k, m in cur}
+        """The highest source id with a row record, per kind: new rows are those above it. One MAX per
+        kind is a lookup at the end of the primary key; a GROUP BY kind read every record (12 ms at
+        87,414 rows, twice in every tail pass)."""
+        out: dict[Kind, int] = {}
+        for kind in KINDS:
+            row = self._conn.execute("SELECT MAX(source_id) FROM rows WHERE collection=? AND kind=?",
+                                     (collection, kind.value)).fetchone()
+            if row[0] is not None:
+                out[kind] = int(row[0])
+        return out
 
     def doc_hashes(self, collection: str) -> dict[str, str | None]:
         """doc id → content hash of every document record of a collection (None: an intent)."""

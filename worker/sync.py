@@ -3,12 +3,15 @@
 Exact and idempotent (design decisions 2 and 3): every row's documents are compared by content
 hash with the records; unchanged ones are neither embedded nor written; documents whose text is
 unchanged but whose metadata changed (a project merge) get a metadata update without embedding;
-documents that vanished (a deleted row, a shrunk facts list) are deleted once. Rows are read in id
+documents that vanished (a deleted row, a shrunk facts list) are deleted once. Rows are taken in id
 ranges, and records are compared per range, so rows deleted anywhere, including past the last
-row, are found. Records are written only after Chroma acknowledged, so a crash at any point
-replays at most the batch in flight and never leaves an orphan unaccounted for. Documents to
-embed are first looked up in the embedding store (``worker.embedstore``): a text already embedded
-by the same model, in this pass or any earlier one, is not embedded again.
+row, are found. A range is first compared by its rows' hashes, computed in SQL, with its records:
+when they agree it is done without reading a row into Python (a reconcile of an unchanged
+database); otherwise its rows are read and compared one by one. Records are written only after
+Chroma acknowledged, so a crash at any point replays at most the batch in flight and never leaves
+an orphan unaccounted for. Documents to embed are first looked up in the embedding store
+(``worker.embedstore``): a text already embedded by the same model, in this pass or any earlier
+one, is not embedded again.
 """
 
 from __future__ import annotations
@@ -183,10 +186,49 @@ class Syncer:
             if self.stop.is_set():
                 return False
             t = time.perf_counter()
-            rows = self.reader.read_batch(kind, after, self.read_batch_rows, project)
+            hashes = self.reader.row_hashes(kind, after, self.read_batch_rows, project)
             tally.read_s += time.perf_counter() - t
             # The last (short) batch owns everything above it: rows deleted at the tail.
-            hi = rows[-1].id if len(rows) == self.read_batch_rows else INF_ID
+            hi = hashes[-1][0] if len(hashes) == self.read_batch_rows else INF_ID
+            if not self._settled(kind, hashes, after, hi, project, tally) and \
+                    not self._sync_range(kind, project, dry_run, tally, after, hi):
+                return False
+            if hi == INF_ID:
+                return True
+            after = hi
+
+    def _settled(
+        self, kind: Kind, hashes: list[tuple[int, str]], lo: int, hi: int, project: str | None, tally: _Tally
+    ) -> bool:
+        """True, and counted, when the rows of (lo, hi] need nothing: each has a record with its hash
+        that asks for no work (synced, or failed too often), no other record is in the range, and the
+        range holds exactly the documents of its synced rows (no stray intent, nothing left of a
+        deleted row). Every batch of an unchanged database ends here, on two queries of the records
+        and one comparison of lists, the rows' values never read into Python (issue 16)."""
+        if self.state.settled_rows(self.collection, kind, lo, hi, project, self.max_row_attempts) != hashes:
+            return False
+        totals = self.state.range_totals(self.collection, kind, lo, hi, project)
+        if totals.rows != len(hashes) or totals.doc_records != totals.synced_docs:
+            return False
+        tally.unchanged += totals.docs
+        tally.failed_rows += totals.failed
+        tally.rows += len(hashes)
+        if self.progress:
+            self.progress(len(hashes), 0)
+        return True
+
+    def _sync_range(
+        self, kind: Kind, project: str | None, dry_run: bool, tally: _Tally, after: int, up_to: int
+    ) -> bool:
+        """Read the rows of (after, up_to] in full, compare them row by row and document by document
+        with the records, and sync what differs; False when stopped."""
+        while True:
+            if self.stop.is_set():
+                return False
+            t = time.perf_counter()
+            rows = self.reader.read_batch(kind, after, self.read_batch_rows, project, up_to)
+            tally.read_s += time.perf_counter() - t
+            hi = rows[-1].id if len(rows) == self.read_batch_rows else up_to
             plan = self._plan(kind, rows, after, hi, project, tally)
             if not dry_run and not self._execute(kind, plan, tally):
                 return False
@@ -197,7 +239,7 @@ class Syncer:
                 self.log.info(logs.SYNC_BATCH, kind=kind.value, rows=len(rows), first_id=after + 1,
                               embed=len(plan.embed), relabel=len(plan.relabel), delete=len(plan.delete),
                               failed=len(plan.failed_rows), dry_run=dry_run)
-            if hi == INF_ID:
+            if hi == up_to:
                 return True
             after = hi
 

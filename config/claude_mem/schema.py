@@ -92,13 +92,17 @@ class SourceSchema:
         """The physical column for a logical one, or None when this file lacks it."""
         return self.columns.get(table, {}).get(logical)
 
-    def select_list(self, table: str, alias: str) -> str:
-        """A SELECT list yielding every logical column of ``table`` (NULL where absent), by name."""
-        parts = []
+    def select_columns(self, table: str, alias: str) -> list[tuple[str, str]]:
+        """(SQL expression, logical name) of every logical column of ``table`` (NULL where absent)."""
+        out = []
         for logical in LOGICAL_COLUMNS[table]:
             physical = self.column(table, logical)
-            parts.append(f'{alias}."{physical}" AS "{logical}"' if physical else f'NULL AS "{logical}"')
-        return ", ".join(parts)
+            out.append((f'{alias}."{physical}"' if physical else "NULL", logical))
+        return out
+
+    def select_list(self, table: str, alias: str) -> str:
+        """A SELECT list yielding every logical column of ``table`` (NULL where absent), by name."""
+        return ", ".join(f'{expr} AS "{name}"' for expr, name in self.select_columns(table, alias))
 
     def session_match(self, kind: Kind, row_alias: str, session_alias: str) -> str:
         """The SQL condition tying a row of ``kind`` (alias ``row_alias``) to its ``sdk_sessions`` row.

@@ -16,6 +16,7 @@ from memsync.config.chroma import collections as stores
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.docids import parse_doc_id
 from memsync.config.settings import Settings
+from memsync.worker.documents import SourceRow
 from memsync.worker.resync import resync
 from memsync.worker.sink import ChromaSink
 from memsync.worker.source import SourceReader
@@ -196,6 +197,127 @@ class TestProjectFilter:
         result, sink = run(settings, chroma, fake_embedder)
         assert result.added == 42 and result.deleted == 0 and result.unchanged == 42
         assert verify(settings, chroma).clean
+
+
+class ReadingReader(SourceReader):
+    """A real reader that remembers the ids of every row it read in full (``read_batch``)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.full: list[tuple[Kind, int]] = []
+
+    def read_batch(
+        self, kind: Kind, after_id: int, limit: int, project: str | None = None, up_to: int | None = None
+    ) -> list[SourceRow]:
+        rows = super().read_batch(kind, after_id, limit, project, up_to)
+        self.full += [(kind, r.id) for r in rows]
+        return rows
+
+
+def run_reading(
+    settings: Settings, client: Any, embedder: FakeEmbedder, **kw: Any
+) -> tuple[SyncResult, RecordingSink, list[tuple[Kind, int]]]:
+    """``run``, and which rows the pass read in full."""
+    col = stores.open_collection(client, settings, embedder.model_id, embedder.dimension)
+    sink = RecordingSink(ChromaSink(col))
+    with ReadingReader(settings.db) as reader, SyncState(settings.state_path) as state:
+        syncer = Syncer(reader, sink, state, embedder, collection=col.name,
+                        read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size)
+        return syncer.run(**kw), sink, reader.full
+
+
+class TestUnchangedRowsAreNotRead:
+    """A pass compares each batch's row hashes (computed in SQL) with the records and reads in full
+    only the batches that differ (issue 16); edits, deletes and stray records anywhere still count."""
+
+    @pytest.fixture
+    def synced(self, settings: Settings, chroma: Any, fake_embedder: FakeEmbedder) -> Settings:
+        make_db(settings.db, mixed_records(40))  # 40 rows per kind; batches of 7
+        first, _, _ = run_reading(settings, chroma, fake_embedder)
+        assert first.added == 40 * 7 and first.failed_rows == 0
+        return settings
+
+    def test_an_unchanged_pass_reads_no_row_and_logs_no_batch(
+        self, synced: Settings, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        from structlog.testing import capture_logs
+
+        with capture_logs() as logged:
+            result, sink, full = run_reading(synced, chroma, fake_embedder)
+        assert (result.written, result.unchanged, result.rows) == (0, 40 * 7, 120)
+        assert full == [] and sink.upserted == sink.deleted == []
+        assert [e["event"] for e in logged] == ["sync_done"]
+
+    def test_an_edit_in_the_middle_is_found_and_only_its_batch_is_read(
+        self, synced: Settings, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        write(synced.db, "UPDATE observations SET narrative = 'an edit deep inside' WHERE id = 20")
+        result, sink, full = run_reading(synced, chroma, fake_embedder)
+        assert sink.upserted == ["obs_20_narrative"] and result.updated == 1 and result.written == 1
+        assert full == [(Kind.OBSERVATION, i) for i in range(15, 22)]  # the batch (14, 21] only
+        assert verify(synced, chroma).clean
+
+    def test_rows_deleted_at_a_batch_edge_and_past_the_tail_are_found(
+        self, synced: Settings, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        write(synced.db, "DELETE FROM observations WHERE id IN (14, 39, 40)")
+        write(synced.db, "DELETE FROM user_prompts WHERE id = 40")
+        result, sink, _ = run_reading(synced, chroma, fake_embedder)
+        assert sorted(sink.deleted) == sorted(
+            [f"obs_{i}_{f}" for i in (14, 39, 40) for f in ("narrative", "fact_0", "fact_1")] + ["prompt_40"])
+        assert result.deleted == 10 and result.added == result.updated == 0
+        assert verify(synced, chroma).clean
+        again, _, full = run_reading(synced, chroma, fake_embedder)
+        assert again.written == 0 and full == []
+
+    def test_a_stray_record_past_the_last_row_is_cleaned_up(
+        self, synced: Settings, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        with SyncState(synced.state_path) as state:  # an intent whose row never reached the records
+            state.record_intents("memsync-g1", Kind.SUMMARY, [("summary_99_request", 99)], fake_embedder.model_id)
+        result, sink, _ = run_reading(synced, chroma, fake_embedder)
+        assert sink.deleted == ["summary_99_request"] and result.deleted == 1
+        again, _, full = run_reading(synced, chroma, fake_embedder)
+        assert again.written == 0 and full == []
+
+    def test_text_that_is_not_utf8_hashes_alike_in_sql_and_in_python(
+        self, synced: Settings, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        write(synced.db, "UPDATE observations SET narrative = CAST(x'e29c93fffe6f6b' AS TEXT) WHERE id = 3")
+        changed, sink, _ = run_reading(synced, chroma, fake_embedder)
+        assert sink.upserted == ["obs_3_narrative"]
+        again, _, full = run_reading(synced, chroma, fake_embedder)
+        assert again.written == 0 and again.unchanged == 40 * 7 and full == []
+
+    def test_a_new_derivation_version_derives_every_row_again_and_writes_nothing(
+        self, synced: Settings, chroma: Any, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from memsync.worker import documents
+
+        monkeypatch.setattr(documents, "ROW_HASH_SALT", documents.ROW_HASH_SALT + b"next:")
+        result, sink, full = run_reading(synced, chroma, fake_embedder)
+        assert len(full) == 120 and result.written == 0 and result.unchanged == 40 * 7
+        again, _, full = run_reading(synced, chroma, fake_embedder)
+        assert again.written == 0 and full == []
+
+    def test_an_unchanged_project_pass_reads_no_row(
+        self, synced: Settings, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        result, _, full = run_reading(synced, chroma, fake_embedder, project="beta")
+        assert result.written == 0 and result.rows == 60 and full == []
+        write(synced.db, "UPDATE session_summaries SET learned = 'beta learned more' WHERE id = 2")
+        result, sink, full = run_reading(synced, chroma, fake_embedder, project="beta")
+        assert sink.upserted == ["summary_2_learned"] and {k for k, _ in full} == {Kind.SUMMARY}
+
+    def test_a_row_failed_too_often_is_not_read_again(
+        self, synced: Settings, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        write(synced.db, "UPDATE observations SET created_at_epoch = 0, created_at = 'never' WHERE id = 9")
+        for _ in range(3):  # max_row_attempts
+            result, _, full = run_reading(synced, chroma, fake_embedder)
+            assert result.failed_rows == 1 and (Kind.OBSERVATION, 9) in full
+        result, _, full = run_reading(synced, chroma, fake_embedder)
+        assert result.failed_rows == 1 and result.written == 0 and full == []
 
 
 class TestCrashSafety:
