@@ -24,29 +24,12 @@ from typing import Any
 from memsync.config.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.embedding import get_embedder
-from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.resync import resync
 from memsync.worker.source import SourceReader
-from memsync.worker.state import ACTIVE_COLLECTION, SyncState
-from memsync.worker.sync import Syncer
 from scripts.bench_search import PoolEmbedder, build
-from scripts.bench_sync import worker_reconciles
+from scripts.bench_sync import unchanged_pass_cpu, worker_reconciles
 from scripts.benchlib import report
-
-
-def unchanged_pass_cpu(settings: Settings, embedder: PoolEmbedder) -> float:
-    """CPU seconds of this process for one pass over the unchanged database (a dry run: the same
-    comparison, no store). A pass runs on one thread, so on a machine other work shares this is
-    closer to what it costs alone than its wall time."""
-    with SourceReader(settings.db) as reader, SyncState(settings.state_path) as state:
-        collection = state.get_meta(ACTIVE_COLLECTION)
-        assert collection is not None
-        t = time.process_time()
-        r = Syncer(reader, None, state, embedder, collection=collection,
-                   read_batch_rows=settings.read_batch_rows).run(dry_run=True)
-        assert r.written == 0, r
-        return time.process_time() - t
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             assert r.written == 0 and r.embedded == 0, r
             passes.append(r.seconds)
             pass_cpu.append(unchanged_pass_cpu(settings, pool))
-        reconciles, text_check_s = worker_reconciles(settings, args.repeats)
+        reconciles, reconcile_cpu, text_check_s = worker_reconciles(settings, args.repeats)
 
     def per_100k(seconds: float) -> float:
         return seconds * 100_000 / rows
@@ -84,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         "unchanged_pass_cpu_s": pass_cpu, "unchanged_pass_cpu_s_per_100k": per_100k(statistics.median(pass_cpu)),
         "rows": rows, "documents": warm.unchanged + warm.written, "warm_up_resync_s": warm_s,
         "warm_up_written": warm.written, "unchanged_pass_s": passes, "unchanged_resync_command_s": commands,
-        "worker_reconcile_s": reconciles, "text_index_check_s": text_check_s,
+        "worker_reconcile_s": reconciles, "worker_reconcile_cpu_s": reconcile_cpu, "text_index_check_s": text_check_s,
         "unchanged_pass_s_per_100k": per_100k(statistics.median(passes)),
         "unchanged_resync_command_s_per_100k": per_100k(statistics.median(commands)),
         "worker_reconcile_s_per_100k": per_100k(statistics.median(reconciles)),
@@ -94,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         ("warm-up resync", f"{warm_s:.2f} s ({warm.written} written)"),
     ]
     for name, values in (("unchanged resync: the pass", passes), ("the same pass: CPU seconds", pass_cpu),
-                         ("unchanged resync: the command", commands), ("worker reconcile", reconciles)):
+                         ("unchanged resync: the command", commands), ("worker reconcile", reconciles),
+                         ("the same reconcile: CPU seconds", reconcile_cpu)):
         table.append((f"{name} (median / best of {len(values)})",
                       f"{statistics.median(values):.3f} / {min(values):.3f} s = "
                       f"{per_100k(statistics.median(values)):.2f} / {per_100k(min(values)):.2f} s per 100k rows"))

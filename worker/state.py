@@ -66,7 +66,6 @@ class RangeTotals:
     doc_records: int  # document records in range (acknowledged or intent), whatever their project
 
 
-
 def now_ms() -> int:
     """Wall-clock time in epoch milliseconds."""
     return int(time.time() * 1000)
