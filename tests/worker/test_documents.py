@@ -11,7 +11,7 @@ import pytest
 from memsync.config.claude_mem.schema import KINDS, Era, Kind
 from memsync.config.claude_mem.values import parse_list
 from memsync.config.settings import Settings
-from memsync.worker.documents import MAX_TEXT_CHARS, RowError, SourceRow, build_documents, epoch_ms
+from memsync.worker.documents import MAX_TEXT_CHARS, RowError, SourceRow, build_documents, epoch_ms, row_values_hash
 from memsync.worker.resync import resync
 from memsync.worker.source import SourceReader
 from memsync.worker.status import status
@@ -180,3 +180,43 @@ def test_failing_row_is_retried_a_bounded_number_of_times(settings: Settings, fa
         assert result.failed_rows == 1
         attempts.append(status(bounded).failures[0]["attempts"])
     assert attempts == [1, 2, 2, 2]  # tried twice, then left as failed until the row changes
+
+
+class TestRowHashes:
+    """The row hash SQLite computes for a pass (``row_hashes``) is the hash of the row a read
+    returns (``row_values_hash``): otherwise every pass would read every row again."""
+
+    @pytest.mark.parametrize("era", [Era.CURRENT, Era.LEGACY])
+    def test_sql_and_python_agree_on_every_kind_of_cell(self, tmp_path: Path, era: Era) -> None:
+        db = make_db(tmp_path / "c.db", [obs(i, **extra) for i, extra in enumerate(MALFORMED)] + mixed_records(4),
+                     era=era)
+        conn = sqlite3.connect(db)
+        with conn:  # SQLite is typed per cell: a REAL, a BLOB, an integer and bad UTF-8 where text was
+            conn.execute("UPDATE observations SET prompt_number = 2.5, title = x'00ff10' WHERE id = 1")
+            conn.execute("UPDATE observations SET narrative = 12345, facts = NULL WHERE id = 2")
+            conn.execute("UPDATE session_summaries SET learned = CAST(x'e29c93fffe6f6b' AS TEXT) WHERE id = 1")
+            conn.execute("UPDATE user_prompts SET prompt_text = 1e300 WHERE id = 2")
+        conn.close()
+        with SourceReader(db) as reader:
+            for kind in KINDS:
+                rows = reader.read_batch(kind, 0, 1000)
+                assert reader.row_hashes(kind, 0, 1000) == [(r.id, row_values_hash(r)) for r in rows]
+                assert len({row_values_hash(r) for r in rows}) == len(rows)
+
+    def test_any_changed_cell_changes_the_hash(self, tmp_path: Path) -> None:
+        db = make_db(tmp_path / "c.db", mixed_records(2))
+        with SourceReader(db) as reader:
+            before = dict(reader.row_hashes(Kind.OBSERVATION, 0, 10))
+        for sql in ("UPDATE observations SET narrative = narrative || ' ' WHERE id = 1",  # one more byte
+                    "UPDATE observations SET prompt_number = 1.5 WHERE id = 1",  # an integer becomes a real
+                    "UPDATE observations SET prompt_number = '1.5x' WHERE id = 1",  # then text
+                    "UPDATE observations SET title = CAST(title AS BLOB) WHERE id = 1",  # same bytes, a blob
+                    "UPDATE sdk_sessions SET platform_source = 'cursor'"):  # the session's cell
+            conn = sqlite3.connect(db)
+            with conn:
+                conn.execute(sql)
+            conn.close()
+            with SourceReader(db) as reader:
+                after = dict(reader.row_hashes(Kind.OBSERVATION, 0, 10))
+            assert after[1] != before[1], sql
+            before = after
