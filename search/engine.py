@@ -139,6 +139,14 @@ class Searcher(Lookups):
                 except QueryTimeout as exc:  # keep what was gathered; say that the rest is missing
                     notes.append(f"full-text search incomplete: {exc}")
             timings["lexical"] = _ms(t0)
+            # How many matches the window hides depends on the lexical side only: counted while
+            # the semantic side (the longer one) is still at work.
+            t3 = time.perf_counter()
+            try:
+                excluded = lexical.excluded(kinds, filters, window) if window.source == "window" else 0
+            except QueryTimeout:
+                excluded = 0
+            timings["window_count"] = _ms(t3)
             if sem_future is not None:
                 try:
                     sem = sem_future.result()
@@ -170,12 +178,6 @@ class Searcher(Lookups):
                 total = len(dated)
                 page = dated[offset:need]
             timings["fuse"] = _ms(t2)
-            t3 = time.perf_counter()
-            try:
-                excluded = lexical.excluded(kinds, filters, window) if window.source == "window" else 0
-            except QueryTimeout:
-                excluded = 0
-            timings["window_count"] = _ms(t3)
             t4 = time.perf_counter()
             results = hydrate.results(rows, page, got.similarity, format)
             timings["hydrate"] = _ms(t4)

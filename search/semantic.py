@@ -95,7 +95,7 @@ class SemanticSide:
         copy = self.vector_copy() if restricted and not (filters.concepts or filters.files) else None
         if copy is not None:
             # Exact over the documents that pass, from the local copy: no over-fetch, no loss.
-            hits = self._copy_scan(rows, copy, vec, kinds, wanted, filters, window, need, depth)
+            hits = self._copy_scan(rows, copy, vec, kinds, wanted, filters, window, need, depth, timings)
             timings["vector_copy"] = _ms(t) - timings["embed"]
             restricted = False
         else:
@@ -141,14 +141,22 @@ class SemanticSide:
 
     @staticmethod
     def _copy_scan(rows: SourceRows, copy: VectorCopy, vec: Vector, kinds: Sequence[Kind], wanted: set[Kind],
-                   filters: Filters, window: Window, need: int, depth: int) -> list[RowHit]:
+                   filters: Filters, window: Window, need: int, depth: int,
+                   timings: dict[str, float]) -> list[RowHit]:
         """The nearest rows within filters/window from the copy, checked against SQLite (the copy's
-        metadata can trail an edit by a sync pass); deeper while too few of them pass."""
+        metadata can trail an edit by a sync pass); deeper while too few of them pass. Adds its
+        stages to ``timings`` (candidates, scoring, SQLite's confirmation)."""
+        t = time.perf_counter()
         positions = copy.candidates(wanted, filters, window)
+        timings["copy_candidates"] = _ms(t)
         n_docs = depth * 3
         while True:
+            t = time.perf_counter()
             hits, exhaustive = copy.nearest(vec, positions, n_docs)
+            timings["copy_score"] = timings.get("copy_score", 0.0) + _ms(t)
+            t = time.perf_counter()
             passing = passing_hits(rows, hits, wanted, filters, window)
+            timings["copy_confirm"] = timings.get("copy_confirm", 0.0) + _ms(t)
             if exhaustive or sum(h.kind in kinds for h in passing) >= need:
                 return passing
             n_docs *= 4

@@ -121,7 +121,7 @@ def generation_embedder(settings: Settings, identity: Identity) -> Embedder:
         if identity.model_id not in MODELS:
             raise EmbeddingError(f"unknown bundled model {identity.model_id!r}")
         return get_embedder(identity.model_id, settings.embedding_batch_size, settings.embedding_max_tokens,
-                            settings.search_embedding_threads)
+                            settings.search_embedding_threads, purpose="queries")
     if identity.provider != "openai":
         raise EmbeddingError(f"unknown embedding provider {identity.provider!r}")
     configured = configured_identity(settings)

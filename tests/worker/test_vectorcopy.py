@@ -234,6 +234,31 @@ def test_chunked_scoring_matches_one_product(tmp_path: Path, n: int) -> None:
     w.close()
 
 
+@pytest.mark.parametrize("every", [1, 3])  # 1: a dense span, scored in blocks; 3: gathered positions
+def test_a_scan_split_over_two_threads_scores_every_document_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   every: int) -> None:
+    monkeypatch.setattr("memsync.search.vectorcopy.PARALLEL_MIN", 64)
+    monkeypatch.setattr("memsync.search.vectorcopy.CHUNK", 50)  # parts end inside and between chunks
+    rng = np.random.default_rng(6)
+    n = 1001
+    vecs = unit(rng, n)
+    w = writer(tmp_path)
+    w.put([f"prompt_{i}" for i in range(n)], vecs, [meta(epoch=i) for i in range(n)])
+    copy = reader(tmp_path)
+    assert copy is not None
+    positions = np.arange(0, n, every, dtype=np.intp)
+    q = vecs[501]
+    hits, done = copy.nearest(q, positions, len(positions))
+    assert done and sorted(h.id for h in hits) == positions.tolist() and hits[0].id == 501
+    assert max(abs(h.similarity - float(vecs[h.id] @ q)) for h in hits if h.similarity > 0) < 0.02
+    monkeypatch.setattr("memsync.search.vectorcopy.PARALLEL_MIN", 10**9)  # the same scan on one thread
+    alone, _ = copy.nearest(q, positions, len(positions))
+    # The same scores (BLAS may round the last bit differently where a part starts mid-chunk).
+    one = {h.id: h.similarity for h in alone}
+    assert one.keys() == {h.id for h in hits} and all(abs(one[h.id] - h.similarity) < 1e-6 for h in hits)
+    w.close()
+
+
 def _answers(copy: VectorCopy, queries: np.ndarray) -> list[list[tuple[Kind, int]]]:
     windows = [ALL, Window(90, 5_000, None, "window"), Window(90, 2_000, 6_000, "window")]
     return [nearest(copy, q, 20, filters=f, window=w) for q in queries for w in windows
@@ -338,3 +363,20 @@ def test_resync_leaves_the_copy_in_date_order(settings: Settings, fake_embedder:
     assert np.all(np.diff(np.asarray(copy._entries["epoch"])) >= 0)
     report = verify(settings)
     assert report.clean and report.copy_drift == 0
+
+
+def test_searches_reuse_one_mapping_until_the_copy_changes(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    w = writer(tmp_path)
+    w.put(["prompt_1", "prompt_2"], unit(rng, 2), [meta(), meta()])
+    first, second = reader(tmp_path), reader(tmp_path)
+    assert first is not None and second is not None
+    assert np.shares_memory(first._vectors, second._vectors)  # the same pages, not a second mapping
+    w.delete(["prompt_1"])  # a mark in place: seen through the mapping already held
+    third = reader(tmp_path)
+    assert third is not None and np.shares_memory(first._vectors, third._vectors)
+    assert [h.id for h in third.nearest(unit(rng, 1)[0], third.candidates(tuple(Kind), Filters(), ALL), 5)[0]] == [2]
+    w.put(["prompt_3"], unit(rng, 1), [meta()])  # appended: mapped again, with the new entry
+    fourth = reader(tmp_path)
+    assert fourth is not None and len(fourth) == 3 and not np.shares_memory(first._vectors, fourth._vectors)
+    w.close()
