@@ -26,6 +26,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from memsync.config.claude_mem.user_settings import DEFAULT_DIR_RULE, data_dir_choice
+
 ENV_PREFIX = "MEMSYNC_"
 DEFAULT_CONFIG_FILE = Path("~/.memsync/config.toml")
 
@@ -50,7 +52,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
     db: Path = Field(
-        Path("~/.claude-mem/claude-mem.db"), description="The agent's claude-mem SQLite database (read only)."
+        default_factory=lambda: data_dir_choice().db,
+        description="The agent's claude-mem SQLite database (read only); default: where claude-mem keeps it "
+        "(CLAUDE_MEM_DATA_DIR in the environment, else in ~/.claude-mem/settings.json, else ~/.claude-mem).",
     )
     data_dir: Path = Field(Path("~/.memsync"), description="memsync's own directory: sync records, Chroma data, locks.")
     chroma_mode: ChromaMode = Field(
@@ -352,6 +356,8 @@ def load_settings(
             origins[name] = "env"
         elif name in file_values:
             origins[name] = f"file:{path}"
+        elif name == "db" and (rule := data_dir_choice(env).rule) != DEFAULT_DIR_RULE:
+            origins[name] = f"claude-mem: {rule}"  # found by claude-mem's own rule, not memsync's default
         elif name == "embedding_api_key" and env.get(OPENAI_KEY_ENV):
             origins[name] = f"env:{OPENAI_KEY_ENV}"  # taken only for api.openai.com (see the validator)
         else:

@@ -204,7 +204,8 @@ class Searcher(Lookups):
         (searched with the project and dates only: they are evidence, not results)."""
         tasks = [(k, filters) for k in kinds]
         evidence = [k for k in EVIDENCE_KINDS if k not in kinds] if linked else []
-        evidence_filters = Filters(project=filters.project, date_from=filters.date_from, date_to=filters.date_to)
+        evidence_filters = Filters(project=filters.project, platform=filters.platform, date_from=filters.date_from,
+                                   date_to=filters.date_to)
         tasks.extend((k, evidence_filters) for k in evidence)
         ranked = lexical.rank(tasks, window, depth)
         got.lexical = {k: ranked[k] for k in kinds}

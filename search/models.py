@@ -57,11 +57,14 @@ class Signal(StrEnum):
 class Filters:
     """Restrictions applied before any top-N cut. Empty means no restriction.
 
-    ``project`` matches ``project`` or ``merged_into_project``; ``types`` are observation types;
-    ``concepts`` and ``files`` are substrings of the JSON lists (any of the given values);
-    ``date_from``/``date_to`` (aware datetimes) replace the recency window when given."""
+    ``project`` matches ``project`` or ``merged_into_project``; ``platform`` the agent that
+    recorded the row's session, normalised as claude-mem does (``config.claude_mem.platform``);
+    ``types`` are observation types; ``concepts`` and ``files`` are substrings of the JSON lists
+    (any of the given values); ``date_from``/``date_to`` (aware datetimes) replace the recency
+    window when given."""
 
     project: str | None = None
+    platform: str | None = None
     types: tuple[str, ...] = ()
     concepts: tuple[str, ...] = ()
     files: tuple[str, ...] = ()

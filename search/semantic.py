@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from memsync.config.claude_mem.platform import normalize_platform
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.docids import DOC_TYPES, possible_doc_ids
 from memsync.config.formats.sync_records import synced_doc_ids
@@ -88,7 +89,7 @@ class SemanticSide:
         timings: dict[str, float] = {}
         vec = self.store.embed(query)
         timings["embed"] = _ms(t)
-        restricted = bool(filters.project or filters.types or filters.concepts or filters.files
+        restricted = bool(filters.project or filters.platform or filters.types or filters.concepts or filters.files
                           or window.start_ms is not None or window.end_ms is not None)
         linked_kinds = tuple(k for k in EVIDENCE_KINDS if k not in kinds) if Kind.PROMPT in kinds and linked else ()
         wanted = set(kinds) | set(linked_kinds)
@@ -193,7 +194,7 @@ class SemanticSide:
     def _where(self, rows: SourceRows, vec: Vector, kinds: set[Kind], filters: Filters, window: Window,
                depth: int) -> list[RowHit]:
         """Many rows pass: let Chroma filter on the metadata it has (window, project, kind, type),
-        then check the rest (concepts, files) in SQLite."""
+        then check the rest (concepts, files) and everything again in SQLite."""
         clauses: list[dict[str, Any]] = []
         if window.start_ms is not None:
             clauses.append({"created_at_epoch": {"$gte": window.start_ms}})
@@ -205,6 +206,8 @@ class SemanticSide:
             clauses.append({"type": {"$in": list(filters.types)}})
         if filters.project:
             clauses.append({"$or": [{"project": filters.project}, {"merged_into_project": filters.project}]})
+        if filters.platform:  # stored normalised (documents version 2)
+            clauses.append({"platform_source": normalize_platform(filters.platform)})
         where: dict[str, Any] | None = None
         if len(clauses) == 1:
             where = clauses[0]

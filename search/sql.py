@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 from memsync.config.claude_mem.connection import fetch_all, open_source_db
+from memsync.config.claude_mem.platform import DEFAULT_PLATFORM, normalize_platform
 from memsync.config.claude_mem.schema import SESSIONS_TABLE, TABLES, Kind, SourceSchema, detect
 from memsync.config.errors import SourceUnavailable
 from memsync.config.settings import Settings
@@ -45,6 +46,8 @@ class SourceRows:
         self.statement_ms = statement_ms
         self._deadline = 0.0
         self.conn.set_progress_handler(self._progress, 10_000)
+        # The platform filter compares normalised values (stored ones predate upstream's rule).
+        self.conn.create_function("memsync_platform", 1, normalize_platform, deterministic=True)
 
     @classmethod
     def open(cls, settings: Settings) -> SourceRows:
@@ -115,6 +118,15 @@ class SourceRows:
                 merged = self.col(kind, "merged_into_project")
                 parts.append(f"({ALIAS}.project = ? OR {merged} = ?)" if merged else f"{ALIAS}.project = ?")
                 params.extend([filters.project, filters.project] if merged else [filters.project])
+        if filters.platform:
+            platform = self.schema.column(SESSIONS_TABLE, "platform_source")
+            match = self.schema.session_match(kind, ALIAS, "s")
+            if platform and match != "0":
+                session = f'(SELECT s."{platform}" FROM {SESSIONS_TABLE} s WHERE {match} LIMIT 1)'
+                parts.append(f"memsync_platform({session}) = ?")
+                params.append(normalize_platform(filters.platform))
+            elif normalize_platform(filters.platform) != DEFAULT_PLATFORM:
+                parts.append("0")  # a file without platforms: everything in it was recorded by claude
         if filters.types:
             parts.append(f"{ALIAS}.type IN ({','.join('?' * len(filters.types))})")
             params.extend(filters.types)

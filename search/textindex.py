@@ -81,8 +81,8 @@ class TextIndex:
 
     @staticmethod
     def supports(filters: Filters) -> bool:
-        """Whether the index can apply these filters itself (concepts and files it cannot)."""
-        return not filters.concepts and not filters.files
+        """Whether the index can apply these filters itself (concepts, files and platform it cannot)."""
+        return not filters.concepts and not filters.files and not filters.platform
 
     def _query(self, kind: Kind, text: str, filters: Filters, window: Window | None,
                extra: Mapping[str, float] | None = None) -> Any | None:

@@ -224,6 +224,8 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         q: Annotated[str, Query(description="Query text; empty lists the newest records.")] = "",
         kind: Annotated[KindChoice, Query(description="Which records.")] = "all",
         project: Annotated[str | None, Query(description="Only this project (merged projects included).")] = None,
+        platform: Annotated[str | None, Query(description="Only sessions of this agent platform (claude, codex, "
+                                              "cursor, ...; normalised as claude-mem does).")] = None,
         type: Annotated[list[str] | None, Query(description="Observation type(s).")] = None,
         concept: Annotated[list[str] | None, Query(description="Observation concept(s).")] = None,
         file: Annotated[list[str] | None, Query(description="Substring of a file read or modified.")] = None,
@@ -237,7 +239,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         full: Annotated[bool, Query(description="Include each full record.")] = False,
     ) -> dict[str, Any]:
         resp = requests.search(SearchArgs(q, kind, project, type, concept, file, date_from, date_to, window_days, order,
-                                          limit, offset, full))
+                                          limit, offset, full, platform))
         metrics.modes.labels(resp.mode.value).inc()
         return {**resp.to_json(), "reason": public(resp.reason), "limit": limit, "offset": offset}
 

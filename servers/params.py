@@ -20,6 +20,7 @@ MAX_DEPTH = 50  # timeline records on each side of the anchor
 MAX_IDS = 100  # records per get
 MAX_FILTER_VALUES = 20  # types / concepts / files per request
 MAX_WINDOW_DAYS = 36_500
+MAX_PLATFORM_CHARS = 100  # platform names are short (claude, codex, cursor, ...)
 
 FindBy = Literal["concept", "file", "type"]
 
@@ -84,6 +85,7 @@ class SearchArgs:
     limit: int = 10
     offset: int = 0
     full: bool = False
+    platform: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,8 +141,14 @@ class Requests:
         if date_from and date_to and date_from > date_to:
             raise BadRequest("date_from is after date_to")
         project = (args.project or "").strip() or None
-        return Filters(project=project, types=self.types(args.types), concepts=listed(args.concepts, "concept"),
-                       files=listed(args.files, "file"), date_from=date_from, date_to=date_to)
+        if args.platform is not None and not isinstance(args.platform, str):
+            raise BadRequest("platform must be a string")
+        platform = (args.platform or "").strip() or None
+        if platform is not None and len(platform) > MAX_PLATFORM_CHARS:
+            raise BadRequest(f"platform is {len(platform)} characters; the limit is {MAX_PLATFORM_CHARS}")
+        return Filters(project=project, platform=platform, types=self.types(args.types),
+                       concepts=listed(args.concepts, "concept"), files=listed(args.files, "file"),
+                       date_from=date_from, date_to=date_to)
 
     def window(self, days: int | None) -> int | None:
         """The recency window in days (None: the configured one; 0: all time)."""

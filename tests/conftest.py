@@ -25,9 +25,9 @@ BASE_MS = 1_780_000_000_000
 
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test sees the developer's MEMSYNC_* variables, OpenAI key or ~/.memsync."""
+    """No test sees the developer's MEMSYNC_* or CLAUDE_MEM_* variables, OpenAI key or ~/.memsync."""
     for key in list(os.environ):
-        if key.startswith("MEMSYNC_") or key == "OPENAI_API_KEY":
+        if key.startswith(("MEMSYNC_", "CLAUDE_MEM_")) or key == "OPENAI_API_KEY":
             monkeypatch.delenv(key)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
 

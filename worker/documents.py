@@ -19,13 +19,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from memsync.config.claude_mem.platform import normalize_platform
 from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
 from memsync.config.claude_mem.values import clean, parse_list
 from memsync.config.docids import DOC_TYPES, fact_field, format_doc_id
 from memsync.config.records import RecordRefError, ms_from_iso
 
 # Bump when the derivation below changes: every row is then re-derived and compared by hash.
-DOCS_VERSION = 1
+# 2: platform_source normalised as claude-mem does (a metadata-only change: relabelled, not embedded).
+DOCS_VERSION = 2
 
 # The one decision on observation titles (issue 2): "fold" puts title and subtitle on top of the
 # narrative document's text; "separate" writes an extra obs_N_title document. Upstream embeds
@@ -146,7 +148,7 @@ def _base_metadata(row: SourceRow) -> dict[str, str | int]:
         "sqlite_id": row.id,
         "doc_type": DOC_TYPES[row.kind],
         "created_at_epoch": epoch_ms(v.get("created_at_epoch"), v.get("created_at")),
-        "platform_source": clean(v.get("platform_source")) or "claude",
+        "platform_source": normalize_platform(clean(v.get("platform_source"))),
     }
     for key in ("memory_session_id", "project", "merged_into_project"):
         if text := clean(v.get(key)):

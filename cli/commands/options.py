@@ -20,6 +20,7 @@ from typing import Any, NoReturn, TypeVar, get_args
 import click
 
 from memsync.config.claude_mem.schema import SchemaError
+from memsync.config.claude_mem.user_settings import DEFAULT_DIR_RULE, data_dir_choice
 from memsync.config.errors import ConfigError, MemsyncError
 from memsync.config.settings import (
     DEFAULT_CONFIG_FILE,
@@ -133,3 +134,19 @@ def graceful_stop() -> Iterator[threading.Event]:
 def emit(data: Any, as_json: bool, text: str) -> None:
     """JSON or text on stdout."""
     click.echo(json.dumps(data, indent=2, default=str) if as_json else text)
+
+
+def db_rule(loaded: LoadedSettings) -> str:
+    """Which rule chose the database ``loaded`` reads, in words (for ``memsync status``)."""
+    origin = loaded.origins["db"]
+    if origin == "cli":
+        return "--db"
+    if origin == "env":
+        return "MEMSYNC_DB"
+    if origin.startswith("file:"):
+        return f"db in {origin.removeprefix('file:')}"
+    if origin.startswith("claude-mem: "):
+        return origin.removeprefix("claude-mem: ")
+    if loaded.settings.db == demo_db_path(loaded.settings):
+        return f"the demo database (none at {data_dir_choice().db})"
+    return DEFAULT_DIR_RULE

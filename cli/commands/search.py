@@ -57,8 +57,9 @@ def _batch_request(searcher: Searcher, line: str, defaults: dict[str, Any]) -> d
         kinds = parse_kinds(req.get("kind") or defaults["kind"])
         limit = int(req.get("limit") or defaults["limit"])
         wd = req.get("window_days", defaults["window_days"])
-        resp = searcher.search(req["query"], kinds, Filters(project=req.get("project") or defaults["project"]),
-                               None if wd is None else int(wd), limit)
+        filters = Filters(project=req.get("project") or defaults["project"],
+                          platform=req.get("platform") or defaults["platform"])
+        resp = searcher.search(req["query"], kinds, filters, None if wd is None else int(wd), limit)
         return resp.to_json()
     except (ValueError, TypeError, SearchError) as exc:
         return {"error": str(exc)}
@@ -69,6 +70,8 @@ def _batch_request(searcher: Searcher, line: str, defaults: dict[str, Any]) -> d
 @json_option
 @click.argument("query", required=False, default="")
 @click.option("--project", default=None, help="Only this project (merged projects included).")
+@click.option("--platform", default=None,
+              help="Only sessions of this agent platform: claude, codex, cursor, ... (normalised as claude-mem does).")
 @click.option("--kind", type=click.Choice(KIND_CHOICES), default="all", show_default=True,
               help="Which records to search.")
 @click.option("--type", "types", multiple=True, help="Observation type (repeatable), e.g. bugfix.")
@@ -83,9 +86,9 @@ def _batch_request(searcher: Searcher, line: str, defaults: dict[str, Any]) -> d
 @click.option("--order", type=click.Choice(["relevance", "newest", "oldest"]), default="relevance", show_default=True)
 @click.option("--full", is_flag=True, help="Include each full record.")
 @click.option("--batch", type=click.File("r"), default=None,
-              help='Run one search per JSON line of FILE ("-" = stdin): {"query", "project", "kind", "limit", '
-                   '"window_days"}; one JSON response per line, in order.')
-def search(as_json: bool, query: str, project: str | None, kind: str, types: tuple[str, ...],
+              help='Run one search per JSON line of FILE ("-" = stdin): {"query", "project", "platform", "kind", '
+                   '"limit", "window_days"}; one JSON response per line, in order.')
+def search(as_json: bool, query: str, project: str | None, platform: str | None, kind: str, types: tuple[str, ...],
            concepts: tuple[str, ...], files: tuple[str, ...], since: str | None, until: str | None, limit: int,
            offset: int, window_days: int | None, order: str, full: bool, batch: IO[str] | None,
            **kwargs: Any) -> None:
@@ -98,12 +101,12 @@ def search(as_json: bool, query: str, project: str | None, kind: str, types: tup
         with errors_as_exit():
             if batch is not None:
                 defaults = {"kind": None if kind == "all" else kind, "limit": limit, "window_days": window_days,
-                            "project": project}
+                            "project": project, "platform": platform}
                 for line in batch:
                     if line.strip():
                         click.echo(json.dumps(_batch_request(searcher, line, defaults), default=str))
                 return
-            filters = Filters(project=project, types=types, concepts=concepts, files=files,
+            filters = Filters(project=project, platform=platform, types=types, concepts=concepts, files=files,
                               date_from=_date(since, "--since"), date_to=_date(until, "--until"))
             try:
                 resp = searcher.search(query, parse_kinds(kind), filters, window_days, limit, offset, Order(order),

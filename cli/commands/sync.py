@@ -18,6 +18,7 @@ from memsync.commands.options import (
     EXIT_OK,
     EXIT_USAGE,
     common_options,
+    db_rule,
     emit,
     errors_as_exit,
     fail,
@@ -131,11 +132,13 @@ def verify(as_json: bool, **kwargs: Any) -> None:
 def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     """Worker state, lag, and per kind and project: rows in SQLite, documents synced, pending and
     failed rows, last sync. With --check: a health check for scripts (exit 0 healthy, 1 not)."""
-    settings = settings_from(kwargs).settings
+    loaded = settings_from(kwargs)
+    settings = loaded.settings
     from memsync.worker.status import status as run_status
 
     with errors_as_exit():
         report = run_status(settings)
+    database = {"path": str(settings.db), "chosen_by": db_rule(loaded)}
     w = report.worker
     problems = []
     if not w.get("up"):
@@ -151,13 +154,14 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
         emit({"healthy": not problems, "problems": problems, "lag_ms": report.lag_ms, "worker": w}, as_json, text)
         sys.exit(EXIT_FAIL if problems else EXIT_OK)
     if as_json:
-        emit(report.as_dict(), True, "")
+        emit({**report.as_dict(), "database": database}, True, "")
         return
     state = "up" if w.get("up") else f"down ({w.get('reason')})"
     if w.get("up") and w.get("degraded"):
         state += f", degraded: {w.get('last_error')}"
     embedding = settings.embedding_provider + ("" if w.get("embedding_reachable", True) else " (endpoint unavailable)")
-    lines = [f"worker: {state}; mode {settings.chroma_mode}; chroma reachable: {w.get('chroma_reachable', False)}; "
+    lines = [f"database: {database['path']} (chosen by {database['chosen_by']})",
+             f"worker: {state}; mode {settings.chroma_mode}; chroma reachable: {w.get('chroma_reachable', False)}; "
              f"embedding: {embedding}",
              f"lag: {report.lag_ms / 1000:.1f}s; pending rows: {report.pending_rows}; "
              f"failed rows: {sum(report.total(k).failed for k in report.buckets)}",

@@ -150,3 +150,15 @@ class TestSyncCommands:
     def test_rebuild_refuses_project(self, args: list[str]) -> None:
         code, _, err = invoke("resync", *args, "--rebuild", "--project", "alpha")
         assert code == 2 and "--rebuild" in err
+
+
+def test_status_says_which_rule_chose_the_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = tmp_path / "cm-data"
+    make_db(data / "claude-mem.db", mixed_records(1))
+    monkeypatch.setenv("CLAUDE_MEM_DATA_DIR", str(data))
+    common = ["--data-dir", str(tmp_path / "memsync"), "--chroma-mode", "embedded"]
+    code, out, _ = invoke("status", *common)
+    assert code == 0 and out.splitlines()[0] == (f"database: {data / 'claude-mem.db'} "
+                                                 "(chosen by CLAUDE_MEM_DATA_DIR in the environment)")
+    code, out, _ = invoke("status", *common, "--db", str(data / "claude-mem.db"), "--json")
+    assert code == 0 and json.loads(out)["database"]["chosen_by"] == "--db"

@@ -71,3 +71,42 @@ class TestSettings:
         assert {r["key"] for r in rows} >= {"db", "data_dir", "chroma_mode", "chroma_host", "chroma_port",
                                           "collection", "embedding_model", "batch_size", "window_days", "candidates"}
         assert all(r["help"] and r["env"].startswith("MEMSYNC_") for r in rows)
+
+
+class TestWhereTheDatabaseIs:
+    """Without --db / MEMSYNC_DB, the database claude-mem itself uses (upstream ``paths.ts``)."""
+
+    @staticmethod
+    def claude_settings(home: Path, text: str) -> None:
+        (home / ".claude-mem").mkdir(parents=True, exist_ok=True)
+        (home / ".claude-mem" / "settings.json").write_text(text, encoding="utf-8")
+
+    def test_claude_mem_data_dir_from_the_environment_first(self, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+        home = tmp_path / "home"
+        self.claude_settings(home, '{"CLAUDE_MEM_DATA_DIR": "/from/settings"}')
+        monkeypatch.setenv("CLAUDE_MEM_DATA_DIR", "~/agent-memory")
+        loaded = load_settings()
+        assert loaded.settings.db == home / "agent-memory" / "claude-mem.db"
+        assert loaded.origins["db"] == "claude-mem: CLAUDE_MEM_DATA_DIR in the environment"
+        monkeypatch.setenv("MEMSYNC_DB", "/mine.db")  # memsync's own setting still wins
+        assert load_settings().settings.db == Path("/mine.db") and load_settings().origins["db"] == "env"
+
+    @pytest.mark.parametrize("text", [
+        '{"CLAUDE_MEM_DATA_DIR": "~/cm", "CLAUDE_MEM_MODEL": "x"}',
+        '{"env": {"CLAUDE_MEM_DATA_DIR": "~/cm"}}',  # the nested layout of older files
+        '\ufeff{"CLAUDE_MEM_DATA_DIR": "~/cm"}',  # with a byte order mark
+    ], ids=["flat", "nested", "bom"])
+    def test_then_claude_mem_data_dir_in_its_settings_file(self, tmp_path: Path, text: str) -> None:
+        home = tmp_path / "home"
+        self.claude_settings(home, text)
+        loaded = load_settings()
+        assert loaded.settings.db == home / "cm" / "claude-mem.db"
+        assert loaded.origins["db"] == f"claude-mem: CLAUDE_MEM_DATA_DIR in {home / '.claude-mem' / 'settings.json'}"
+
+    @pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"CLAUDE_MEM_DATA_DIR": ""}', '{"env": 3}'])
+    def test_else_claude_mems_default_directory(self, tmp_path: Path, text: str) -> None:
+        self.claude_settings(tmp_path / "home", text)  # unusable or silent: upstream falls through too
+        loaded = load_settings()
+        assert loaded.settings.db == tmp_path / "home" / ".claude-mem" / "claude-mem.db"
+        assert loaded.origins["db"] == "default"
