@@ -72,3 +72,52 @@ def test_search_in_the_page(http_server: HttpServer, browser: Any) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "page-search.png"
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+
+
+def test_the_search_lives_in_the_url(http_server: HttpServer, browser: Any) -> None:
+    # Bookmark, share, reload, back: the form and the results follow the URL (issue 17).
+    from urllib.parse import parse_qs, urlsplit
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    wait = WebDriverWait(browser, 30)
+
+    def shown(query: str) -> list[str]:
+        """The cards once the list shows ``query``'s answer."""
+        wait.until(lambda d: f"q={query}" in (d.find_element(By.ID, "results").get_attribute("data-query") or ""))
+        return [c.text for c in browser.find_elements(By.CSS_SELECTOR, ".result")]
+
+    def url_state() -> dict[str, list[str]]:
+        return parse_qs(urlsplit(browser.current_url).query)
+
+    browser.get(http_server.url + "/")
+    wait.until(lambda d: d.find_element(By.ID, "status").get_attribute("data-loaded") == "1")
+    browser.find_element(By.ID, "q").send_keys("dashboard")
+    Select(browser.find_element(By.ID, "project")).select_by_value("beta")
+    Select(browser.find_element(By.ID, "window")).select_by_value("0")
+    browser.find_element(By.ID, "go").click()
+    beta = shown("dashboard")
+    assert beta and all("beta" in card for card in beta)
+    assert url_state() == {"q": ["dashboard"], "project": ["beta"], "window": ["0"]}
+    bookmark = browser.current_url
+
+    box = browser.find_element(By.ID, "q")
+    box.clear()
+    box.send_keys("uploads")
+    Select(browser.find_element(By.ID, "kind")).select_by_value("prompts")
+    browser.find_element(By.ID, "platform").send_keys("codex")  # no codex sessions here
+    browser.find_element(By.ID, "go").click()
+    assert shown("uploads") == [] and url_state()["platform"] == ["codex"] and url_state()["kind"] == ["prompts"]
+
+    browser.back()  # the previous search, form and results
+    assert shown("dashboard") == beta
+    assert browser.find_element(By.ID, "q").get_attribute("value") == "dashboard"
+    assert browser.find_element(By.ID, "platform").get_attribute("value") == ""
+    assert Select(browser.find_element(By.ID, "kind")).first_selected_option.get_attribute("value") == "all"
+
+    browser.get("about:blank")
+    browser.get(bookmark)  # a reload or a shared link: the project is kept before the status lists it
+    assert shown("dashboard") == beta
+    assert Select(browser.find_element(By.ID, "project")).first_selected_option.get_attribute("value") == "beta"
+    assert Select(browser.find_element(By.ID, "window")).first_selected_option.get_attribute("value") == "0"
