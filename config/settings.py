@@ -78,6 +78,11 @@ class Settings(BaseSettings):
         "memsync", min_length=3, max_length=60, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]$",
         description="Chroma collection name (a pointer to the active generation).",
     )
+    excluded_projects: str = Field(
+        "", max_length=10_000,
+        description="Projects neither synced nor searchable: comma-separated glob patterns (`*`, `**`, `?`), "
+        "as claude-mem's CLAUDE_MEM_EXCLUDED_PROJECTS, which applies as well; matched against the project name.",
+    )
     embedding_provider: EmbeddingProvider = Field(
         "local", description="Who turns texts into vectors: `local`, the bundled model (offline); `openai`, any "
         "OpenAI-compatible /v1/embeddings endpoint (OpenAI, Ollama, vLLM, LM Studio, llama.cpp's server).",

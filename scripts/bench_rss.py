@@ -95,7 +95,7 @@ def steps(settings: Settings) -> list[dict[str, Any]]:
 
     state = SyncState(settings.state_path)
     collection = state.get_meta(ACTIVE_COLLECTION)
-    with SourceReader(settings.db, settings.sqlite_busy_timeout_ms) as reader:
+    with SourceReader.open(settings) as reader:
         max_ids = reader.max_ids()
     note("sync records and the source database opened")
     from memsync.worker.vectorcopy import open_writer
@@ -108,7 +108,7 @@ def steps(settings: Settings) -> list[dict[str, Any]]:
     from memsync.worker.textsync import TextIndexWriter
 
     text = TextIndexWriter(settings)
-    with SourceReader(settings.db, settings.sqlite_busy_timeout_ms) as reader:
+    with SourceReader.open(settings) as reader:
         text.refresh(reader, full=True)
     note("text index writer after a full check", rows=sum(max_ids.values()))
     text.close()

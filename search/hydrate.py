@@ -29,15 +29,18 @@ class PageEntry(NamedTuple):
 
 def records(rows: SourceRows, kind: Kind, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
     """Full rows by id (one ``IN`` query per chunk; logical column names; JSON lists parsed;
-    prompts carry their session's project)."""
+    prompts carry their session's project); rows of excluded projects are left out."""
     if not ids:
         return {}
     table = TABLES[kind]
     select = rows.schema.select_list(table, ALIAS)
     extra = f", {rows.project_expr(kind)} AS project" if kind is Kind.PROMPT else ""
+    # Rows of excluded projects do not exist for a search, whichever index still holds them.
+    hidden = f" AND {rows.not_excluded(kind)}" if rows.exclusion is not None else ""
     out: dict[int, dict[str, Any]] = {}
     for chunk in chunks(list(dict.fromkeys(ids))):
-        sql = f"SELECT {select}{extra} FROM {table} {ALIAS} WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))})"
+        sql = (f"SELECT {select}{extra} FROM {table} {ALIAS} WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))})"
+               f"{hidden}")
         for r in rows.query(sql, chunk):
             row = {k: r[k] for k in r.keys()}  # noqa: SIM118 - iterating a Row yields values
             for key in LIST_COLUMNS & row.keys():

@@ -20,6 +20,8 @@ from urllib.parse import quote
 
 from memsync.config.claude_mem.connection import fetch_all, open_source_db
 from memsync.config.claude_mem.platform import DEFAULT_PLATFORM, normalize_platform
+from memsync.config.claude_mem.projects import SQL_FUNCTION as EXCLUDED_SQL
+from memsync.config.claude_mem.projects import ProjectExclusion, exclusion
 from memsync.config.claude_mem.schema import SESSIONS_TABLE, TABLES, Kind, SourceSchema, detect
 from memsync.config.errors import SourceUnavailable
 from memsync.config.settings import Settings
@@ -37,7 +39,8 @@ class QueryTimeout(RuntimeError):
 class SourceRows:
     """Read-only access to the agent's database for one search call (or one server, shared)."""
 
-    def __init__(self, path: Path, busy_timeout_ms: int = 5000, statement_ms: int = 2000) -> None:
+    def __init__(self, path: Path, busy_timeout_ms: int = 5000, statement_ms: int = 2000,
+                 exclusion: ProjectExclusion | None = None) -> None:
         self.conn = open_source_db(path, busy_timeout_ms)
         # How the file was opened, for another connection that must see the same (ATTACH): a
         # snapshot stays one.
@@ -48,11 +51,16 @@ class SourceRows:
         self.conn.set_progress_handler(self._progress, 10_000)
         # The platform filter compares normalised values (stored ones predate upstream's rule).
         self.conn.create_function("memsync_platform", 1, normalize_platform, deterministic=True)
+        # Excluded projects are never an answer, whatever index a row came from.
+        self.exclusion = exclusion if exclusion is not None and exclusion.active else None
+        if self.exclusion is not None:
+            self.conn.create_function(EXCLUDED_SQL, 2, self.exclusion.sql, deterministic=True)
 
     @classmethod
     def open(cls, settings: Settings) -> SourceRows:
         """A connection to the configured database with the configured busy timeout and time limit."""
-        return cls(settings.db, settings.sqlite_busy_timeout_ms, settings.fts_timeout_ms)
+        return cls(settings.db, settings.sqlite_busy_timeout_ms, settings.fts_timeout_ms,
+                   exclusion(settings.excluded_projects))
 
     def close(self) -> None:
         """Close the connection."""
@@ -94,6 +102,11 @@ class SourceRows:
             return f"(SELECT s.project FROM {SESSIONS_TABLE} s WHERE {match} LIMIT 1)"
         return f"{ALIAS}.project"
 
+    def not_excluded(self, kind: Kind) -> str:
+        """SQL true for a row (alias ``t``) outside the excluded projects (``exclusion`` is set)."""
+        merged = None if kind is Kind.PROMPT else self.col(kind, "merged_into_project")
+        return f"NOT {EXCLUDED_SQL}({self.project_expr(kind)}, {merged or 'NULL'})"
+
     def has_fts(self, kind: Kind) -> bool:
         """Whether the app's FTS5 table for ``kind`` exists."""
         return bool(self.schema.fts.get(kind))
@@ -110,6 +123,8 @@ class SourceRows:
         """A WHERE fragment (without the keyword) and its parameters, for alias ``t``."""
         parts: list[str] = []
         params: list[Any] = []
+        if self.exclusion is not None:
+            parts.append(self.not_excluded(kind))
         if filters.project:
             if kind is Kind.PROMPT:
                 parts.append(f"{self.project_expr(kind)} = ?")

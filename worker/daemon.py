@@ -69,7 +69,8 @@ class Worker:
         # Retries of a remote endpoint wait on the stop event: a stop is never held up by a backoff.
         embedder = make_embedder(settings, wait=self.stop.wait)
         self._target = SyncTarget(settings, embedder)
-        self._tail = SourceTail(settings.db, settings.sqlite_busy_timeout_ms, self.reconcile_due)
+        self._tail = SourceTail(settings.db, settings.sqlite_busy_timeout_ms, self.reconcile_due,
+                                settings.excluded_projects)
         self._compaction = Compaction(settings, self.stop, self.log)
         self._copy_order = CopyOrder()
         self._serving = False  # the loop runs (not --once): worth warming the server's index for searches

@@ -25,6 +25,9 @@ from memsync.config.claude_mem.values import clean, parse_list
 from memsync.config.docids import DOC_TYPES, fact_field, format_doc_id
 from memsync.config.records import RecordRefError, ms_from_iso
 
+# The cell a reader adds to each row when projects are excluded: 1 when the row's project is.
+EXCLUDED_CELL = "excluded"
+
 # Bump when the derivation below changes: every row is then re-derived and compared by hash.
 # 2: platform_source normalised as claude-mem does (a metadata-only change: relabelled, not embedded).
 DOCS_VERSION = 2
@@ -220,7 +223,10 @@ def _prompt(row: SourceRow) -> list[Document]:
 
 
 def build_documents(row: SourceRow) -> list[Document]:
-    """All documents of a row (possibly none, when every field is empty); RowError when unusable."""
+    """All documents of a row (possibly none, when every field is empty or its project is
+    excluded); RowError when unusable."""
+    if row.values.get(EXCLUDED_CELL):
+        return []  # an excluded project (config.claude_mem.projects): neither synced nor searchable
     if row.kind is Kind.OBSERVATION:
         return _observation(row)
     if row.kind is Kind.SUMMARY:

@@ -33,7 +33,7 @@ DRY_RUN_REBUILD = "(rebuild-dry-run)"
 def count_rows(settings: Settings, project: str | None = None) -> int:
     """Rows a resync will read (for a progress bar's total)."""
     total = 0
-    with SourceReader(settings.db, settings.sqlite_busy_timeout_ms) as reader:
+    with SourceReader.open(settings) as reader:
         for kind in KINDS:
             refs = reader.row_refs(kind)
             total += sum(1 for r in refs if project is None or project in (r.project, r.merged_into_project))
@@ -66,7 +66,7 @@ def _resync(settings: Settings, embedder: Embedder, project: str | None, rebuild
             stop: threading.Event | None, progress: ProgressFn | None) -> SyncResult:
     started = now_ms()
     store = None if dry_run else EmbeddingStore.open(settings)
-    with SourceReader(settings.db, settings.sqlite_busy_timeout_ms) as reader, \
+    with SourceReader.open(settings) as reader, \
             SyncState(settings.state_path) as state, stores.connect(settings) as handle, \
             contextlib.closing(store) if store is not None else contextlib.nullcontext():
         client = handle.client

@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from memsync.config.claude_mem.connection import decode_text, fetch_all, open_source_db
+from memsync.config.claude_mem.projects import SQL_FUNCTION as EXCLUDED_SQL
+from memsync.config.claude_mem.projects import ProjectExclusion, exclusion
 from memsync.config.claude_mem.schema import KINDS, SESSIONS_TABLE, TABLES, Kind, SchemaError, SourceSchema, detect
 from memsync.config.errors import SourceUnavailable
 from memsync.config.formats.text_index import fingerprint_hash
-from memsync.worker.documents import SourceRow, row_cells_hash, row_shape
+from memsync.config.settings import Settings
+from memsync.worker.documents import EXCLUDED_CELL, SourceRow, row_cells_hash, row_shape
 
 FINGERPRINT_SQL = "memsync_fingerprint_hash"  # the SQL function text_fingerprint sums
 ROW_HASH_SQL = "memsync_row_hash"  # documents.row_cells_hash, for row_hashes
@@ -42,10 +45,17 @@ class RowRef:
 class SourceReader:
     """Reads claude-mem rows in logical column names, whatever the era of the file."""
 
-    def __init__(self, path: Path, busy_timeout_ms: int = 5000) -> None:
+    def __init__(self, path: Path, busy_timeout_ms: int = 5000, exclusion: ProjectExclusion | None = None) -> None:
         self.path = path
         self._conn = open_source_db(path, busy_timeout_ms)
         self.immutable = self._conn.immutable  # a snapshot: reopen when the file changes
+        # Excluded projects (config.claude_mem.projects): a row's "excluded" cell, read and hashed
+        # with its others, so that a change of the setting changes the row's hash and the next pass
+        # derives it again (no documents while excluded). Without patterns, no such cell: the
+        # hashes of every row stay those of before the setting existed.
+        self.exclusion = exclusion if exclusion is not None and exclusion.active else None
+        if self.exclusion is not None:
+            self._conn.create_function(EXCLUDED_SQL, 2, self.exclusion.sql, deterministic=True)
         self._conn.create_function(FINGERPRINT_SQL, -1, fingerprint_hash, deterministic=True)
         self._conn.create_function(ROW_HASH_SQL, -1, row_cells_hash, deterministic=True)
         self._conn.create_function(ROW_HASH_TYPED_SQL, -1, _typed_row_hash, deterministic=True)
@@ -54,6 +64,11 @@ class SourceReader:
         except SchemaError:
             self._conn.close()
             raise
+
+    @classmethod
+    def open(cls, settings: Settings) -> SourceReader:
+        """A reader of the configured database, with its busy timeout and excluded projects."""
+        return cls(settings.db, settings.sqlite_busy_timeout_ms, exclusion(settings.excluded_projects))
 
     def close(self) -> None:
         """Close the read-only connection."""
@@ -77,7 +92,16 @@ class SourceReader:
             sess_ms = sch.column(SESSIONS_TABLE, "memory_session_id")
             cols += [("s.project", "project"), (f's."{sess_ms}"' if sess_ms else "NULL", "memory_session_id"),
                      ("NULL", "merged_into_project")]
+        if self.exclusion is not None:
+            cols.append((self._excluded_expr(kind), EXCLUDED_CELL))
         return cols, join
+
+    def _excluded_expr(self, kind: Kind) -> str:
+        """SQL of whether a row (alias ``t``, its session ``s``) belongs to an excluded project."""
+        if kind is Kind.PROMPT:
+            return f"{EXCLUDED_SQL}(s.project, NULL)"
+        merged = "t.merged_into_project" if self.schema.column(TABLES[kind], "merged_into_project") else "NULL"
+        return f"{EXCLUDED_SQL}(t.project, {merged})"
 
     def _where(self, kind: Kind, project: str | None, up_to: int | None) -> str:
         where = "t.id > :after"
@@ -171,7 +195,11 @@ class SourceReader:
         table = TABLES[kind]
         phys = [c for c in (self.schema.column(table, x) for x in columns) if c]
         args = ", ".join(["CAST(t.id AS BLOB)", *(f'CAST(t."{c}" AS BLOB)' for c in phys)])
-        row = self._fetch(f"SELECT count(*) AS n, coalesce(sum({FINGERPRINT_SQL}({args})), 0) AS h FROM {table} t "
+        source = f"{table} t"
+        if self.exclusion is not None:  # which rows are excluded is part of what the index holds
+            args += f", {self._excluded_expr(kind)}"
+            source += " " + self._row_columns(kind)[1]
+        row = self._fetch(f"SELECT count(*) AS n, coalesce(sum({FINGERPRINT_SQL}({args})), 0) AS h FROM {source} "
                           "WHERE t.id > :after AND t.id <= :up_to", {"after": after, "up_to": up_to})[0]
         return int(row["n"]), int(row["h"])
 

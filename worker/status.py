@@ -143,7 +143,7 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
     doc_by_key = {(k, sid): (n, ts) for k, sid, n, ts in docs}
     row_by_key = {(k, sid): (st, reason, attempts, ts) for k, sid, st, reason, attempts, ts in rows}
     report = StatusReport(collection=collection)
-    with SourceReader(settings.db, settings.sqlite_busy_timeout_ms) as reader:
+    with SourceReader.open(settings) as reader:
         for kind in KINDS:
             per_project: dict[str, Bucket] = defaultdict(Bucket)
             for ref in reader.row_refs(kind):

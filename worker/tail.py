@@ -8,6 +8,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from memsync.config.claude_mem.projects import exclusion
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.errors import SourceUnavailable
 from memsync.worker import logs
@@ -49,9 +50,14 @@ class SourceTail:
     and the highest ids seen. A database found replaced (another file, or ids that went down) logs
     ``database_replaced`` and asks for a reconcile."""
 
-    def __init__(self, db: Path, busy_timeout_ms: int, reconcile_due: threading.Event) -> None:
+    def __init__(self, db: Path, busy_timeout_ms: int, reconcile_due: threading.Event,
+                 excluded_projects: str = "") -> None:
         self.db = db
         self.busy_timeout_ms = busy_timeout_ms
+        # memsync's own excluded_projects; claude-mem's may change while the worker runs (its
+        # settings file, read again at every look): see ``changed``.
+        self.excluded_projects = excluded_projects
+        self.exclusion = exclusion(excluded_projects)
         self.reconcile_due = reconcile_due  # set when ids went down (the caller runs the full pass)
         self.reader: SourceReader | None = None
         self.settled = False  # the stamp was the same at the last two looks: its commits are visible
@@ -62,7 +68,7 @@ class SourceTail:
     def open(self) -> SourceReader:
         """The reader, opened when there is none (then the next look starts from no stamp)."""
         if self.reader is None:
-            self.reader = SourceReader(self.db, self.busy_timeout_ms)
+            self.reader = SourceReader(self.db, self.busy_timeout_ms, self.exclusion)
             self._stamp = None
         return self.reader
 
@@ -75,7 +81,7 @@ class SourceTail:
     def _reopen(self) -> SourceReader:
         assert self.reader is not None
         self.reader.close()
-        self.reader = SourceReader(self.db, self.busy_timeout_ms)
+        self.reader = SourceReader(self.db, self.busy_timeout_ms, self.exclusion)
         return self.reader
 
     def replaced(self) -> bool:
@@ -93,6 +99,17 @@ class SourceTail:
     def changed(self, state: SyncState, collection: str, pending: bool) -> bool:
         """Cheap check first (file stamp, no SQL); then max ids against ``collection``'s watermarks.
         True when a tail pass is due; ``pending``: rows are known to wait above the watermarks."""
+        now_excluded = exclusion(self.excluded_projects)
+        if now_excluded.patterns != self.exclusion.patterns:
+            # Rows of a newly excluded project lose their documents (and those of a project no
+            # longer excluded get theirs): every row's hash changes with the setting, so a full pass.
+            self.log.info("excluded_projects_changed", patterns=list(now_excluded.patterns),
+                          ignored=list(now_excluded.ignored))
+            self.exclusion = now_excluded
+            if self.reader is not None:
+                self._reopen()
+            self.reconcile_due.set()
+            return True
         current = stamp(self.db)
         if current is not None and current == self._stamp and self.settled and not pending:
             return False

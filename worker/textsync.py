@@ -36,6 +36,7 @@ from memsync.config.formats.text_index import (
 )
 from memsync.config.settings import Settings
 from memsync.worker import logs
+from memsync.worker.documents import EXCLUDED_CELL
 from memsync.worker.source import SourceReader
 from memsync.worker.tail import FileStamp, stamp
 
@@ -141,6 +142,8 @@ class TextIndexWriter:
                 raise _Stopped
             batch = [r for r in reader.read_batch(kind, after, READ_BATCH) if r.id <= up_to]
             for row in batch:
+                if row.values.get(EXCLUDED_CELL):
+                    continue  # an excluded project: not searchable (config.claude_mem.projects)
                 doc = tantivy.Document()
                 doc.add_text("kind", KIND_TERM[kind])
                 doc.add_integer("row", row.id)
@@ -188,7 +191,7 @@ class TextSync:
         try:
             if self._writer is None:
                 self._writer = TextIndexWriter(self.s)
-            with SourceReader(self.s.db, self.s.sqlite_busy_timeout_ms) as reader:
+            with SourceReader.open(self.s) as reader:
                 result = self._writer.refresh(reader, full=full, stop=self.stop)
         except Exception as exc:  # noqa: BLE001 - tantivy, SQLite, the file system: none may stop the sync
             message = f"{type(exc).__name__}: {exc}"[:300]

@@ -63,7 +63,7 @@ def expected_documents(reader: SourceReader, batch: int = 2000) -> tuple[dict[st
 
 def verify(settings: Settings, client: Any | None = None) -> VerifyReport:
     """Compare the source database with the active Chroma collection (opens Chroma unless given)."""
-    with SourceReader(settings.db, settings.sqlite_busy_timeout_ms) as reader:
+    with SourceReader.open(settings) as reader:
         expected, unusable = expected_documents(reader)
     if client is None:
         with stores.connect(settings) as handle:

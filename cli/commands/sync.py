@@ -27,6 +27,7 @@ from memsync.commands.options import (
     settings_from,
     settings_note,
 )
+from memsync.config.claude_mem.projects import exclusion
 from memsync.config.settings import LoadedSettings, Settings, describe
 from memsync.servers.render import utc_stamp
 
@@ -139,6 +140,8 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     with errors_as_exit():
         report = run_status(settings)
     database = {"path": str(settings.db), "chosen_by": db_rule(loaded)}
+    excluded = exclusion(settings.excluded_projects)
+    excluded_json = {"patterns": list(excluded.patterns), "ignored": list(excluded.ignored)}
     w = report.worker
     problems = []
     if not w.get("up"):
@@ -154,20 +157,23 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
         emit({"healthy": not problems, "problems": problems, "lag_ms": report.lag_ms, "worker": w}, as_json, text)
         sys.exit(EXIT_FAIL if problems else EXIT_OK)
     if as_json:
-        emit({**report.as_dict(), "database": database}, True, "")
+        emit({**report.as_dict(), "database": database, "excluded_projects": excluded_json}, True, "")
         return
     state = "up" if w.get("up") else f"down ({w.get('reason')})"
     if w.get("up") and w.get("degraded"):
         state += f", degraded: {w.get('last_error')}"
     embedding = settings.embedding_provider + ("" if w.get("embedding_reachable", True) else " (endpoint unavailable)")
-    lines = [f"database: {database['path']} (chosen by {database['chosen_by']})",
-             f"worker: {state}; mode {settings.chroma_mode}; chroma reachable: {w.get('chroma_reachable', False)}; "
-             f"embedding: {embedding}",
-             f"lag: {report.lag_ms / 1000:.1f}s; pending rows: {report.pending_rows}; "
-             f"failed rows: {sum(report.total(k).failed for k in report.buckets)}",
-             f"collection: {report.collection or '(nothing synced yet)'}; store: {_store_line(store)}",
-             f"text index: {_text_index_line(report.text_index)}; vector copy: {_copy_line(report.vector_copy)}",
-             f"{'kind':<13}{'project':<24}{'rows':>8}{'synced':>8}{'docs':>8}{'pending':>8}{'failed':>8}  last sync"]
+    lines = [f"database: {database['path']} (chosen by {database['chosen_by']})"]
+    if excluded.patterns:
+        lines.append("excluded projects: " + ", ".join(excluded.patterns) + (
+            f" (ignored, a directory and not a name: {', '.join(excluded.ignored)})" if excluded.ignored else ""))
+    lines += [f"worker: {state}; mode {settings.chroma_mode}; chroma reachable: {w.get('chroma_reachable', False)}; "
+              f"embedding: {embedding}",
+              f"lag: {report.lag_ms / 1000:.1f}s; pending rows: {report.pending_rows}; "
+              f"failed rows: {sum(report.total(k).failed for k in report.buckets)}",
+              f"collection: {report.collection or '(nothing synced yet)'}; store: {_store_line(store)}",
+              f"text index: {_text_index_line(report.text_index)}; vector copy: {_copy_line(report.vector_copy)}",
+              f"{'kind':<13}{'project':<24}{'rows':>8}{'synced':>8}{'docs':>8}{'pending':>8}{'failed':>8}  last sync"]
     for kind, projects in report.buckets.items():
         for project, b in sorted(projects.items()):
             lines.append(f"{kind:<13}{project[:23]:<24}{b.rows:>8}{b.synced_rows:>8}{b.documents:>8}"

@@ -1,0 +1,114 @@
+"""Excluded projects: claude-mem's setting, with its semantics, plus memsync's own of the same meaning.
+
+claude-mem (``src/utils/project-filter.ts``) reads ``CLAUDE_MEM_EXCLUDED_PROJECTS``: comma-separated
+glob patterns (``*`` within a path segment, ``**`` across segments, ``?`` one character, a leading
+``~`` for the home directory), matched against a project's *path* and its base name; the
+environment variable wins over claude-mem's ``settings.json`` (in its data directory; keys may sit
+under ``env``). memsync adds ``excluded_projects`` (same syntax); both apply.
+
+memsync only sees the project *name* claude-mem stored (the git root's base name), not the path. So
+each pattern is matched against the name as a whole and, when it has a directory part, through its
+last segment: ``~/work/secret-*`` excludes ``secret-api``. A pattern whose last segment is only
+wildcards (``~/clients/**``) names a directory, whose projects a name cannot tell: it is ignored,
+and listed as such (``ProjectExclusion.ignored``, said by ``memsync status``).
+
+A row is excluded when its project, or the project it was merged into, is. Excluded rows are
+neither synced nor searchable: the sync derives no documents for them (a reconcile removes what
+was stored before the setting named them), and every search's SQL leaves them out.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from memsync.config.claude_mem.user_settings import SETTINGS_FILE, data_dir_choice, read_settings_file
+
+EXCLUDED_KEY = "CLAUDE_MEM_EXCLUDED_PROJECTS"
+SQL_FUNCTION = "memsync_excluded"  # (project, merged_into_project) -> 1 when excluded
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """upstream's ``globToRegex``: ``**`` any characters, ``*`` any but ``/``, ``?`` one but ``/``."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        ch = pattern[i]
+        out.append("[^/]*" if ch == "*" else "[^/]" if ch == "?" else re.escape(ch))
+        i += 1
+    return re.compile("".join(out))
+
+
+def split_patterns(value: str) -> tuple[str, ...]:
+    """The patterns of a comma-separated setting, trimmed, blanks dropped."""
+    return tuple(p.strip() for p in value.split(",") if p.strip())
+
+
+@dataclass(frozen=True)
+class ProjectExclusion:
+    """The effective patterns and how a project name is matched (see the module docstring)."""
+
+    patterns: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()  # patterns that name a directory only (see the module docstring)
+    _regexes: tuple[re.Pattern[str], ...] = field(default=(), repr=False, compare=False)
+
+    @classmethod
+    def of(cls, patterns: tuple[str, ...]) -> ProjectExclusion:
+        """The exclusion of these patterns."""
+        regexes: list[re.Pattern[str]] = []
+        ignored: list[str] = []
+        for raw in patterns:
+            pattern = raw.replace("\\", "/")
+            last = pattern.rstrip("/").rsplit("/", 1)[-1]
+            if "/" in pattern.rstrip("/") and not last.strip("*"):
+                ignored.append(raw)
+                continue
+            regexes.append(_glob_regex(last if "/" in pattern else pattern))
+        return cls(tuple(patterns), tuple(ignored), tuple(regexes))
+
+    @property
+    def active(self) -> bool:
+        """Whether any pattern can exclude a project."""
+        return bool(self._regexes)
+
+    def excluded(self, project: object, merged: object = None) -> bool:
+        """Whether a row of ``project`` (merged into ``merged``) is excluded."""
+        return any(isinstance(name, str) and name and any(r.fullmatch(name) for r in self._regexes)
+                   for name in (project, merged))
+
+    def sql(self, project: object, merged: object) -> int:
+        """``excluded`` as the SQL function ``memsync_excluded`` (registered on a connection)."""
+        return 1 if self.excluded(project, merged) else 0
+
+
+def claude_mem_patterns(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """claude-mem's ``CLAUDE_MEM_EXCLUDED_PROJECTS``: the environment's, else its settings file's."""
+    env = os.environ if environ is None else environ
+    if EXCLUDED_KEY in env:
+        return split_patterns(env[EXCLUDED_KEY])
+    path = data_dir_choice(env).path / SETTINGS_FILE
+    try:
+        st = path.stat()
+    except OSError:
+        return ()
+    return _file_patterns(str(path), st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=8)
+def _file_patterns(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
+    # Per file version (time and size): a search opens its rows per call, and this is read each time.
+    from pathlib import Path
+
+    return split_patterns(read_settings_file(Path(path)).get(EXCLUDED_KEY, ""))
+
+
+def exclusion(own: str, environ: Mapping[str, str] | None = None) -> ProjectExclusion:
+    """memsync's ``excluded_projects`` (``own``) and claude-mem's setting, together."""
+    return ProjectExclusion.of(split_patterns(own) + claude_mem_patterns(environ))

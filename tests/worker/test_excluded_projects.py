@@ -1,0 +1,110 @@
+"""Excluded projects (issue 17) end to end: a real database, a real embedded Chroma, memsync's text
+index and vector copy. Rows of an excluded project are neither synced nor searchable; a setting
+that gains a project removes what was stored, one that loses it brings the rows back; claude-mem's
+own CLAUDE_MEM_EXCLUDED_PROJECTS counts too, and a running worker notices it change."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memsync.config.chroma import collections as stores
+from memsync.config.claude_mem.schema import Kind
+from memsync.config.settings import Settings
+from memsync.search import Filters, Mode, Searcher
+from memsync.worker.resync import resync
+from memsync.worker.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.tail import SourceTail
+from memsync.worker.verify import verify
+from tests.conftest import make_db, obs, prompt, summary
+
+
+def records() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i, project in enumerate(("alpha", "secret-api", "beta")):
+        out += [obs(i, project, narrative=f"the {project} deploy key rotation"), prompt(i, project),
+                summary(i, project)]
+    # Merged into an excluded project: excluded with it.
+    out.append(obs(9, "old-name", narrative="old-name deploy key rotation", merged_into_project="secret-api"))
+    return out
+
+
+def settings_for(tmp_path: Path, **kw: Any) -> Settings:
+    return Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="embedded", **kw)
+
+
+def stored_projects(settings: Settings) -> set[str]:
+    with SyncState(settings.state_path) as state:
+        name = state.get_meta(ACTIVE_COLLECTION)
+    with stores.connect(settings) as handle:
+        assert handle.client is not None and name
+        got = handle.client.get_collection(name).get(include=["metadatas"])
+    return {str(m.get("merged_into_project") or m.get("project")) for m in got["metadatas"]}
+
+
+def found_projects(settings: Settings, mode: Mode) -> set[str]:
+    engine = Searcher(settings)
+    try:
+        resp = engine.search("deploy key rotation", filters=Filters(), window_days=0, mode=mode, limit=50)
+        assert resp.mode is mode
+        return {str(r.project) for r in resp.results}
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("own_indexes", [True, False], ids=["own-indexes", "fts5-and-chroma-only"])
+def test_an_excluded_project_is_neither_synced_nor_searchable(tmp_path: Path, own_indexes: bool) -> None:
+    base = settings_for(tmp_path, text_index=own_indexes, vector_copy=own_indexes)
+    make_db(base.db, records())
+    assert resync(base).added > 0
+    assert stored_projects(base) == {"alpha", "secret-api", "beta"}
+
+    excluded = base.model_copy(update={"excluded_projects": "~/src/secret-*"})
+    result = resync(excluded)
+    assert result.deleted > 0 and result.embedded == 0  # the setting gained a project: its documents go
+    assert stored_projects(excluded) == {"alpha", "beta"}
+    assert verify(excluded).clean
+    for mode in (Mode.HYBRID, Mode.SEMANTIC, Mode.LEXICAL):
+        assert found_projects(excluded, mode) == {"alpha", "beta"}, mode
+    engine = Searcher(excluded)
+    try:
+        got, missing = engine.get(Kind.OBSERVATION, [1, 2, 4])  # 2: secret-api, 4: merged into it
+        assert [r["id"] for r in got] == [1] and missing == [2, 4]
+    finally:
+        engine.close()
+
+    again = resync(base)  # the setting lost it: the rows come back
+    assert again.added > 0 and stored_projects(base) == {"alpha", "secret-api", "beta"}
+    assert found_projects(base, Mode.LEXICAL) == {"alpha", "secret-api", "beta", "old-name"}
+
+
+def test_claude_mems_own_setting_applies_and_a_running_worker_sees_it_change(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = settings_for(tmp_path)
+    make_db(settings.db, records())
+    home = Path(str(tmp_path / "home"))
+    (home / ".claude-mem").mkdir(parents=True)
+    cm_settings = home / ".claude-mem" / "settings.json"
+    cm_settings.write_text('{"CLAUDE_MEM_EXCLUDED_PROJECTS": "beta"}')
+    resync(settings)
+    assert stored_projects(settings) == {"alpha", "secret-api"}
+
+    due = threading.Event()
+    tail = SourceTail(settings.db, 1000, due, settings.excluded_projects)
+    tail.open()
+    try:
+        with SyncState(settings.state_path) as state:
+            name = state.get_meta(ACTIVE_COLLECTION)
+            assert name and not tail.changed(state, name, pending=False) and not due.is_set()
+            cm_settings.write_text('{"CLAUDE_MEM_EXCLUDED_PROJECTS": "beta,alpha"}')
+            assert tail.changed(state, name, pending=False) and due.is_set()  # the full pass is asked for
+            assert tail.reader is not None and tail.reader.exclusion is not None
+            assert tail.reader.exclusion.patterns == ("beta", "alpha")
+    finally:
+        tail.close()
+    monkeypatch.setenv("CLAUDE_MEM_EXCLUDED_PROJECTS", "")  # the environment wins over the file
+    resync(settings)
+    assert stored_projects(settings) == {"alpha", "secret-api", "beta"}
