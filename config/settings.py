@@ -193,6 +193,9 @@ class Settings(BaseSettings):
         None, description="Reranker key (`Authorization: Bearer`); unset: embedding_api_key. Never printed.",
     )
     max_query_chars: int = Field(4000, ge=16, le=1_000_000, description="Servers: longest query string accepted.")
+    mcp_structured: bool = Field(
+        True, description="memsync mcp: tools also return their answer as structured content under an output "
+        "schema; false: the markdown only (for clients that show the model the structured JSON instead).")
     allowed_hosts: HostList = Field(
         (), description="HTTP servers: more Host names they answer (comma-separated; `name` any port, `name:port` "
         "that one) besides 127.0.0.1, localhost, [::1] and the listen address; any other Host gets 421.")

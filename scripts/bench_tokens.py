@@ -10,6 +10,11 @@ answer's header, divided by the rows). Tokens are counted two ways, since no mod
 tokenizer can be loaded offline: the shipped MiniLM WordPiece tokenizer (close to the BPE
 tokenizers of chat models on English text) and characters / 4 (the usual rule of thumb).
 Baseline in the same run: the JSON contract of the same search (``memsync search --json``).
+
+Each answer also carries its structured content (``servers.structured``); its size is reported
+as ``sc_chars`` / ``sc_wordpiece``, serialized compactly as a JavaScript client's
+``JSON.stringify`` would: what a model reads from clients that show it ``structuredContent``
+instead of the text when both are present (Claude Code, opencode, Codex).
 """
 
 from __future__ import annotations
@@ -99,9 +104,11 @@ async def _measure(settings: Settings, searcher: Searcher, tokens: Any) -> tuple
             n = sum(1 for line in text.splitlines() if line.startswith("| #"))
             n = n or text.count("\n## ") + text.startswith("## ")
             wp = tokens(text)
+            sc = json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":"))
             out.append({"tool": tool, "args": ", ".join(f"{k}={v}" for k, v in arguments.items() if k != "query"),
                         "results": n, "chars": len(text), "wordpiece": wp, "chars/4": len(text) // 4,
-                        "per_result_wp": round((wp - header) / n, 1) if n else None})
+                        "per_result_wp": round((wp - header) / n, 1) if n else None,
+                        "sc_chars": len(sc), "sc_wordpiece": tokens(sc)})
     return out, header
 
 

@@ -1,8 +1,10 @@
 """The MCP server: memsync's search as tools an agent calls (official ``mcp`` SDK, MCPServer).
 
 Every tool validates through ``servers.params`` and answers in compact markdown
-(``servers.render``). A refused value comes back as a tool error whose text says what to
-change; nothing else of an exception reaches the agent. The tools work without the worker: when
+(``servers.render``), with the same answer as structured content under a declared output schema
+(``servers.structured``). Every tool has a title and is annotated read-only, idempotent and
+closed-world. A refused value comes back as a tool error whose text says what to change; nothing
+else of an exception reaches the agent. The tools work without the worker: when
 the vector store cannot be reached the answer is full-text only and its header says so. Over
 HTTP it answers only allowed ``Host`` and ``Origin`` values, by the same rule and settings as the
 HTTP API (``servers.hosts``).
@@ -10,14 +12,15 @@ HTTP API (``servers.hosts``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.metadata import version
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from memsync.config.claude_mem.schema import SchemaError
@@ -26,6 +29,7 @@ from memsync.config.records import KindChoice, format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher
 from memsync.servers import render
+from memsync.servers import structured as out
 from memsync.servers.hosts import HostGuard, HostRule
 from memsync.servers.params import (
     MAX_DEPTH,
@@ -38,6 +42,8 @@ from memsync.servers.params import (
     SearchArgs,
     parse_ref,
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def instructions(window_days: int) -> str:
@@ -68,6 +74,22 @@ FormatArg = Annotated[Literal["index", "full"], Field(
     description="index: one line per result (cheap); full: whole records (use get_observations instead).")]
 KindArg = Annotated[KindChoice, Field(description="Which records.")]
 
+# What a tool returns: a CallToolResult with the markdown as its text and the model as its
+# structuredContent. The model named second is the output schema the SDK publishes and checks each
+# answer against; a plain model as the return type would make the SDK send its JSON as the text.
+SearchAnswer = Annotated[CallToolResult, out.SearchOutput]
+TimelineAnswer = Annotated[CallToolResult, out.TimelineOutput]
+RecentAnswer = Annotated[CallToolResult, out.RecentOutput]
+RecordsAnswer = Annotated[CallToolResult, out.RecordsOutput]
+SimilarAnswer = Annotated[CallToolResult, out.SimilarOutput]
+
+# Every tool only reads this project's memory (the claude-mem database and memsync's own index),
+# so the same call twice changes nothing and reaches nothing outside. destructiveHint and
+# idempotentHint only matter when readOnlyHint is false, but their defaults (destructive, not
+# idempotent) are the wrong way round for a client that reads them alone, so they are set too.
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                            open_world_hint=False)
+
 
 @contextmanager
 def answers() -> Iterator[None]:
@@ -88,121 +110,138 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
     requests = Requests(searcher, settings.max_query_chars)
     mcp: MCPServer = MCPServer("memsync", instructions=instructions(settings.window_days), version=version("memsync"))
 
-    def run_search(args: SearchArgs) -> str:
+    # Off (mcp_structured=false), tools declare no output schema and send the markdown only: Claude
+    # Code, opencode and Codex give the model the JSON of structuredContent instead of the text when
+    # both are present, about twice the tokens (README, "What a call costs").
+    structured = settings.mcp_structured
+
+    def tool(title: str) -> Callable[[F], F]:
+        """Register a tool with its title, the read-only annotations and (when on) its output schema."""
+        return mcp.tool(title=title, annotations=READ_ONLY, structured_output=None if structured else False)
+
+    def answer(text: str, data: out.Structured) -> CallToolResult:
+        """A tool's answer: the markdown an agent reads, and the same answer as structured content."""
+        return CallToolResult(content=[TextContent(type="text", text=text)],
+                              structured_content=data.content() if structured else None)
+
+    def run_search(args: SearchArgs) -> CallToolResult:
         with answers():
             resp = requests.search(args)
-            return render.search_markdown(resp, args.offset, args.full)
+            return answer(render.search_markdown(resp, args.offset, args.full), out.search_output(resp, args.offset))
 
-    def run_find(by: FindBy, value: str | list[str], args: FindArgs) -> str:
+    def run_find(by: FindBy, value: str | list[str], args: FindArgs) -> CallToolResult:
         with answers():
             resp = requests.find_by(by, value, args)
-            return render.search_markdown(resp, args.offset, args.full)
+            return answer(render.search_markdown(resp, args.offset, args.full), out.search_output(resp, args.offset))
 
-    @mcp.tool(structured_output=False)
+    @tool("Search memory")
     def search(query: Query = "", kind: KindArg = "all", project: Project = None, type: Types = None,
                concept: Concepts = None, file: Files = None, date_from: DateFrom = None, date_to: DateTo = None,
                window_days: WindowDays = None, order: OrderArg = "relevance", limit: Limit = 10, offset: Offset = 0,
-               format: FormatArg = "index") -> str:
+               format: FormatArg = "index") -> SearchAnswer:
         """Search all memory (observations, session summaries, user prompts) by meaning and words.
         Use first when you need anything from past sessions. Each result line has an id (#123,
         #S12, #P5), type, date, score and which signals found it."""
         return run_search(SearchArgs(query, kind, project, type, concept, file, date_from, date_to, window_days,
                                      order, limit, offset, format == "full"))
 
-    @mcp.tool(structured_output=False)
+    @tool("Search observations")
     def search_observations(query: Query = "", project: Project = None, type: Types = None,
                             concept: Concepts = None, file: Files = None, date_from: DateFrom = None,
                             date_to: DateTo = None, window_days: WindowDays = None, order: OrderArg = "relevance",
-                            limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> str:
+                            limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> SearchAnswer:
         """Search observations only: what was done, found or decided in past work (bugfixes,
         features, decisions, discoveries), with their files and concepts."""
         return run_search(SearchArgs(query, "observations", project, type, concept, file, date_from, date_to,
                                      window_days, order, limit, offset, format == "full"))
 
-    @mcp.tool(structured_output=False)
+    @tool("Search session summaries")
     def search_sessions(query: Query = "", project: Project = None, date_from: DateFrom = None,
                         date_to: DateTo = None, window_days: WindowDays = None, order: OrderArg = "relevance",
-                        limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> str:
+                        limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> SearchAnswer:
         """Search session summaries: what each past session asked for, learned, completed and left
         as next steps. Good for "where did we leave X"."""
         return run_search(SearchArgs(query, "sessions", project, None, None, None, date_from, date_to, window_days,
                                      order, limit, offset, format == "full"))
 
-    @mcp.tool(structured_output=False)
+    @tool("Search user prompts")
     def search_user_prompts(query: Query = "", project: Project = None, date_from: DateFrom = None,
                             date_to: DateTo = None, window_days: WindowDays = None, order: OrderArg = "relevance",
-                            limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> str:
+                            limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> SearchAnswer:
         """Search what the user asked in past sessions (their prompts, verbatim)."""
         return run_search(SearchArgs(query, "prompts", project, None, None, None, date_from, date_to, window_days,
                                      order, limit, offset, format == "full"))
 
-    @mcp.tool(structured_output=False)
+    @tool("Find observations by concept")
     def find_by_concept(concept: Annotated[str, Field(description="A concept tag, e.g. 'how-it-works'.")],
                         query: Query = "", project: Project = None, window_days: WindowDays = None,
-                        limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> str:
+                        limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> SearchAnswer:
         """Observations tagged with a concept, ranked by the query's meaning (newest first
         without one). The tag filter comes first, so no tagged observation is missed."""
         return run_find("concept", concept, FindArgs(query, project, window_days, limit, offset, format == "full"))
 
-    @mcp.tool(structured_output=False)
+    @tool("Find records by file")
     def find_by_file(path: Annotated[str, Field(description="A file path or part of one, e.g. 'src/auth.py'.")],
                      query: Query = "", project: Project = None, window_days: WindowDays = None,
-                     limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> str:
+                     limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> SearchAnswer:
         """Observations and session summaries that read or modified a file (path substring),
         ranked by the query's meaning (newest first without one). Use before editing a file."""
         return run_find("file", path, FindArgs(query, project, window_days, limit, offset, format == "full"))
 
-    @mcp.tool(structured_output=False)
+    @tool("Find observations by type")
     def find_by_type(type: Annotated[str | list[str], Field(
                          description="Observation type(s): bugfix, feature, decision, discovery, refactor, change.")],
                      query: Query = "", project: Project = None, window_days: WindowDays = None,
-                     limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> str:
+                     limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> SearchAnswer:
         """Observations of a type (e.g. every bugfix or decision), ranked by the query's meaning
         (newest first without one)."""
         return run_find("type", type, FindArgs(query, project, window_days, limit, offset, format == "full"))
 
-    @mcp.tool(structured_output=False)
+    @tool("Timeline around a record")
     def timeline(anchor: Annotated[str | None, Field(
                      description="123 or #123 (observation), S12 (summary), P5 (prompt), or an ISO time.")] = None,
                  query: Annotated[str | None, Field(
                      description="Instead of an anchor: the best match of this query is the anchor.")] = None,
                  depth_before: Annotated[int, Field(description=f"Records before the anchor, 0-{MAX_DEPTH}.")] = 5,
                  depth_after: Annotated[int, Field(description=f"Records after the anchor, 0-{MAX_DEPTH}.")] = 5,
-                 project: Project = None) -> str:
+                 project: Project = None) -> TimelineAnswer:
         """What happened around a moment: observations, summaries and prompts mixed, oldest
         first, the anchor marked. Use after a search to see the context of a result."""
         with answers():
             results, key = requests.timeline(anchor, query, depth_before, depth_after, project)
-            return render.timeline_markdown(results, key)
+            return answer(render.timeline_markdown(results, key), out.timeline_output(results, key))
 
-    @mcp.tool(structured_output=False)
+    @tool("Recent context")
     def recent_context(project: Project = None,
-                       limit: Annotated[int, Field(description=f"Records, 1-{MAX_LIMIT}.")] = 10) -> str:
+                       limit: Annotated[int, Field(description=f"Records, 1-{MAX_LIMIT}.")] = 10) -> RecentAnswer:
         """The newest session summaries and observations (of a project), newest first: a quick
         catch-up at the start of a session."""
         with answers():
-            return render.recent_markdown(requests.recent(project, limit), project)
+            results = requests.recent(project, limit)
+            return answer(render.recent_markdown(results, project), out.recent_output(results, project))
 
-    @mcp.tool(structured_output=False)
+    @tool("Get full records")
     def get_observations(ids: Annotated[list[str | int], Field(
-            description=f"Up to {MAX_IDS} ids as printed by the other tools: 123/#123, S12/#S12, P5/#P5.")]) -> str:
+            description=f"Up to {MAX_IDS} ids as printed by the other tools: 123/#123, S12/#S12, P5/#P5.")],
+    ) -> RecordsAnswer:
         """Full records by id, in the order given (observations, and summaries or prompts by their
         S/P ids). Ids that do not exist are listed at the end."""
         with answers():
             records, missing = requests.get(ids)
-            return render.records_markdown(records, missing)
+            return answer(render.records_markdown(records, missing), out.records_output(records, missing))
 
-    @mcp.tool(structured_output=False)
+    @tool("Find similar past work")
     def find_similar(observation_id: Annotated[int | str, Field(description="An observation id: 123 or #123.")],
                      limit: Annotated[int, Field(description=f"Results, 1-{MAX_LIMIT}.")] = 10,
                      window_days: Annotated[int | None, Field(
-                         description="Only this many recent days; default all time.")] = 0) -> str:
+                         description="Only this many recent days; default all time.")] = 0) -> SimilarAnswer:
         """Past work most like one observation, best first; near-duplicates (the same thing
         recorded again) are flagged. Use to check whether something was done before."""
         with answers():
             results, mode, reason = requests.similar(observation_id, limit, window_days)
-            return render.similar_markdown(format_ref(*parse_ref(observation_id)), results, mode, reason,
-                                             settings.near_duplicate)
+            ref = format_ref(*parse_ref(observation_id))
+            return answer(render.similar_markdown(ref, results, mode, reason, settings.near_duplicate),
+                          out.similar_output(ref, results, mode, reason, settings.near_duplicate))
 
     return mcp
 

@@ -1,5 +1,7 @@
 """`memsync mcp` as a subprocess, driven by the MCP SDK's own stdio client: every tool against a
-real database synced into a real `chroma run` server, then with the vector sidecar down."""
+real database synced into a real `chroma run` server, then with the vector sidecar down; the
+tools' titles, annotations and output schemas, and structured content that validates against
+them and says what the markdown says."""
 
 from __future__ import annotations
 
@@ -8,9 +10,11 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import jsonschema
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.types import CallToolResult, Tool
 
 from memsync.config.settings import Settings
 from tests.conftest import free_port
@@ -34,10 +38,13 @@ def session(settings: Settings, body: Callable[[Client], Awaitable[T]]) -> T:
     return asyncio.run(run())
 
 
+def text_of(result: CallToolResult) -> str:
+    return "\n".join(getattr(c, "text", "") for c in result.content)
+
+
 async def call(client: Client, tool: str, **args: Any) -> tuple[bool, str]:
     result = await client.call_tool(tool, args)
-    text = "\n".join(getattr(c, "text", "") for c in result.content)
-    return bool(result.is_error), text
+    return bool(result.is_error), text_of(result)
 
 
 def refs(text: str) -> list[str]:
@@ -103,6 +110,143 @@ def test_every_tool_against_a_real_database(served: Settings) -> None:
     assert got["similar"][1].startswith("Similar to #4 · mode: semantic") and "#4 " not in refs(got["similar"][1])
 
 
+TITLES = {"search": "Search memory", "get_observations": "Get full records", "timeline": "Timeline around a record"}
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The cells of the markdown index rows (id first), in order."""
+    return [[c.strip() for c in line.strip("|").split(" | ")] for line in text.splitlines() if line.startswith("| #")]
+
+
+def agrees(hits: list[dict[str, Any]], text: str, scored: bool) -> None:
+    """Each structured hit says what its markdown row says: id, type, date, score or project, title."""
+    rows = table_rows(text)
+    assert [h["ref"] for h in hits] == [r[0] for r in rows] and hits
+    for h, row in zip(hits, rows, strict=True):
+        assert row[1] == h["type"]
+        assert row[2] == h["date"][:16].replace("T", " ")  # local time, the text to the minute
+        if scored:
+            assert float(row[3].split()[0]) == pytest.approx(h["score"], abs=0.0051)
+            assert row[4] == h["found_by"]
+        else:
+            assert row[3] == h["project"]
+        assert row[-1].replace(" **◀ anchor**", "").replace(" **(near-duplicate)**", "") == h["title"]
+        assert ("◀ anchor" in row[-1]) == (h.get("mark") == "anchor")
+
+
+def test_tools_carry_titles_read_only_annotations_and_output_schemas(served: Settings) -> None:
+    async def body(client: Client) -> list[Tool]:
+        return (await client.list_tools()).tools
+
+    for tool in session(served, body):
+        assert tool.title and tool.title != tool.name, tool.name
+        assert TITLES.get(tool.name, tool.title) == tool.title
+        a = tool.annotations
+        assert a is not None and (a.read_only_hint, a.open_world_hint) == (True, False), tool.name
+        assert (a.destructive_hint, a.idempotent_hint) == (False, True), tool.name
+        schema = tool.output_schema
+        assert schema is not None and schema["type"] == "object", tool.name
+        jsonschema.Draft202012Validator.check_schema(schema)
+        assert {"results"} <= set(schema["required"]) or {"records", "missing"} <= set(schema["required"])
+
+
+def test_structured_content_validates_against_the_schema_and_matches_the_text(served: Settings) -> None:
+    calls: dict[str, tuple[str, dict[str, Any]]] = {
+        "search": ("search", {"query": "upload retries", "limit": 2}),
+        "window": ("search", {"query": "billing exports nightly"}),
+        "full": ("search", {"query": "retry budget", "limit": 1, "format": "full"}),
+        "type": ("find_by_type", {"type": "decision"}),
+        "timeline": ("timeline", {"anchor": "#4", "depth_before": 1, "depth_after": 1}),
+        "recent": ("recent_context", {"limit": 3}),
+        "get": ("get_observations", {"ids": ["1", "#S1", "P1", "999"]}),
+        "similar": ("find_similar", {"observation_id": 4, "limit": 3}),
+    }
+
+    async def body(client: Client) -> tuple[dict[str, Any], dict[str, CallToolResult]]:
+        schemas = {t.name: t.output_schema for t in (await client.list_tools()).tools}
+        # The SDK client itself checks each answer against the listed schema (and raises on a mismatch).
+        return schemas, {key: await client.call_tool(tool, args) for key, (tool, args) in calls.items()}
+
+    schemas, got = session(served, body)
+    sc: dict[str, dict[str, Any]] = {}
+    for key, result in got.items():
+        assert not result.is_error and result.structured_content is not None, key
+        jsonschema.validate(result.structured_content, schemas[calls[key][0]])
+        sc[key] = result.structured_content
+    text = {key: text_of(result) for key, result in got.items()}
+
+    s = sc["search"]
+    assert text["search"].startswith(f"mode: {s['mode']} · window: last {s['window']['days']} days")
+    assert s["window"]["source"] == "window" and s["offset"] == 0
+    assert f"results 1-2 of {s['total']}" in text["search"] and f"More: offset={s['next_offset']}." in text["search"]
+    agrees(s["results"], text["search"], scored=True)
+    w = sc["window"]
+    assert w["excluded_by_window"] >= 1 and f"{w['excluded_by_window']} older matches" in text["window"]
+    assert "reason" not in s and None not in s.values()  # absent values are left out, not sent as null
+    full = sc["full"]["results"][0]
+    assert full["record"]["narrative"] in text["full"] and text["full"].count("\n## ") == 1
+    agrees(sc["type"]["results"], text["type"], scored=True)
+    assert sc["timeline"]["anchor"] == "#4" and text["timeline"].startswith("Timeline around #4 (3 records")
+    agrees(sc["timeline"]["results"], text["timeline"], scored=False)
+    agrees(sc["recent"]["results"], text["recent"], scored=False)
+    g = sc["get"]
+    assert [r["ref"] for r in g["records"]] == re.findall(r"^## (#[SP]?\d+) ", text["get"], flags=re.M)
+    assert [r["ref"] for r in g["records"]] == ["#1", "#S1", "#P1"] and g["records"][2]["kind"] == "prompt"
+    assert g["missing"] == ["#999"] and "Not found: #999" in text["get"]
+    assert g["records"][0]["narrative"] in text["get"]
+    sim = sc["similar"]
+    assert text["similar"].startswith(f"Similar to {sim['observation']} · mode: {sim['mode']}")
+    agrees(sim["results"], text["similar"], scored=True)
+
+
+def test_the_client_refuses_structured_content_the_schema_does_not_allow(served: Settings) -> None:
+    """The check above is real: the SDK client validates every answer against the listed schema,
+    so a server whose content strays from its declared schema makes the call raise."""
+    from memsync.search import Searcher
+    from memsync.servers.mcp_tools import build_server
+
+    searcher = Searcher(served)
+    server = build_server(served, searcher)
+    metadata = server._tool_manager.get_tool("search").fn_metadata  # type: ignore[union-attr]
+    # Declare one more required field than the tool sends; the server still sends its model.
+    metadata.output_schema = {**metadata.output_schema, "required": [*metadata.output_schema["required"], "x"]}
+
+    async def run() -> None:
+        async with Client(server) as client:
+            await client.list_tools()
+            with pytest.raises(RuntimeError, match="Invalid structured content returned by tool search"):
+                await client.call_tool("search", {"query": "upload retries"})
+            assert not (await client.call_tool("timeline", {"anchor": "#4"})).is_error  # the others still pass
+
+    try:
+        asyncio.run(run())
+    finally:
+        searcher.close()
+
+
+def test_structured_content_can_be_turned_off(served: Settings) -> None:
+    """mcp_structured=false: no output schema and no structured content, the same markdown, the
+    titles and annotations kept (for clients that would show the model the JSON instead)."""
+    from memsync.search import Searcher
+    from memsync.servers.mcp_tools import build_server
+
+    searcher = Searcher(served)
+
+    async def run(settings: Settings) -> tuple[list[Tool], CallToolResult]:
+        async with Client(build_server(settings, searcher)) as client:
+            return (await client.list_tools()).tools, await client.call_tool("timeline", {"anchor": "#4"})
+
+    try:
+        on_tools, on = asyncio.run(run(served))
+        off_tools, off = asyncio.run(run(served.model_copy(update={"mcp_structured": False})))
+    finally:
+        searcher.close()
+    assert all(t.output_schema is None for t in off_tools) and off.structured_content is None
+    assert all(t.output_schema is not None for t in on_tools) and on.structured_content is not None
+    assert [(t.title, t.annotations) for t in off_tools] == [(t.title, t.annotations) for t in on_tools]
+    assert text_of(off) == text_of(on) and not off.is_error
+
+
 def test_bad_values_get_a_clear_message_not_a_trace(served: Settings) -> None:
     cases: list[tuple[str, dict[str, Any], str]] = [
         ("search", {"query": "x", "limit": -1}, "limit must be an integer from 1 to 100"),
@@ -123,13 +267,16 @@ def test_bad_values_get_a_clear_message_not_a_trace(served: Settings) -> None:
         ("timeline", {"anchor": "1", "depth_before": 500}, "depth_before must be an integer from 0 to 50"),
     ]
 
-    async def body(client: Client) -> list[tuple[bool, str]]:
-        return [await call(client, tool, **args) for tool, args, _ in cases]
+    async def body(client: Client) -> list[CallToolResult]:
+        return [await client.call_tool(tool, args) for tool, args, _ in cases]
 
-    for (tool, args, expected), (is_error, text) in zip(cases, session(served, body), strict=True):
-        assert is_error, f"{tool} {args} was accepted: {text[:200]}"
+    for (tool, args, expected), result in zip(cases, session(served, body), strict=True):
+        text = text_of(result)
+        assert result.is_error, f"{tool} {args} was accepted: {text[:200]}"
         assert expected in text, f"{tool} {args}: {text}"
         assert "Traceback" not in text and "File \"" not in text
+        # An error carries no structured content, and the client checks none against the schema.
+        assert result.structured_content is None
 
 
 def test_tools_work_with_the_vector_sidecar_down(served: Settings, tmp_path: Any) -> None:
