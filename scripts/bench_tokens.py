@@ -70,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         return len(wordpiece.encode(text, add_special_tokens=False).ids)
 
     with tempfile.TemporaryDirectory(prefix="memsync-tokens-") as tmp:
-        settings = Settings(db=Path(tmp) / "claude-mem.db", data_dir=Path(tmp) / "data", chroma_mode="embedded")
+        # Structured content on, to measure it too (off by default: the text is the same either way).
+        settings = Settings(db=Path(tmp) / "claude-mem.db", data_dir=Path(tmp) / "data", chroma_mode="embedded",
+                            mcp_structured=True)
         make_demo_db(settings.db, args.sessions)
         t = time.perf_counter()
         resync(settings)

@@ -59,6 +59,7 @@ older matches the window left out."""
 
 Query = Annotated[str, Field(description="A few key words or a short question; empty lists the newest records.")]
 Project = Annotated[str | None, Field(description="Only this project (merged projects included).")]
+Platform = Annotated[str | None, Field(description="Only sessions of this agent: claude, codex, cursor, ...")]
 Types = Annotated[str | list[str] | None, Field(
     description="Observation type(s), e.g. bugfix, feature, decision, discovery, refactor, change.")]
 Concepts = Annotated[str | list[str] | None, Field(description="Observation concept tag(s).")]
@@ -138,12 +139,12 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
     def search(query: Query = "", kind: KindArg = "all", project: Project = None, type: Types = None,
                concept: Concepts = None, file: Files = None, date_from: DateFrom = None, date_to: DateTo = None,
                window_days: WindowDays = None, order: OrderArg = "relevance", limit: Limit = 10, offset: Offset = 0,
-               format: FormatArg = "index") -> SearchAnswer:
+               format: FormatArg = "index", platform: Platform = None) -> SearchAnswer:
         """Search all memory (observations, session summaries, user prompts) by meaning and words.
         Use first when you need anything from past sessions. Each result line has an id (#123,
         #S12, #P5), type, date, score and which signals found it."""
         return run_search(SearchArgs(query, kind, project, type, concept, file, date_from, date_to, window_days,
-                                     order, limit, offset, format == "full"))
+                                     order, limit, offset, format == "full", platform))
 
     @tool("Search observations")
     def search_observations(query: Query = "", project: Project = None, type: Types = None,

@@ -29,7 +29,9 @@ TOOLS = {"search", "search_observations", "search_sessions", "search_user_prompt
 
 def session(settings: Settings, body: Callable[[Client], Awaitable[T]]) -> T:
     """Start `memsync mcp` over stdio, run ``body`` with a connected client, stop the server."""
-    params = StdioServerParameters(command=MEMSYNC, args=["mcp"], env=server_env(settings), cwd=ROOT)
+    # Structured content on unless the test's settings say (it is off by default: see the README).
+    on = {} if "mcp_structured" in settings.model_fields_set else {"MEMSYNC_MCP_STRUCTURED": "true"}
+    params = StdioServerParameters(command=MEMSYNC, args=["mcp"], env=server_env(settings, **on), cwd=ROOT)
 
     async def run() -> T:
         async with Client(params, read_timeout_seconds=120) as client:
@@ -63,6 +65,8 @@ def test_every_tool_against_a_real_database(served: Settings) -> None:
         out["search_all_time"] = await call(client, "search", query="billing exports nightly", window_days=0)
         out["search_window"] = await call(client, "search", query="billing exports nightly")
         out["search_full"] = await call(client, "search", query="retry budget", limit=1, format="full")
+        out["search_claude"] = await call(client, "search", query="upload retries", platform="Claude Code", limit=3)
+        out["search_codex"] = await call(client, "search", query="upload retries", platform="codex")
         out["obs"] = await call(client, "search_observations", query="uploads", project="alpha")
         out["sessions"] = await call(client, "search_sessions", query="uploads session")
         out["prompts"] = await call(client, "search_user_prompts", query="uploads fail")
@@ -93,6 +97,8 @@ def test_every_tool_against_a_real_database(served: Settings) -> None:
     assert refs(got["search_all_time"][1])[0] == "#5"
     assert "#5" not in refs(got["search_window"][1]) and "outside the window" in got["search_window"][1]
     assert "**narrative**: The retry budget" in got["search_full"][1]
+    # Every session here was recorded by claude ("Claude Code" is the same platform, normalised).
+    assert refs(got["search_claude"][1]) == refs(got["search"][1])[:3] and not refs(got["search_codex"][1])
     assert refs(got["obs"][1]) and all(r[1].isdigit() for r in refs(got["obs"][1]))
     assert "#2" not in refs(got["obs"][1])  # project beta filtered out
     assert refs(got["sessions"][1])[0] == "#S1" and all(r.startswith("#S") for r in refs(got["sessions"][1]))
@@ -206,7 +212,7 @@ def test_the_client_refuses_structured_content_the_schema_does_not_allow(served:
     from memsync.servers.mcp_tools import build_server
 
     searcher = Searcher(served)
-    server = build_server(served, searcher)
+    server = build_server(served.model_copy(update={"mcp_structured": True}), searcher)
     metadata = server._tool_manager.get_tool("search").fn_metadata  # type: ignore[union-attr]
     # Declare one more required field than the tool sends; the server still sends its model.
     metadata.output_schema = {**metadata.output_schema, "required": [*metadata.output_schema["required"], "x"]}
@@ -224,9 +230,9 @@ def test_the_client_refuses_structured_content_the_schema_does_not_allow(served:
         searcher.close()
 
 
-def test_structured_content_can_be_turned_off(served: Settings) -> None:
-    """mcp_structured=false: no output schema and no structured content, the same markdown, the
-    titles and annotations kept (for clients that would show the model the JSON instead)."""
+def test_structured_content_is_off_by_default(served: Settings) -> None:
+    """By default (mcp_structured=false): no output schema and no structured content, the same
+    markdown, the titles and annotations kept (Claude Code would show the model the JSON instead)."""
     from memsync.search import Searcher
     from memsync.servers.mcp_tools import build_server
 
@@ -237,8 +243,8 @@ def test_structured_content_can_be_turned_off(served: Settings) -> None:
             return (await client.list_tools()).tools, await client.call_tool("timeline", {"anchor": "#4"})
 
     try:
-        on_tools, on = asyncio.run(run(served))
-        off_tools, off = asyncio.run(run(served.model_copy(update={"mcp_structured": False})))
+        on_tools, on = asyncio.run(run(served.model_copy(update={"mcp_structured": True})))
+        off_tools, off = asyncio.run(run(served))
     finally:
         searcher.close()
     assert all(t.output_schema is None for t in off_tools) and off.structured_content is None
