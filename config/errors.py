@@ -3,7 +3,8 @@
     MemsyncError
     ├── ConfigError            fix the setup, then rerun (exit 2): bad setting, model mismatch,
     │   ├── ModelMismatchError     store locked by another process, not a claude-mem database
-    │   └── EmbeddingError     the embedding provider refused us: bad key, unknown model, wrong dimension
+    │   ├── EmbeddingError     the embedding provider refused us: bad key, unknown model, wrong dimension
+    │   └── StoreRefused       Chroma answered but refused us: token, tenant, database, certificate
     ├── SourceUnavailable      the agent's database is missing, locked or unreadable: retry later
     ├── StoreUnavailable       Chroma is down, slow or refused the call: retry with backoff
     └── EmbeddingUnavailable   the embedding endpoint is down, slow or rate-limiting: retry with backoff
@@ -27,6 +28,13 @@ class ModelMismatchError(ConfigError):
 class EmbeddingError(ConfigError):
     """The embedding model or endpoint cannot be used as configured (missing model, a key or model
     the endpoint refuses, vectors of another dimension); the message names the setting to fix."""
+
+
+class StoreRefused(ConfigError):
+    """A Chroma server answered but will not serve us as configured: credentials refused (HTTP
+    401/403), a tenant or database it does not have, a certificate we do not trust. The message
+    names the server and the setting to fix, never a secret. Commands exit 2; the worker keeps
+    asking at the backoff cap (``worker.daemon``), since the fix is often made on the server."""
 
 
 class SourceUnavailable(MemsyncError):

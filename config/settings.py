@@ -9,6 +9,8 @@ for ``memsync settings``.
 from __future__ import annotations
 
 import os
+import re
+import string
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +34,12 @@ ENV_PREFIX = "MEMSYNC_"
 DEFAULT_CONFIG_FILE = Path("~/.memsync/config.toml")
 
 ChromaMode = Literal["managed", "http", "embedded"]
+ChromaAuthHeader = Literal["Authorization", "X-Chroma-Token"]  # the two chromadb's TokenAuthClientProvider knows
+DEFAULT_TENANT = "default_tenant"  # chromadb.config.DEFAULT_TENANT (a test keeps them equal)
+DEFAULT_DATABASE = "default_database"  # chromadb.config.DEFAULT_DATABASE
+_CHROMA_NAME = r"^[^/?#%\s]+$"  # it goes into a URL path as it is
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
+_TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + string.punctuation)  # as chromadb's _check_token
 EmbeddingProvider = Literal["local", "openai"]
 LOCAL_MODEL = "all-MiniLM-L6-v2-int8"  # the bundled model: the local provider's only one
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"  # embedding_model when the openai provider names none
@@ -71,6 +79,32 @@ class Settings(BaseSettings):
     chroma_path: Path | None = Field(None, description="Chroma persistence directory; default DATA_DIR/chroma.")
     chroma_timeout_s: float = Field(30.0, gt=0, description="Timeout of every Chroma HTTP call, seconds.")
     chroma_start_timeout_s: float = Field(60.0, gt=0, description="How long to wait for a managed server to start.")
+    chroma_ssl: bool = Field(False, description="http mode: talk to the server over HTTPS (TLS).")
+    chroma_ca_file: Path | None = Field(
+        None, description="http mode with chroma_ssl: the CA certificates (PEM) the server's certificate must chain "
+        "to, e.g. a self-signed one; unset: the usual public CAs.",
+    )
+    chroma_api_key: SecretStr | None = Field(
+        None, description="http mode: token for Chroma's token auth (or a proxy in front of the server), sent in "
+        "chroma_auth_header. Printed as set/unset, never logged.",
+    )
+    chroma_auth_header: ChromaAuthHeader = Field(
+        "Authorization", description="http mode: how chroma_api_key is sent, one of the two headers Chroma's token "
+        "auth reads: `Authorization` (as `Bearer <token>`) or `X-Chroma-Token` (the token alone; Chroma Cloud).",
+    )
+    chroma_headers: dict[str, SecretStr] | None = Field(
+        None, description="http mode: more headers sent with every request to Chroma (JSON object in the "
+        "environment, a table in the file), e.g. a gateway's key; chroma_api_key wins over a header of the same "
+        "name. Printed as set/unset, never logged.",
+    )
+    chroma_tenant: str = Field(
+        DEFAULT_TENANT, min_length=1, max_length=256, pattern=_CHROMA_NAME,
+        description="http mode: the Chroma tenant holding memsync's collections (it must exist).",
+    )
+    chroma_database: str = Field(
+        DEFAULT_DATABASE, min_length=1, max_length=256, pattern=_CHROMA_NAME,
+        description="http mode: the database of chroma_tenant holding memsync's collections (it must exist).",
+    )
     chroma_log_level: Literal["error", "warn", "info", "debug"] = Field(
         "warn", description="Log level of the managed server (DATA_DIR/chroma-server.log); `info` logs every request.",
     )
@@ -204,7 +238,7 @@ class Settings(BaseSettings):
         (), description="HTTP servers: more origins (`https://name[:port]`, comma-separated) whose pages may call "
         "them, with CORS headers for exactly these; a request from another Origin gets 403.")
 
-    @field_validator("db", "data_dir", "chroma_path", mode="after")
+    @field_validator("db", "data_dir", "chroma_path", "chroma_ca_file", mode="after")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
@@ -249,6 +283,25 @@ class Settings(BaseSettings):
         if info.data.get("rerank_provider") == "openai" and not value.strip():
             raise ValueError("rerank_provider=openai needs a model name (MEMSYNC_RERANK_MODEL)")
         return value
+
+    @field_validator("chroma_api_key", mode="after")
+    @classmethod
+    def _chroma_token(cls, value: SecretStr | None) -> SecretStr | None:
+        # The message never repeats the value: it is a secret.
+        if value is not None and not (value.get_secret_value() and set(value.get_secret_value()) <= _TOKEN_CHARS):
+            raise ValueError("a Chroma token is ASCII letters, digits and punctuation, without spaces")
+        return value
+
+    @field_validator("chroma_headers", mode="after")
+    @classmethod
+    def _chroma_headers(cls, value: dict[str, SecretStr] | None) -> dict[str, SecretStr] | None:
+        for name, secret in (value or {}).items():
+            if not _HEADER_NAME.match(name):
+                raise ValueError(f"{name!r} is not an HTTP header name")
+            text = secret.get_secret_value()
+            if not text.isprintable() or not text.isascii():  # no line breaks: no header injection
+                raise ValueError(f"the value of header {name!r} must be printable ASCII on one line")
+        return value or None
 
     @field_validator("chroma_port", mode="after")
     @classmethod

@@ -59,14 +59,14 @@ def probe(settings: Settings) -> None:
     answer costs ``search_timeout_ms``. No embedding model and no chromadb import: a caller can run
     it before loading those. Nothing to check in embedded mode."""
     try:
-        address = stores.reader_address(settings)
-    except StoreUnavailable as exc:
+        ep = stores.reader_endpoint(settings)
+        if ep is None:
+            return
+        failure = heartbeat_failure(ep.host, ep.port, timeout_s=settings.search_timeout_ms / 1000, endpoint=ep)
+    except (StoreUnavailable, ConfigError) as exc:  # ConfigError: StoreRefused, credentials or certificate
         raise VectorUnavailable(str(exc)) from exc
-    if address is None:
-        return
-    failure = heartbeat_failure(*address, timeout_s=settings.search_timeout_ms / 1000)
     if failure:
-        raise VectorUnavailable(f"Chroma server not reachable at {address[0]}:{address[1]}: {failure}")
+        raise VectorUnavailable(f"Chroma server not reachable at {ep.host}:{ep.port}: {failure}")
 
 
 @dataclass(frozen=True, slots=True)

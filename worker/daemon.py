@@ -37,7 +37,7 @@ import threading
 from typing import Any
 
 from memsync.config.embedding import close_embedder, make_embedder
-from memsync.config.errors import EmbeddingUnavailable, SourceUnavailable, StoreUnavailable
+from memsync.config.errors import EmbeddingUnavailable, SourceUnavailable, StoreRefused, StoreUnavailable
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.embedstore import EmbeddingStore
@@ -243,9 +243,18 @@ class Worker:
                 # its copy would keep every dead entry and grow in a corpus of constant size.
                 self._copy_order.run(self._target)
                 idle = False
-        except (StoreUnavailable, SourceUnavailable, EmbeddingUnavailable) as exc:
+        except (StoreUnavailable, SourceUnavailable, EmbeddingUnavailable, StoreRefused) as exc:
             # An embedding endpoint that is down is no fault of the rows: they stay pending (no
             # attempt counted), and the next step retries them after the backoff.
+            # StoreRefused (Chroma refused the token, has no such tenant or database, or its
+            # certificate did not verify) is a setup error, yet the daemon retries it with the same
+            # backoff rather than exit: the fix is usually made on the server (token granted,
+            # tenant or database created, certificate renewed) and is picked up with no restart,
+            # while an exit would have a service manager (Restart=on-failure, KeepAlive) restart it
+            # every few seconds, logging each time. One `chroma_refused` line per distinct reason,
+            # the reason in worker.json (`status --check` fails). `worker --once`, resync and the
+            # other commands exit 2 with the reason instead. A token changed in memsync's own
+            # settings needs a restart: settings are read at start.
             self._degrade(exc)
             return self.health.backoff.delay
         self.health.recovered()
@@ -259,8 +268,8 @@ class Worker:
         # visible yet, and waiting a whole poll interval would add up to a second of lag.
         return self.s.poll_interval_s if self._tail.settled else min(self.s.poll_interval_s, 0.1)
 
-    def _degrade(self, exc: StoreUnavailable | SourceUnavailable | EmbeddingUnavailable) -> None:
-        if isinstance(exc, StoreUnavailable):
+    def _degrade(self, exc: StoreUnavailable | SourceUnavailable | EmbeddingUnavailable | StoreRefused) -> None:
+        if isinstance(exc, StoreUnavailable | StoreRefused):
             self._target.close_store()
         if isinstance(exc, SourceUnavailable):
             self._tail.close()

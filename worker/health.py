@@ -3,8 +3,10 @@
 
 - **Chroma reachable**: every ``health_interval_s`` the loop asks for a heartbeat of the server it
   talks to (not in ``embedded`` mode); one that stops answering is treated like a failed write.
-- **Degraded**: Chroma, the database or the embedding endpoint unavailable. Retries back off from the poll interval to
-  ``backoff_cap_s``; one ``sync_degraded`` line when it starts and one ``sync_recovered`` when it ends.
+- **Degraded**: Chroma, the database or the embedding endpoint unavailable, or Chroma refusing us
+  (``chroma_refused`` in ``worker.json``: token, tenant, database, certificate). Retries back off
+  from the poll interval to ``backoff_cap_s``; one ``sync_degraded`` line when it starts, one
+  ``chroma_refused`` per distinct refusal, and one ``sync_recovered`` when it ends.
 - **Published**: after each step, the counters of the passes, the lag (age of the oldest row above
   the watermarks) and the pending rows go to the metrics, and to ``worker.json`` when a pass ran or
   as a heartbeat every ``HEARTBEAT_EVERY_S``.
@@ -17,9 +19,16 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from memsync.config.chroma.remote import endpoint
 from memsync.config.chroma.server import heartbeat
 from memsync.config.claude_mem.schema import KINDS
-from memsync.config.errors import ConfigError, EmbeddingUnavailable, SourceUnavailable, StoreUnavailable
+from memsync.config.errors import (
+    ConfigError,
+    EmbeddingUnavailable,
+    SourceUnavailable,
+    StoreRefused,
+    StoreUnavailable,
+)
 from memsync.config.formats.worker_status import HEARTBEAT_EVERY_S, WorkerStatus
 from memsync.config.settings import Settings
 from memsync.worker.backoff import Backoff
@@ -66,7 +75,7 @@ class Health:
             # whose identity differs from the records', so they are aligned and the store refilled).
             if not (self.s.chroma_dir / "chroma.sqlite3").exists():
                 raise StoreUnavailable(f"the embedded Chroma store {self.s.chroma_dir} was removed")
-        elif not heartbeat(host, port, timeout_s=min(5.0, self.s.chroma_timeout_s)):
+        elif not heartbeat(host, port, min(5.0, self.s.chroma_timeout_s), endpoint(self.s, host, port)):
             raise StoreUnavailable(f"Chroma at {host}:{port} stopped answering its heartbeat")
 
     def store_checked(self, check: StoreCheck) -> None:
@@ -81,10 +90,15 @@ class Health:
         if check.repaired:
             st.store_repairs += 1
 
-    def degraded(self, exc: StoreUnavailable | SourceUnavailable | EmbeddingUnavailable) -> None:
-        """A step failed: count it (``sync_degraded`` for the first of a run) and say why."""
-        if isinstance(exc, StoreUnavailable):
+    def degraded(self, exc: StoreUnavailable | SourceUnavailable | EmbeddingUnavailable | StoreRefused) -> None:
+        """A step failed: count it (``sync_degraded`` for the first of a run, ``chroma_refused``
+        once per distinct refusal) and say why."""
+        if isinstance(exc, StoreUnavailable | StoreRefused):
             self.status.chroma_reachable = False
+        if isinstance(exc, StoreRefused):
+            if str(exc) != self.status.chroma_refused:
+                self.log.warning("chroma_refused", reason=str(exc)[:300])
+            self.status.chroma_refused = str(exc)[:500]
         if isinstance(exc, EmbeddingUnavailable):
             self.status.embedding_reachable = False
         if self.backoff.fail():
@@ -99,6 +113,7 @@ class Health:
             self.log.info("sync_recovered", errors=ended)
         self.status.degraded, self.status.consecutive_errors = False, 0
         self.status.embedding_reachable = True
+        self.status.chroma_refused = None
 
     def record_pass(self, result: SyncResult, full: bool) -> None:
         """Count a sync pass: passes, last sync and reconcile times, document totals, failed rows."""

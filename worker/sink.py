@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from memsync.config.errors import StoreUnavailable
+from memsync.config.errors import MemsyncError, StoreUnavailable
 
 
 class RejectedBatch(ValueError):
@@ -82,6 +82,8 @@ class ChromaSink:
     def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
         try:
             return fn(**kwargs)
+        except MemsyncError:  # already ours: a StoreRefused from a 401/403 (config.chroma.collections)
+            raise
         except Exception as exc:
             raise _translate(what, exc) from exc
 

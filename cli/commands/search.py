@@ -4,6 +4,7 @@ library's contract."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
@@ -21,7 +22,9 @@ from memsync.commands.options import (
     settings_from,
     settings_note,
 )
+from memsync.config.errors import StoreUnavailable
 from memsync.config.records import KIND_CHOICES, RecordRefError, parse_iso
+from memsync.config.settings import Settings
 from memsync.servers.render import response_text, result_line
 
 if TYPE_CHECKING:  # the search library loads when a command runs, not with `memsync --help`
@@ -65,6 +68,16 @@ def _batch_request(searcher: Searcher, line: str, defaults: dict[str, Any]) -> d
         return {"error": str(exc)}
 
 
+def _refused_exits(settings: Settings) -> None:
+    """A remote Chroma that refuses the credentials or lacks the tenant or database is a setup
+    error: exit 2 with the reason, rather than answer lexically as for a server that is down
+    (which still falls back: design note 5). The search servers keep falling back, and say why."""
+    from memsync.config.chroma.collections import check_remote
+
+    with contextlib.suppress(StoreUnavailable):
+        check_remote(settings, settings.search_timeout_ms / 1000)  # no longer than the search would wait
+
+
 @click.command(help=SEARCH_HELP)
 @common_options
 @json_option
@@ -96,6 +109,8 @@ def search(as_json: bool, query: str, project: str | None, platform: str | None,
     settings = settings_from(kwargs).settings
     from memsync.search import Filters, Format, Order, Searcher, SearchError, parse_kinds
 
+    with errors_as_exit():
+        _refused_exits(settings)
     searcher = Searcher(settings)
     try:
         with errors_as_exit():

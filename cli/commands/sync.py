@@ -148,6 +148,8 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
         problems.append(f"worker down ({w.get('reason')})")
     if report.lag_ms > max_lag * 1000:
         problems.append(f"lag {report.lag_ms / 1000:.1f}s > {max_lag:g}s")
+    if w.get("up") and w.get("chroma_refused"):
+        problems.append(f"Chroma refuses the worker: {w['chroma_refused']}")
     store = report.store
     if store.get("stuck"):
         problems.append(f"the vector store holds {store['documents']} documents, the sync records "

@@ -16,12 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
 
+from memsync.config.chroma.remote import (
+    REFUSED_STATUSES,
+    Endpoint,
+    check_access,
+    endpoint,
+    refused,
+    tls_failure,
+)
 from memsync.config.chroma.server import ManagedServer, ServerInfo, heartbeat_failure, pid_alive
 from memsync.config.embedding import Identity, provider_of
 from memsync.config.errors import ConfigError, ModelMismatchError, StoreUnavailable
@@ -68,38 +77,57 @@ class ChromaHandle:
         self.close()
 
 
-def _chroma_settings() -> Any:
+def _chroma_settings(ep: Endpoint | None = None) -> Any:
     from chromadb.config import Settings as ChromaSettings
 
-    return ChromaSettings(anonymized_telemetry=False, allow_reset=False)
+    settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
+    if ep is not None and ep.ssl and ep.ca_file:
+        # chromadb hands this to httpx as ``verify``; its settings type says bool | str, but a str
+        # is deprecated in httpx 0.28 (a DeprecationWarning per client), so the context is set
+        # after validation.
+        settings.__dict__["chroma_server_ssl_verify"] = ep.verify()
+    return settings
 
 
-_http_clients: dict[tuple[str, int], Any] = {}
+_http_clients: dict[Endpoint, Any] = {}
 
 
-def _http_client(host: str, port: int, timeout_s: float, probe_timeout_s: float | None = None) -> Any:
-    """One client per server per process, reused across reconnects: its connection pool reconnects
-    after a server restart, and chromadb 1.5.9 offers no way to close all the sockets a client
-    opens (closing and re-creating clients leaks them). The heartbeat comes first (within
-    ``probe_timeout_s``, default min(timeout_s, 5)), so a refused port costs no chromadb import."""
+def _http_client(ep: Endpoint, timeout_s: float, probe_timeout_s: float | None = None) -> Any:
+    """One client per server (and credentials, tenant, database) per process, reused across
+    reconnects: its connection pool reconnects after a server restart, and chromadb 1.5.9 offers
+    no way to close all the sockets a client opens (closing and re-creating clients leaks them).
+    The heartbeat comes first (within ``probe_timeout_s``, default min(timeout_s, 5)), so a refused
+    port costs no chromadb import; a remote endpoint's credentials, tenant and database are checked
+    before chromadb's own check, which would call a refused token a missing tenant."""
     probe = min(timeout_s, 5.0) if probe_timeout_s is None else probe_timeout_s
-    failure = heartbeat_failure(host, port, timeout_s=probe)
+    failure = heartbeat_failure(ep.host, ep.port, timeout_s=probe, endpoint=ep)
     if failure:
-        raise StoreUnavailable(f"Chroma server not reachable at {host}:{port}: {failure}")
-    if (host, port) in _http_clients:
-        return _http_clients[(host, port)]
+        raise StoreUnavailable(f"Chroma server not reachable at {ep.host}:{ep.port}: {failure}")
+    if ep in _http_clients:
+        return _http_clients[ep]
+    if ep != Endpoint(ep.host, ep.port):
+        check_access(ep, timeout_s)
     import chromadb
 
     try:
-        client = chromadb.HttpClient(host=host, port=port, settings=_chroma_settings())
+        client = chromadb.HttpClient(host=ep.host, port=ep.port, ssl=ep.ssl, headers=ep.header_dict(),
+                                     settings=_chroma_settings(ep), tenant=ep.tenant, database=ep.database)
     except Exception as exc:  # chromadb raises plain exceptions for connection problems
-        raise StoreUnavailable(f"Chroma server at {host}:{port}: {exc}") from exc
+        raise tls_failure(ep, exc) or StoreUnavailable(f"Chroma server at {ep.describe()}: {exc}") from exc
     # chromadb 1.5.9 builds its httpx client with timeout=None; every call must have a timeout.
     session = getattr(getattr(client, "_server", None), "_session", None)
     if isinstance(session, httpx.Client):
         session.timeout = httpx.Timeout(timeout_s)
-    _http_clients[(host, port)] = client
+        # Credentials revoked after the client was made: every call answered 401/403 becomes a
+        # StoreRefused naming the settings, not chromadb's bare exception with the response text.
+        session.event_hooks["response"] = [functools.partial(_refuse, ep)]
+    _http_clients[ep] = client
     return client
+
+
+def _refuse(ep: Endpoint, response: httpx.Response) -> None:
+    if response.status_code in REFUSED_STATUSES:
+        raise refused(ep, response.status_code)
 
 
 def _embedded_lock(settings: Settings) -> IO[str]:
@@ -142,12 +170,13 @@ def connect(settings: Settings, server: ManagedServer | None = None) -> ChromaHa
         return ChromaHandle(client=client, mode=mode, lock=lock)
     if mode == "http":
         port = settings.chroma_port or HTTP_DEFAULT_PORT
-        return ChromaHandle(client=_http_client(settings.chroma_host, port, settings.chroma_timeout_s), mode=mode)
+        ep = endpoint(settings, settings.chroma_host, port)
+        return ChromaHandle(client=_http_client(ep, settings.chroma_timeout_s), mode=mode)
     owned = server is None
     server = server or ManagedServer(settings)
     info = server.ensure()
     try:
-        client = _http_client(info.host, info.port, settings.chroma_timeout_s)
+        client = _http_client(Endpoint(info.host, info.port), settings.chroma_timeout_s)
     except Exception:
         if owned:
             server.stop()
@@ -169,14 +198,36 @@ def reader_address(settings: Settings) -> tuple[str, int] | None:
     return info.host, info.port
 
 
+def reader_endpoint(settings: Settings) -> Endpoint | None:
+    """:func:`reader_address` as an :class:`Endpoint` (http mode: with TLS, credentials, tenant
+    and database); None in embedded mode."""
+    address = reader_address(settings)
+    return None if address is None else endpoint(settings, *address)
+
+
+def check_remote(settings: Settings, timeout_s: float) -> None:
+    """http mode: StoreRefused when the server refuses memsync's credentials or has no such tenant
+    or database, StoreUnavailable when it does not answer within ``timeout_s`` (per request);
+    nothing to check in other modes. For a command that would otherwise only degrade (a search
+    answers lexically and says why)."""
+    if settings.chroma_mode != "http":
+        return
+    ep = reader_endpoint(settings)
+    assert ep is not None
+    failure = heartbeat_failure(ep.host, ep.port, timeout_s, endpoint=ep)
+    if failure:
+        raise StoreUnavailable(f"Chroma server not reachable at {ep.host}:{ep.port}: {failure}")
+    check_access(ep, timeout_s)
+
+
 def connect_reader(settings: Settings, probe_timeout_s: float | None = None) -> ChromaHandle:
     """Open Chroma for reading without starting anything (see :func:`reader_address`; embedded
     mode as :func:`connect`). ``probe_timeout_s`` bounds the first heartbeat (a search passes its
     deadline); a refused port fails at once."""
-    address = reader_address(settings)
-    if address is None:
+    ep = reader_endpoint(settings)
+    if ep is None:
         return connect(settings)
-    client = _http_client(*address, settings.chroma_timeout_s, probe_timeout_s)
+    client = _http_client(ep, settings.chroma_timeout_s, probe_timeout_s)
     return ChromaHandle(client=client, mode=settings.chroma_mode)
 
 
@@ -257,8 +308,8 @@ def open_collection(client: Any, settings: Settings, model_id: str, dimension: i
 
 def store_location(settings: Settings) -> str:
     """Where the configured Chroma keeps its collections: the server (http) or the directory."""
-    if settings.chroma_mode == "http":
-        return f"http://{settings.chroma_host}:{settings.chroma_port}"
+    if settings.chroma_mode == "http":  # unchanged for plain HTTP and the default tenant and database
+        return endpoint(settings, settings.chroma_host, settings.chroma_port).describe()
     return str(settings.chroma_dir.resolve())
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import httpx
 
+from memsync.config.chroma.remote import REFUSED_STATUSES, Endpoint, refused, tls_failure
 from memsync.config.errors import ConfigError, StoreUnavailable
 from memsync.config.settings import Settings
 
@@ -39,15 +40,17 @@ LOG_ROTATE_BYTES = 10_000_000  # at a server start, a longer log becomes chroma-
 PORT_ATTEMPTS = 3  # a free port taken by someone else before the server binds it: try another
 
 
-def heartbeat(host: str, port: int, timeout_s: float = 2.0) -> bool:
-    """True when a Chroma server answers its heartbeat at host:port."""
-    return heartbeat_failure(host, port, timeout_s) is None
+def heartbeat(host: str, port: int, timeout_s: float = 2.0, endpoint: Endpoint | None = None) -> bool:
+    """True when a Chroma server answers its heartbeat at host:port (see :func:`heartbeat_failure`)."""
+    return heartbeat_failure(host, port, timeout_s, endpoint) is None
 
 
-def heartbeat_failure(host: str, port: int, timeout_s: float = 2.0) -> str | None:
+def heartbeat_failure(host: str, port: int, timeout_s: float = 2.0, endpoint: Endpoint | None = None) -> str | None:
     """Why no Chroma server answers its heartbeat at host:port (``connection refused``, ``no answer
     within N s``, ...), or None when one does. A refused port answers at once; a server that
-    accepts but does not answer costs ``timeout_s``."""
+    accepts but does not answer costs ``timeout_s``. With ``endpoint`` (http mode) it asks over its
+    scheme with its headers, and a server that refuses them (401/403, or a certificate that does
+    not verify) raises StoreRefused: that is no reason to wait and retry."""
     try:  # a bare connect first: httpx spends ~50 ms setting up a client before it even connects
         socket.create_connection((host, port), timeout=timeout_s).close()
     except ConnectionRefusedError:
@@ -56,14 +59,21 @@ def heartbeat_failure(host: str, port: int, timeout_s: float = 2.0) -> str | Non
         return f"no connection within {timeout_s:g} s"
     except OSError as exc:
         return f"cannot connect: {exc.strerror or exc}"
+    ep = endpoint or Endpoint(host, port)
     try:
-        resp = httpx.get(f"http://{host}:{port}/api/v2/heartbeat", timeout=timeout_s)
+        resp = httpx.get(f"{ep.url}/api/v2/heartbeat", headers=ep.header_dict(), verify=ep.verify(),
+                         timeout=timeout_s)
     except httpx.ConnectError as exc:  # its text is the socket error's: "[Errno 111] Connection refused"
+        tls = tls_failure(ep, exc)
+        if tls is not None:
+            raise tls from exc
         return "connection refused" if "refused" in str(exc).lower() else f"cannot connect: {exc}"
     except httpx.TimeoutException:
         return f"no answer within {timeout_s:g} s"
     except httpx.HTTPError as exc:
         return f"heartbeat failed: {exc}"
+    if resp.status_code in REFUSED_STATUSES:
+        raise refused(ep, resp.status_code, "the heartbeat")
     return None if resp.status_code == 200 else f"heartbeat answered HTTP {resp.status_code}"
 
 

@@ -38,6 +38,7 @@ class WorkerStatus:
     degraded: bool = False
     consecutive_errors: int = 0
     last_error: str | None = None
+    chroma_refused: str | None = None  # why Chroma refuses us (token, tenant, database, certificate)
     last_sync_ms: int | None = None
     last_reconcile_ms: int | None = None
     reconciles: int = 0
