@@ -28,9 +28,13 @@ from memsync.config.records import RecordRefError, ms_from_iso
 # The cell a reader adds to each row when projects are excluded: 1 when the row's project is.
 EXCLUDED_CELL = "excluded"
 
-# Bump when the derivation below changes: every row is then re-derived and compared by hash.
-# 2: platform_source normalised as claude-mem does (a metadata-only change: relabelled, not embedded).
-DOCS_VERSION = 2
+# Bump when the derivation below changes the documents: part of every document's content hash, so
+# every document is then written again (relabelled when only its metadata moved).
+DOCS_VERSION = 1
+# Bump to derive every row again and compare its documents by content hash, writing only those that
+# differ. 2: platform_source normalised as claude-mem does (rows recorded before upstream
+# normalised get their metadata relabelled; every other document stays as it is).
+ROW_VERSION = 2
 
 # The one decision on observation titles (issue 2): "fold" puts title and subtitle on top of the
 # narrative document's text; "separate" writes an extra obs_N_title document. Upstream embeds
@@ -119,9 +123,9 @@ def _hash(payload: Any) -> str:
     return hashlib.sha256(data.encode("utf-8", errors="surrogatepass")).hexdigest()[:32]
 
 
-# Prefix of every row hash: a new derivation version (or title policy) makes every row compare as
-# changed, so each is derived again and its documents compared by content hash.
-ROW_HASH_SALT = f"memsync-row:{DOCS_VERSION}:{TITLE_POLICY}:marshal2:".encode()
+# Prefix of every row hash: a new derivation or row version (or title policy) makes every row compare
+# as changed, so each is derived again and its documents compared by content hash.
+ROW_HASH_SALT = f"memsync-row:{DOCS_VERSION}.{ROW_VERSION}:{TITLE_POLICY}:marshal2:".encode()
 
 
 def row_shape(kind: Kind, names: Iterable[str]) -> str:
