@@ -11,7 +11,8 @@ that many documents, synced into a managed Chroma server with the real sync code
 - how long after the server starts a search without a window first gets Chroma's answer (the
   server loads the index on its first query; searches fall back to lexical until then);
 - search p50/p95 over the query list (queries embedded by the real model): hybrid all time, the
-  90-day window (the default), window + project; lexical only and the fallback (Chroma down) at the
+  90-day window (the default; the last 90 days of the data, see ``newest_window``), window + project;
+  lexical only and the fallback (Chroma down) at the
   default window;
 - memory: RSS of the Chroma server after the searches, and of ``memsync worker`` after its first
   full reconcile of that database (with the time the reconcile took);
@@ -27,12 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sqlite3
 import statistics
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from memsync.config.chroma.server import ManagedServer, ServerInfo
+from memsync.config.claude_mem.schema import KINDS, TABLES
 from memsync.config.embedding import get_embedder
 from memsync.config.settings import Settings
 from memsync.search import Filters, Mode, Searcher
@@ -113,12 +117,30 @@ def timed(fn: Callable[[str], object]) -> tuple[float, float]:
     return statistics.median(ms), pct(ms, 0.95)
 
 
+def newest_window(settings: Settings, days: int = 90) -> datetime:
+    """The start of the last ``days`` of the data. A build stops when it has its documents, so its
+    rows can end months ago (the generator spreads sessions over a year, oldest first, and a size
+    takes what it needs): a window measured from now would hold none of them, and its searches
+    would measure an empty window. Measured from the newest row, it holds what the default window
+    holds beside an agent that is writing."""
+    conn = sqlite3.connect(f"file:{settings.db}?mode=ro", uri=True)
+    try:
+        newest = max(int(conn.execute(f"SELECT coalesce(max(created_at_epoch), 0) FROM {TABLES[k]}").fetchone()[0])
+                     for k in KINDS)
+    finally:
+        conn.close()
+    return datetime.fromtimestamp(newest / 1000 - days * 86_400, tz=UTC)
+
+
 def measure(settings: Settings) -> dict[str, object]:
     """Search latencies, the index load after the server started and Chroma's RSS, on a built size
-    whose server was just started."""
+    whose server was just started. The 90-day window is the last 90 days of the data
+    (``newest_window``)."""
     searcher = Searcher(settings)
     down = Searcher(settings.model_copy(update={"chroma_mode": "http", "chroma_port": free_port()}))
     project = PROJECTS[0].name
+    window = Filters(date_from=newest_window(settings))
+    window_project = Filters(project=project, date_from=window.date_from)
     try:
         t = time.monotonic()
         while searcher.search("warm up", window_days=0).mode is not Mode.HYBRID:  # the server loads the index
@@ -129,10 +151,10 @@ def measure(settings: Settings) -> dict[str, object]:
         out: dict[str, object] = {"index load after start s": round(load_s, 1)}
         variants: dict[str, Callable[[str], object]] = {
             "hybrid all time": lambda q: searcher.search(q, window_days=0),
-            "hybrid 90 d": lambda q: searcher.search(q),
-            "hybrid 90 d + project": lambda q: searcher.search(q, filters=Filters(project=project)),
-            "lexical 90 d": lambda q: searcher.search(q, mode=Mode.LEXICAL),
-            "fallback 90 d": lambda q: down.search(q),
+            "hybrid 90 d": lambda q: searcher.search(q, filters=window),
+            "hybrid 90 d + project": lambda q: searcher.search(q, filters=window_project),
+            "lexical 90 d": lambda q: searcher.search(q, filters=window, mode=Mode.LEXICAL),
+            "fallback 90 d": lambda q: down.search(q, filters=window),
         }
         for name, fn in variants.items():
             p50, p95 = timed(fn)
