@@ -11,7 +11,8 @@ that many documents, synced into a managed Chroma server with the real sync code
 - how long after the server starts a search without a window first gets Chroma's answer (the
   server loads the index on its first query; searches fall back to lexical until then);
 - search p50/p95 over the query list (queries embedded by the real model): hybrid all time, the
-  90-day window (the default; the last 90 days of the data, see ``newest_window``), window + project;
+  90-day window (the default; the newest 90/365 of the data's span, see ``newest_window``),
+  window + project;
   lexical only and the fallback (Chroma down) at the
   default window;
 - memory: RSS of the Chroma server after the searches, and of ``memsync worker`` after its first
@@ -56,6 +57,7 @@ def size_mb(path: Path) -> float:
 
 
 BUILT = "built.json"
+DOCS_PER_ROW = 3.6  # documents a demo row makes (3.59 at 1M), to size a build's sessions
 
 
 def build(work: Path, documents: int, pool_embedder: PoolEmbedder, rebuild: bool) -> tuple[Settings, int, int, float]:
@@ -72,8 +74,12 @@ def build(work: Path, documents: int, pool_embedder: PoolEmbedder, rebuild: bool
     shutil.rmtree(work, ignore_errors=True)  # a partial build cannot be trusted
     work.mkdir(parents=True)
     init_db(settings.db)
-    records = iter(generate(n_sessions=documents // 4 + 10, seed=13, end_ms=int(time.time() * 1000),
-                            span_days=365, projects=len(PROJECTS)))
+    # As many sessions as the size needs, so that its rows span the whole year up to now (the
+    # build takes records oldest first until it has its documents; about 3.6 documents a row).
+    rows_per_session = len(list(generate(n_sessions=200, seed=13, span_days=365))) / 200
+    sessions = int(documents / (DOCS_PER_ROW * rows_per_session) * 1.03) + 10
+    records = iter(generate(n_sessions=sessions, seed=13, end_ms=int(time.time() * 1000), span_days=365,
+                            projects=len(PROJECTS)))
     first = [rec for _, rec in zip(range(1000), records, strict=False)]
     import_records(settings.db, first)
     t = time.perf_counter()
@@ -118,18 +124,21 @@ def timed(fn: Callable[[str], object]) -> tuple[float, float]:
 
 
 def newest_window(settings: Settings, days: int = 90) -> datetime:
-    """The start of the last ``days`` of the data. A build stops when it has its documents, so its
-    rows can end months ago (the generator spreads sessions over a year, oldest first, and a size
-    takes what it needs): a window measured from now would hold none of them, and its searches
-    would measure an empty window. Measured from the newest row, it holds what the default window
-    holds beside an agent that is writing."""
+    """The start of the default window in the data: its newest ``days`` of a year, scaled to the
+    time the rows span (a year for a build that spans it: exactly the last 90 days). Builds made
+    before ``build`` sized its sessions stop months ago and span 59 days (the generator's oldest
+    sessions): a window measured from now would hold none of their rows, and one of 90 days from
+    the newest row all of them; scaled, it holds the quarter of the documents that 90 days of a
+    year of memory hold."""
     conn = sqlite3.connect(f"file:{settings.db}?mode=ro", uri=True)
     try:
-        newest = max(int(conn.execute(f"SELECT coalesce(max(created_at_epoch), 0) FROM {TABLES[k]}").fetchone()[0])
-                     for k in KINDS)
+        ends = [conn.execute(f"SELECT min(created_at_epoch), max(created_at_epoch) FROM {TABLES[k]}").fetchone()
+                for k in KINDS]
     finally:
         conn.close()
-    return datetime.fromtimestamp(newest / 1000 - days * 86_400, tz=UTC)
+    oldest = min(int(lo) for lo, _ in ends if lo is not None)
+    newest = max(int(hi) for _, hi in ends if hi is not None)
+    return datetime.fromtimestamp((newest - (newest - oldest) * min(1.0, days / 365)) / 1000, tz=UTC)
 
 
 def measure(settings: Settings) -> dict[str, object]:
