@@ -83,7 +83,7 @@ def _in_parts(work: Callable[[int, int], None], lo: int, hi: int) -> None:
 # fresh mapping faults its pages in again, ~3 ms of a 90-day window's scan at 77k documents. Safe
 # to keep: the writer only appends, marks in place (seen through the shared mapping) and rewrites
 # into new files (a new inode here); one entry per directory, so a replaced file is let go.
-_maps: dict[Path, tuple[tuple[int, int, int, int], tuple[npt.NDArray[np.int8], npt.NDArray[np.void]]]] = {}
+_maps: dict[Path, tuple[tuple[object, ...], tuple[npt.NDArray[np.int8], npt.NDArray[np.void]]]] = {}
 _maps_lock = threading.Lock()
 
 
@@ -92,10 +92,13 @@ def _mapped(directory: Path, manifest: Manifest) -> tuple[npt.NDArray[np.int8], 
     if manifest.count == 0:
         return open_arrays(directory, manifest)  # nothing to map (the files may not exist yet)
     try:
-        identity = (manifest.layout, manifest.count, (directory / vectors_file(manifest.layout)).stat().st_ino,
-                    (directory / entries_file(manifest.layout)).stat().st_ino)
+        vectors = (directory / vectors_file(manifest.layout)).stat()
+        entries = (directory / entries_file(manifest.layout)).stat()
     except OSError:
         return None
+    # The model too: a copy replaced for another model reuses its file names, and a freed inode
+    # number can come back for the new file.
+    identity = (manifest.layout, manifest.count, manifest.model, vectors.st_ino, vectors.st_dev, entries.st_ino)
     with _maps_lock:
         cached = _maps.get(directory)
         if cached is not None and cached[0] == identity:
