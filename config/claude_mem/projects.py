@@ -23,7 +23,6 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from memsync.config.claude_mem.user_settings import SETTINGS_FILE, data_dir_choice, read_settings_file
 
@@ -93,20 +92,7 @@ def claude_mem_patterns(environ: Mapping[str, str] | None = None) -> tuple[str, 
     env = os.environ if environ is None else environ
     if EXCLUDED_KEY in env:
         return split_patterns(env[EXCLUDED_KEY])
-    path = data_dir_choice(env).path / SETTINGS_FILE
-    try:
-        st = path.stat()
-    except OSError:
-        return ()
-    return _file_patterns(str(path), st.st_mtime_ns, st.st_size)
-
-
-@lru_cache(maxsize=8)
-def _file_patterns(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
-    # Per file version (time and size): a search opens its rows per call, and this is read each time.
-    from pathlib import Path
-
-    return split_patterns(read_settings_file(Path(path)).get(EXCLUDED_KEY, ""))
+    return split_patterns(read_settings_file(data_dir_choice(env).path / SETTINGS_FILE).get(EXCLUDED_KEY, ""))
 
 
 def exclusion(own: str, environ: Mapping[str, str] | None = None) -> ProjectExclusion:

@@ -15,6 +15,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 DATA_DIR_KEY = "CLAUDE_MEM_DATA_DIR"
@@ -51,16 +52,27 @@ def expand_home(value: str, environ: Mapping[str, str]) -> Path:
 
 def read_settings_file(path: Path) -> dict[str, str]:
     """The string settings of a claude-mem ``settings.json`` (flat, or under ``env``); empty when
-    the file is missing, unreadable or not a JSON object (upstream falls through to its defaults)."""
+    the file is missing, unreadable or not a JSON object (upstream falls through to its defaults).
+    Parsed once per version of the file (its time and size): every search and every look of the
+    worker asks, and the file rarely changes."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8-sig"))  # -sig: upstream accepts a BOM
+        st = path.stat()
+    except OSError:
+        return {}
+    return dict(_parsed(str(path), st.st_mtime_ns, st.st_size))
+
+
+@lru_cache(maxsize=8)
+def _parsed(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, str], ...]:
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8-sig"))  # -sig: upstream accepts a BOM
     except (OSError, ValueError):
-        return {}
+        return ()
     if not isinstance(raw, dict):
-        return {}
+        return ()
     nested = raw.get("env")
     flat: dict[object, object] = nested if isinstance(nested, dict) else raw
-    return {str(k): v for k, v in flat.items() if isinstance(v, str)}
+    return tuple((str(k), v) for k, v in flat.items() if isinstance(v, str))
 
 
 def data_dir_choice(environ: Mapping[str, str] | None = None) -> DataDirChoice:
