@@ -47,6 +47,10 @@ OPENAI_HOST = "api.openai.com"  # the one host OPENAI_API_KEY is sent to (see em
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
 _URL = r"^https?://[^\s/?#]+(/[^\s?#]*)?$"
 HTTP_DEFAULT_PORT = 8765  # chroma_mode=http without a port (managed mode takes a free one)
+# claude-mem's own Chroma port (CLAUDE_MEM_CHROMA_PORT's default): the managed server's port while
+# the upstream-readable store is on and chroma_port is unset, so claude-mem finds it unconfigured.
+UPSTREAM_DEFAULT_PORT = 8000
+UPSTREAM_COLLECTION = "cm__claude-mem"  # the one collection claude-mem 13.x writes and searches
 _HOST = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?"
 # A name (IPv6 in brackets) with an optional port; an origin is scheme://name[:port]. In the
 # environment, comma-separated (NoDecode: not JSON).
@@ -74,7 +78,8 @@ class Settings(BaseSettings):
     chroma_port: int = Field(
         0, ge=0, le=65535, validate_default=True,
         description="Chroma server port. managed: 0 = a free port, taken when memsync starts the server and "
-        "recorded in DATA_DIR/chroma-server.json (set one to pin it); http: the server's port, 0 = 8765.",
+        "recorded in DATA_DIR/chroma-server.json (set one to pin it), or 8000 while upstream_store is on; "
+        "http: the server's port, 0 = 8765.",
     )
     chroma_path: Path | None = Field(None, description="Chroma persistence directory; default DATA_DIR/chroma.")
     chroma_timeout_s: float = Field(30.0, gt=0, description="Timeout of every Chroma HTTP call, seconds.")
@@ -111,6 +116,15 @@ class Settings(BaseSettings):
     collection: str = Field(
         "memsync", min_length=3, max_length=60, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]$",
         description="Chroma collection name (a pointer to the active generation).",
+    )
+    upstream_store: bool = Field(
+        False, description="Also keep a collection in claude-mem's own format (upstream_collection, texts "
+        "included) that claude-mem's search reads when its CLAUDE_MEM_CHROMA_MODE=remote, _HOST and _PORT point "
+        "at memsync's Chroma server. Needs chroma_mode managed (on chroma_port, 8000 when unset) or http.",
+    )
+    upstream_collection: str = Field(
+        UPSTREAM_COLLECTION, min_length=3, max_length=60, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]$",
+        description="The upstream-readable store's collection: claude-mem's name for it (cm__claude-mem).",
     )
     excluded_projects: str = Field(
         "", max_length=10_000,
@@ -251,6 +265,28 @@ class Settings(BaseSettings):
         if isinstance(data, dict) and data.get("embedding_provider") == "openai" and not data.get("embedding_model"):
             return {**data, "embedding_model": OPENAI_DEFAULT_MODEL}
         return data
+
+    @model_validator(mode="after")
+    def _upstream_store_reachable(self) -> Settings:
+        if not self.upstream_store:
+            return self
+        if self.chroma_mode == "embedded":
+            raise ValueError("upstream_store is read by claude-mem through a Chroma server: use chroma_mode=managed "
+                             "(the default) or http, not embedded")
+        own = self.collection
+        name = self.upstream_collection
+        if name == own or (name.startswith(own + "-g") and name[len(own) + 2:].isdigit()):
+            raise ValueError(f"upstream_collection {name!r} is one of memsync's own collections ({own!r}); "
+                             "name it differently")
+        return self
+
+    @property
+    def server_port(self) -> int:
+        """The managed server's fixed port: ``chroma_port``, else claude-mem's default while the
+        upstream-readable store is on (so claude-mem finds it), else 0 (a free one)."""
+        if self.chroma_port or not self.upstream_store:
+            return self.chroma_port
+        return UPSTREAM_DEFAULT_PORT
 
     @field_validator("embedding_model", mode="after")
     @classmethod

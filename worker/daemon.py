@@ -51,6 +51,7 @@ from memsync.worker.sync import Syncer, SyncResult
 from memsync.worker.tail import SourceTail
 from memsync.worker.target import SyncTarget, check_store, store_counts
 from memsync.worker.textsync import TextSync
+from memsync.worker.upstream import UPSTREAM
 
 
 class Worker:
@@ -297,7 +298,11 @@ class Worker:
         self._store_due = False
         check = check_store(self.s, state, sink, self._target.copy, self._target.embedder.model_id)
         self.health.store_checked(check)
-        return check.repaired
+        repaired = check.repaired
+        up, up_embedder = self._target.upstream, self._target.upstream_embedder
+        if up is not None and up_embedder is not None:  # the upstream-readable store: its own records
+            repaired = check_store(self.s, state, up, None, up_embedder.model_id).repaired or repaired
+        return repaired
 
     def _pass(self, full: bool) -> SyncResult:
         reader, state, sink = self._tail.reader, self._state, self._target.sink
@@ -312,6 +317,8 @@ class Worker:
         if syncer.copy is None:  # a copy write failed: stop using it
             self._target.close_copy()
         self.health.record_pass(result, full)
+        if not result.interrupted:
+            self._upstream_pass(full)
         if full and self.health.status.store_differs_since_ms is not None:
             # After a repair's pass: the counts as they are now (the next health check would too).
             self.health.store_checked(store_counts(state, sink))
@@ -319,6 +326,18 @@ class Worker:
             self._compaction.churned()  # new churn: look at it at the next idle step
         self._update_lag()
         return result
+
+    def _upstream_pass(self, full: bool) -> None:
+        """The same pass into the upstream-readable store (``worker.upstream``), after memsync's own:
+        its texts were mostly just embedded, so its vectors come from the embedding store."""
+        reader, state = self._tail.reader, self._state
+        up, embedder = self._target.upstream, self._target.upstream_embedder
+        if up is None or embedder is None or reader is None or state is None:
+            return
+        syncer = Syncer(reader, up, state, embedder, collection=up.name, read_batch_rows=self.s.read_batch_rows,
+                        batch_size=self.s.batch_size, stop=self.stop, max_row_attempts=self.s.max_row_attempts,
+                        store=self._store, derivation=UPSTREAM)
+        syncer.run(start_after=None if full else state.watermarks(up.name))
 
     def _update_lag(self) -> None:
         self.health.update_lag(self._tail.reader, self._state, self._target.collection)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import marshal
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,9 +74,10 @@ class Document:
     kind: Kind
     source_id: int
     text: str
-    metadata: dict[str, str | int]
+    metadata: dict[str, str | int | float]  # float: only a REAL creation time kept as is (worker.upstream)
     text_hash: str
     content_hash: str
+    stored: str | None = None  # the text written to a store that keeps texts, when not ``text``
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +175,7 @@ def _make(row: SourceRow, field_name: str | None, text: str, meta: dict[str, str
     text = text[:MAX_TEXT_CHARS]
     doc_id = format_doc_id(row.kind, row.id, field_name)
     text_hash = _hash(text)
-    metadata = dict(meta)
+    metadata: dict[str, str | int | float] = dict(meta)
     metadata["content_hash"] = _hash([DOCS_VERSION, doc_id, text_hash, meta])
     return Document(doc_id, row.kind, row.id, text, metadata, text_hash, str(metadata["content_hash"]))
 
@@ -238,7 +239,21 @@ def build_documents(row: SourceRow) -> list[Document]:
     return _prompt(row)
 
 
-def chroma_metadata(doc: Document) -> dict[str, str | int | None]:
+def chroma_metadata(doc: Document) -> dict[str, str | int | float | None]:
     """The metadata to send to Chroma: every key of the kind, None for absent ones. Chroma merges
     metadata on upsert and deletes keys set to None (chromadb 1.5.9), so this clears stale keys."""
     return {key: doc.metadata.get(key) for key in METADATA_KEYS[doc.kind]}
+
+
+@dataclass(frozen=True, slots=True)
+class Derivation:
+    """How a store's documents are made from rows: memsync's own (:data:`OWN`) or claude-mem's
+    format for the upstream-readable store (``worker.upstream``). A sync pass takes one."""
+
+    name: str
+    build: Callable[[SourceRow], list[Document]]  # a row's documents; RowError when unusable
+    metadata: Callable[[Document], dict[str, str | int | float | None]]  # what Chroma gets (None clears a key)
+    stores_text: bool = False  # documents are written with their text (``Document.stored``)
+
+
+OWN = Derivation("memsync", build_documents, chroma_metadata)

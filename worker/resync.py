@@ -11,10 +11,11 @@ import contextlib
 import json
 import threading
 from dataclasses import asdict
+from typing import Any
 
 from memsync.config.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS
-from memsync.config.embedding import Embedder, close_embedder, endpoint_url, make_embedder
+from memsync.config.embedding import Embedder, close_embedder, endpoint_url, make_embedder, upstream_embedder
 from memsync.config.errors import ConfigError
 from memsync.config.settings import Settings
 from memsync.worker import logs
@@ -23,8 +24,9 @@ from memsync.worker.sink import ChromaSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
 from memsync.worker.sync import ProgressFn, Syncer, SyncResult
-from memsync.worker.target import check_store
+from memsync.worker.target import check_store, open_upstream_sink
 from memsync.worker.textsync import TextSync
+from memsync.worker.upstream import UPSTREAM
 from memsync.worker.vectorcopy import drop_copy, fill_from_store, open_writer
 
 DRY_RUN_REBUILD = "(rebuild-dry-run)"
@@ -60,6 +62,19 @@ def resync(
         return _resync(settings, made, project, rebuild, dry_run, stop, progress)
     finally:
         close_embedder(made)
+
+
+def upstream_resync(settings: Settings, client: Any, reader: SourceReader, state: SyncState,
+                    store: EmbeddingStore | None, project: str | None, stop: threading.Event | None) -> SyncResult:
+    """The same exact pass into the upstream-readable store (``worker.upstream``); its result is
+    logged (``sync_done`` with its collection)."""
+    sink = open_upstream_sink(client, settings, state)
+    embedder = upstream_embedder(settings)
+    check_store(settings, state, sink, None, embedder.model_id)
+    syncer = Syncer(reader, sink, state, embedder, collection=sink.name, read_batch_rows=settings.read_batch_rows,
+                    batch_size=settings.batch_size, stop=stop, max_row_attempts=settings.max_row_attempts,
+                    store=store, derivation=UPSTREAM)
+    return syncer.run(project=project)
 
 
 def _resync(settings: Settings, embedder: Embedder, project: str | None, rebuild: bool, dry_run: bool,
@@ -114,6 +129,8 @@ def _resync(settings: Settings, embedder: Embedder, project: str | None, rebuild
         if not dry_run:
             summary = {k: v for k, v in asdict(result).items() if k != "failures"}
             state.record_run(name, started, json.dumps(summary))
+        if settings.upstream_store and not dry_run and not result.interrupted:
+            upstream_resync(settings, client, reader, state, store, project, stop)
     if not dry_run:  # memsync's text index too (skipped, with a log line, while a worker holds it)
         text = TextSync(settings)
         try:

@@ -1,8 +1,9 @@
 """The vector sink: Chroma writes, behind a narrow Protocol so sync logic can be tested with fakes.
 
 Upsert only (design decision 3): deterministic ids, batches no larger than the server's
-``get_max_batch_size()``, no document text stored (search hydrates rows from SQLite, and storing
-text halves Chroma's insert rate). chromadb errors are translated here: connection problems
+``get_max_batch_size()``, no document text stored in memsync's own collection (search hydrates rows
+from SQLite, and storing text halves Chroma's insert rate; the upstream-readable store, which
+claude-mem reads, keeps its texts). chromadb errors are translated here: connection problems
 become StoreUnavailable (retry later), rejected input becomes RejectedBatch (a row problem).
 """
 
@@ -28,7 +29,8 @@ class VectorSink(Protocol):
     def name(self) -> str: ...
 
     def upsert(
-        self, ids: Sequence[str], embeddings: npt.NDArray[np.float32], metadatas: Sequence[dict[str, Any]]
+        self, ids: Sequence[str], embeddings: npt.NDArray[np.float32], metadatas: Sequence[dict[str, Any]],
+        documents: Sequence[str] | None = None,
     ) -> None: ...
 
     def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None: ...
@@ -88,13 +90,15 @@ class ChromaSink:
             raise _translate(what, exc) from exc
 
     def upsert(
-        self, ids: Sequence[str], embeddings: npt.NDArray[np.float32], metadatas: Sequence[dict[str, Any]]
+        self, ids: Sequence[str], embeddings: npt.NDArray[np.float32], metadatas: Sequence[dict[str, Any]],
+        documents: Sequence[str] | None = None,
     ) -> None:
-        """Insert or replace documents (vectors + metadata, no text)."""
+        """Insert or replace documents: vectors and metadata, and their texts when ``documents`` are
+        given (memsync's own collection keeps none; the upstream-readable store does)."""
         for sl in _chunks(len(ids), self._max_batch):
-            self._call(
-                "upsert", self._col.upsert, ids=list(ids[sl]), embeddings=embeddings[sl], metadatas=list(metadatas[sl])
-            )
+            texts = {} if documents is None else {"documents": list(documents[sl])}
+            self._call("upsert", self._col.upsert, ids=list(ids[sl]), embeddings=embeddings[sl],
+                       metadatas=list(metadatas[sl]), **texts)
 
     def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None:
         """Replace metadata of existing documents without re-embedding (keys set to None are removed)."""
@@ -110,15 +114,20 @@ class ChromaSink:
         """Number of vectors in the collection."""
         return int(self._call("count", self._col.count))
 
-    def iter_metadata(self, page: int = 5000) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Every (id, metadata) in the collection, paged."""
+    def pages(self, include: list[str], page: int = 5000) -> Iterator[dict[str, Any]]:
+        """The collection's ``get`` results, ``page`` documents at a time, with ``include``."""
         offset = 0
         size = min(page, self._max_batch)
         while True:
-            got = self._call("get", self._col.get, include=["metadatas"], limit=size, offset=offset)
+            got = self._call("get", self._col.get, include=include, limit=size, offset=offset)
+            yield got
+            if len(got["ids"]) < size:
+                return
+            offset += len(got["ids"])
+
+    def iter_metadata(self, page: int = 5000) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every (id, metadata) in the collection, paged."""
+        for got in self.pages(["metadatas"], page):
             ids = got["ids"]
             for doc_id, meta in zip(ids, got["metadatas"] or [{}] * len(ids), strict=False):
                 yield doc_id, dict(meta or {})
-            if len(ids) < size:
-                return
-            offset += len(ids)

@@ -346,6 +346,13 @@ class SyncState:
                 [(collection, k.value, s) for k, s in rows],
             )
 
+    def forget_all_rows(self, collection: str) -> None:
+        """Drop every row record of a collection (not its document records): the next pass derives
+        every row again and writes only the documents that differ from their records."""
+        with self._conn:
+            self._conn.execute("BEGIN")
+            self._conn.execute("DELETE FROM rows WHERE collection=?", (collection,))
+
     def bind_store(self, collection: str, identity: str, audited_at_ms: int | None = None) -> None:
         """Record which Chroma collection (identity) these records describe, and when they were last
         compared with it in full."""

@@ -55,6 +55,7 @@ class StatusReport:
     text_index: dict[str, Any] = field(default_factory=dict)
     vector_copy: dict[str, Any] = field(default_factory=dict)
     store: dict[str, Any] = field(default_factory=dict)
+    upstream: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -70,6 +71,7 @@ class StatusReport:
             "text_index": self.text_index,
             "vector_copy": self.vector_copy,
             "store": self.store,
+            "upstream": self.upstream,
         }
 
     def total(self, kind: str) -> Bucket:
@@ -132,6 +134,22 @@ def store_state(worker: dict[str, Any], now: int, reconcile_interval_s: float) -
             "index_loaded_in_ms": worker.get("index_loaded_in_ms")}
 
 
+def upstream_state(settings: Settings, state: SyncState) -> dict[str, Any]:
+    """The upstream-readable store (``worker.upstream``): its collection, the documents its records
+    hold, and where claude-mem reaches it (``host``/``port``: managed mode's recorded server, else
+    the configured one)."""
+    if not settings.upstream_store:
+        return {"enabled": False}
+    from memsync.config.chroma.server import ServerInfo
+
+    info = ServerInfo.read(settings.data_dir) if settings.chroma_mode == "managed" else None
+    port = info.port if info is not None else (settings.server_port if settings.chroma_mode == "managed"
+                                               else settings.chroma_port)
+    name = settings.upstream_collection
+    return {"enabled": True, "collection": name, "documents": state.live_docs(name),
+            "host": settings.chroma_host, "port": port}
+
+
 def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
     """Build the status report from the source database and the sync records."""
     with SyncState(settings.state_path) as state:
@@ -140,9 +158,10 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
         docs = state.doc_counts(collection) if collection else []
         rows = state.row_statuses(collection) if collection else []
         last = state.last_run(collection) if collection else None
+        upstream = upstream_state(settings, state)
     doc_by_key = {(k, sid): (n, ts) for k, sid, n, ts in docs}
     row_by_key = {(k, sid): (st, reason, attempts, ts) for k, sid, st, reason, attempts, ts in rows}
-    report = StatusReport(collection=collection)
+    report = StatusReport(collection=collection, upstream=upstream)
     with SourceReader.open(settings) as reader:
         for kind in KINDS:
             per_project: dict[str, Bucket] = defaultdict(Bucket)

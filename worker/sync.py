@@ -30,7 +30,7 @@ import numpy.typing as npt
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.embedding import Embedder
 from memsync.worker import logs
-from memsync.worker.documents import Document, RowError, SourceRow, build_documents, chroma_metadata, row_values_hash
+from memsync.worker.documents import OWN, Derivation, Document, RowError, SourceRow, row_values_hash
 from memsync.worker.embedstore import BatchVectors, EmbeddingStore, store_model
 from memsync.worker.sink import RejectedBatch, VectorSink
 from memsync.worker.source import SourceReader
@@ -138,11 +138,13 @@ class Syncer:
         max_row_attempts: int = 3,
         copy: VectorCopyWriter | None = None,
         store: EmbeddingStore | None = None,
+        derivation: Derivation = OWN,
     ) -> None:
         self.reader, self.sink, self.state, self.embedder = reader, sink, state, embedder
         self.copy = copy  # the local vector copy (worker.vectorcopy), written after each Chroma write
         self.store = store  # the embedding store (worker.embedstore): asked before anything is embedded
         self._store_model: int | None = None
+        self.derivation = derivation  # how rows become this collection's documents
         self.collection = collection
         self.read_batch_rows, self.batch_size = read_batch_rows, batch_size
         self.stop = stop or threading.Event()
@@ -291,7 +293,7 @@ class Syncer:
 
     def _plan_row(self, row: SourceRow, rh: str, own: list[DocRecord], plan: _Plan, tally: _Tally) -> None:
         try:
-            docs = build_documents(row)
+            docs = self.derivation.build(row)
         except RowError as exc:
             plan.failed_rows.append((row.id, rh, row.project, row.merged_into_project, str(exc)))
             plan.delete.extend(d.doc_id for d in own)  # what they say no longer holds for this row
@@ -344,7 +346,7 @@ class Syncer:
             self.state.name_texts(self.collection, plan.text_hashes)
         if plan.relabel:
             t = time.perf_counter()
-            ids, metas = [d.doc_id for d in plan.relabel], [chroma_metadata(d) for d in plan.relabel]
+            ids, metas = [d.doc_id for d in plan.relabel], [self.derivation.metadata(d) for d in plan.relabel]
             self.sink.update_metadata(ids, metas)
             self._to_copy("relabel", ids, metas)
             tally.upsert_s += time.perf_counter() - t
@@ -406,18 +408,21 @@ class Syncer:
         model = self.embedder.model_id
         self.state.record_intents(self.collection, kind, [(d.doc_id, d.source_id) for d in docs], model)
         t = time.perf_counter()
+        metas = [self.derivation.metadata(d) for d in docs]
+        texts = [d.text if d.stored is None else d.stored for d in docs] if self.derivation.stores_text else None
         try:
-            self.sink.upsert([d.doc_id for d in docs], vectors, [chroma_metadata(d) for d in docs])
+            self.sink.upsert([d.doc_id for d in docs], vectors, metas, texts)
             ok = list(range(len(docs)))
         except RejectedBatch:
             # Find the documents Chroma refuses, one by one; the rest of the batch still syncs.
             ok = []
             for i, d in enumerate(docs):
                 try:
-                    self.sink.upsert([d.doc_id], vectors[i : i + 1], [chroma_metadata(d)])
+                    self.sink.upsert([d.doc_id], vectors[i : i + 1], [metas[i]],
+                                     None if texts is None else [texts[i]])
                     ok.append(i)
                 except RejectedBatch as exc:
                     rejected.setdefault(d.source_id, str(exc))
-        self._to_copy("put", [docs[i].doc_id for i in ok], vectors[ok], [chroma_metadata(docs[i]) for i in ok])
+        self._to_copy("put", [docs[i].doc_id for i in ok], vectors[ok], [metas[i] for i in ok])
         tally.upsert_s += time.perf_counter() - t
         self.state.record_synced(self.collection, kind, _records([docs[i] for i in ok]), model)

@@ -31,12 +31,13 @@ from memsync.config.chroma import collections as stores
 from memsync.config.chroma.server import ManagedServer
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.docids import DocIdError, parse_doc_id
-from memsync.config.embedding import Embedder, endpoint_url
+from memsync.config.embedding import Embedder, endpoint_url, upstream_embedder
 from memsync.config.errors import StoreUnavailable
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.sink import ChromaSink, VectorSink
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
+from memsync.worker.upstream import UpstreamSink, bind_format
 from memsync.worker.vectorcopy import VectorCopyWriter, open_writer
 
 ALIGN_PAGE = 5000  # ids (with metadata) read per call while aligning
@@ -222,8 +223,19 @@ class IndexWarmup:
         self.loading_since_ms = None
 
 
+def open_upstream_sink(client: Any, settings: Settings, state: SyncState) -> UpstreamSink:
+    """The upstream-readable collection (created when missing), its records on this format."""
+    collection = stores.open_upstream(client, settings.upstream_collection)
+    sink = UpstreamSink(collection, client.get_max_batch_size())
+    if bind_format(state, sink.name):
+        logs.get_logger().info("upstream_format_bound", collection=sink.name)
+    return sink
+
+
 class SyncTarget:
-    """What the worker writes to; ``server`` is None unless ``chroma_mode`` is ``managed``."""
+    """What the worker writes to; ``server`` is None unless ``chroma_mode`` is ``managed``. With
+    ``upstream_store`` on, also the upstream-readable collection (``worker.upstream``) and the
+    embedder of its vectors."""
 
     def __init__(self, settings: Settings, embedder: Embedder) -> None:
         self.s = settings
@@ -231,6 +243,8 @@ class SyncTarget:
         self.server = ManagedServer(settings) if settings.chroma_mode == "managed" else None
         self.handle: stores.ChromaHandle | None = None
         self.sink: ChromaSink | None = None
+        self.upstream: UpstreamSink | None = None  # open while connected, when upstream_store is on
+        self.upstream_embedder = upstream_embedder(settings) if settings.upstream_store else None
         self.copy: VectorCopyWriter | None = None  # the local vector copy of the active generation
         self.warmup = IndexWarmup()
 
@@ -250,6 +264,8 @@ class SyncTarget:
                                             self.embedder.dimension, endpoint_url(self.embedder))
         self.sink = ChromaSink(collection, self.handle.client.get_max_batch_size())
         state.set_meta(ACTIVE_COLLECTION, self.sink.name)
+        if self.s.upstream_store:
+            self.upstream = open_upstream_sink(self.handle.client, self.s, state)
         if self.copy is not None and self.copy.collection != self.sink.name:
             self.close_copy()
         if self.copy is None:
@@ -261,7 +277,7 @@ class SyncTarget:
         if self.handle is not None:
             with contextlib.suppress(Exception):
                 self.handle.close()
-        self.handle, self.sink = None, None
+        self.handle, self.sink, self.upstream = None, None, None
 
     def close_copy(self) -> None:
         """Close the vector copy writer (a failed copy is not used again until the next open)."""

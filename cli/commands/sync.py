@@ -175,6 +175,7 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
               f"failed rows: {sum(report.total(k).failed for k in report.buckets)}",
               f"collection: {report.collection or '(nothing synced yet)'}; store: {_store_line(store)}",
               f"text index: {_text_index_line(report.text_index)}; vector copy: {_copy_line(report.vector_copy)}",
+              *_upstream_lines(report.upstream),
               f"{'kind':<13}{'project':<24}{'rows':>8}{'synced':>8}{'docs':>8}{'pending':>8}{'failed':>8}  last sync"]
     for kind, projects in report.buckets.items():
         for project, b in sorted(projects.items()):
@@ -183,6 +184,13 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     for f in report.failures[:10]:
         lines.append(f"failed: {f['kind']} {f['id']}: {f['reason']}")
     click.echo("\n".join(lines))
+
+
+def _upstream_lines(up: dict[str, Any]) -> list[str]:
+    if not up.get("enabled"):
+        return []
+    return [f"upstream store: {up['collection']}, {up['documents']} documents; claude-mem reads it with "
+            f"CLAUDE_MEM_CHROMA_MODE=remote CLAUDE_MEM_CHROMA_HOST={up['host']} CLAUDE_MEM_CHROMA_PORT={up['port']}"]
 
 
 def _store_line(store: dict[str, Any]) -> str:

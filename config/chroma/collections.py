@@ -374,3 +374,28 @@ def finish_rebuild(client: Any, settings: Settings, built: str) -> str | None:
             client.delete_collection(old)
         return str(old)
     return None
+
+
+def open_upstream(client: Any, name: str) -> Any:
+    """The upstream-readable store's collection, created when missing exactly as claude-mem's
+    chroma-mcp 0.2.x creates it (``chroma_create_collection``: a configuration naming Chroma's
+    default embedding function, nothing else), so claude-mem's own ``query_texts`` embed with the
+    model whose vectors memsync writes (all-MiniLM-L6-v2). Returned without an embedding function:
+    memsync always passes vectors, and Chroma's default function would download its model."""
+    def create() -> Any:
+        from chromadb.api.collection_configuration import CreateCollectionConfiguration
+        from chromadb.utils.embedding_functions import DefaultEmbeddingFunction
+
+        # Instantiating the function loads nothing (its model is fetched at the first call, never made here).
+        config = CreateCollectionConfiguration(embedding_function=DefaultEmbeddingFunction())
+        return client.get_or_create_collection(name, configuration=config)
+
+    from chromadb.errors import NotFoundError
+
+    try:
+        return store_call("open collection", client.get_collection, name, embedding_function=None)
+    except StoreUnavailable as exc:
+        if not isinstance(exc.__cause__, NotFoundError):
+            raise
+    store_call("create collection", create)
+    return store_call("open collection", client.get_collection, name, embedding_function=None)

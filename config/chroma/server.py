@@ -6,7 +6,8 @@ starting is serialised by an exclusive ``flock`` on ``DATA_DIR/chroma-server.loc
 recorded server is adopted (on its recorded port); a dead one is replaced. Whoever started a server
 stops it.
 
-Ports: an explicit ``chroma_port`` is used as given. Unset (0), a server is started on a free port
+Ports: an explicit ``chroma_port`` is used as given (8000, claude-mem's, when unset while the
+upstream-readable store is on: ``Settings.server_port``). Unset (0), a server is started on a free port
 (the dead recorded server's port when it is still free, so readers holding it keep working), and
 readers find it in the record; so two data directories run two workers side by side.
 """
@@ -188,9 +189,9 @@ class ManagedServer:
                 return self._adopt(info)
             if info and pid_alive(info.pid):
                 _terminate(info.pid)  # recorded, alive, but not answering within the start timeout: hung
-            if s.chroma_port and heartbeat(s.chroma_host, s.chroma_port):
+            if s.server_port and heartbeat(s.chroma_host, s.server_port):
                 raise ConfigError(
-                    f"port {s.chroma_port} already has a Chroma server that memsync did not start for "
+                    f"port {s.server_port} already has a Chroma server that memsync did not start for "
                     f"{s.data_dir}; set another chroma_port (MEMSYNC_CHROMA_PORT), unset it for a free "
                     "port, or use chroma_mode=http"
                 )
@@ -213,8 +214,8 @@ class ManagedServer:
         s = self.settings
         attempt = 0
         while True:
-            if s.chroma_port:
-                port = s.chroma_port
+            if s.server_port:
+                port = s.server_port
             elif attempt == 0 and previous and port_free(s.chroma_host, previous):
                 port = previous
             else:
@@ -223,7 +224,7 @@ class ManagedServer:
                 return self._start_on(port)
             except _ServerExited:
                 attempt += 1
-                if s.chroma_port or attempt >= PORT_ATTEMPTS:
+                if s.server_port or attempt >= PORT_ATTEMPTS:
                     raise
 
     def _start_on(self, port: int) -> ServerInfo:

@@ -44,8 +44,11 @@ from memsync.config.settings import LOCAL_MODEL, Settings, openai_env_key, opena
 __all__ = [
     "MODELS", "TOKENS_PER_TEXT", "Embedder", "EmbeddingError", "EmbeddingUnavailable", "Identity", "MiniLMOnnx",
     "ModelSpec", "OpenAIEmbedder", "close_embedder", "configured_identity", "endpoint_url", "generation_embedder",
-    "get_embedder", "make_embedder", "make_reranker", "model_id", "provider_of", "tokenizer_json", "vector_identity",
+    "get_embedder", "make_embedder", "make_reranker", "model_id", "provider_of", "tokenizer_json", "upstream_embedder",
+    "vector_identity",
 ]
+
+CHROMA_DEFAULT_TOKENS = 256  # Chroma's default embedding function cuts every text here
 
 
 class Embedder(Protocol):
@@ -109,6 +112,14 @@ def make_embedder(settings: Settings, *, threads: int | None = None, wait: Wait 
     endpoint = Endpoint(_endpoint_config(settings, settings.embedding_base_url), wait=wait)
     return OpenAIEmbedder(endpoint, settings.embedding_model, settings.embedding_batch_size,
                           settings.embedding_dimension)
+
+
+def upstream_embedder(settings: Settings) -> Embedder:
+    """The embedder of the upstream-readable store: the bundled all-MiniLM-L6-v2 at 256 tokens,
+    the model and token limit of Chroma's default embedding function, with which claude-mem embeds
+    its queries; whatever provider memsync's own collection uses. The worker's own instance when
+    the settings are the bundled model's defaults."""
+    return get_embedder(LOCAL_MODEL, settings.embedding_batch_size, CHROMA_DEFAULT_TOKENS, settings.embedding_threads)
 
 
 def generation_embedder(settings: Settings, identity: Identity) -> Embedder:

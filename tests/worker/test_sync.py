@@ -40,9 +40,10 @@ class RecordingSink:
         return self.inner.name
 
     def upsert(
-        self, ids: Sequence[str], embeddings: npt.NDArray[np.float32], metadatas: Sequence[dict[str, Any]]
+        self, ids: Sequence[str], embeddings: npt.NDArray[np.float32], metadatas: Sequence[dict[str, Any]],
+        documents: Sequence[str] | None = None,
     ) -> None:
-        self.inner.upsert(ids, embeddings, metadatas)
+        self.inner.upsert(ids, embeddings, metadatas, documents)
         self.upserted += ids
 
     def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None:

@@ -1,0 +1,324 @@
+"""The upstream-readable store (``upstream_store``): claude-mem's own Chroma format, kept exact.
+
+Compared with an independent port of upstream's document builder (``tests/worker/upstream_reference``)
+on a database with every row shape, first as derived, then as a plain ``chromadb`` client reads it
+from a real ``chroma run``, after adds, edits, deletes and an excluded project.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import chromadb
+import pytest
+from click.testing import CliRunner
+from pydantic import ValidationError
+
+from memsync.config.chroma import collections as stores
+from memsync.config.chroma.server import ManagedServer
+from memsync.config.claude_mem.schema import KINDS, Era
+from memsync.config.embedding import upstream_embedder
+from memsync.config.settings import UPSTREAM_DEFAULT_PORT, Settings
+from memsync.main import main
+from memsync.worker import upstream
+from memsync.worker.daemon import Worker
+from memsync.worker.embedstore import EmbeddingStore
+from memsync.worker.resync import resync, upstream_resync
+from memsync.worker.source import SourceReader
+from memsync.worker.state import SyncState
+from memsync.worker.upstream import build_upstream_documents
+from tests.conftest import free_port, kill_managed_server, make_db, obs
+from tests.worker.upstream_reference import UpstreamThrows, reference_documents
+
+Docs = dict[str, tuple[str, dict[str, Any]]]
+LONG = "A long narrative about the cache. " * 300  # 10,200 characters: stored whole, embedded cut
+
+SESSIONS = [  # (id, content_session_id, memory_session_id, project, platform_source)
+    (1, "c1", "m1", "alpha", "claude"),
+    (2, "c2", "m2", "beta", " Codex CLI "),
+    (3, "c3", "m3", "gamma", ""),
+    (4, "c4", None, "alpha", "Cursor"),  # memory_session_id not assigned yet
+]
+OBSERVATIONS: list[dict[str, Any]] = [
+    {"memory_session_id": "m1", "project": "alpha", "type": "bugfix", "title": "Fix the cache", "subtitle": "in m1",
+     "narrative": "The cache kept stale rows.", "facts": '["stale rows came back", "TTL was 0"]',
+     "concepts": '["gotcha", "caching"]', "files_read": '["src/a.py", "src/b.py"]', "files_modified": '["src/a.py"]'},
+    {"memory_session_id": "m1", "project": "alpha", "type": "discovery", "title": "Only a title"},  # no documents
+    {"memory_session_id": "m1", "project": "alpha", "type": "", "title": None, "subtitle": "",
+     "narrative": "  padded narrative  ", "facts": "[]", "concepts": "[]", "files_read": "[]"},
+    {"memory_session_id": "m2", "project": "beta", "type": "change", "title": "Codex work", "text": "legacy text",
+     "facts": '["", "a real fact"]', "files_read": "not-json/path.py", "files_modified": '"single.py"'},
+    {"memory_session_id": "m2", "project": "beta", "merged_into_project": "alpha", "type": "decision",
+     "title": "Merged", "narrative": "Merged from beta into alpha.", "concepts": '["why"]'},
+    {"memory_session_id": "m3", "project": "gamma", "type": "feature", "title": "Gamma", "narrative": LONG,
+     "facts": '["gamma fact"]'},
+    {"memory_session_id": "m-missing", "project": "delta", "type": "refactor", "title": "No session",
+     "narrative": "Its session row is gone."},
+]
+SUMMARIES: list[dict[str, Any]] = [
+    {"memory_session_id": "m1", "project": "alpha", "request": "Fix caching", "investigated": "the TTL",
+     "learned": "TTL 0 means forever", "completed": "set a TTL", "next_steps": "watch it", "notes": "none",
+     "prompt_number": 3},
+    {"memory_session_id": "m2", "project": "beta", "merged_into_project": "alpha", "learned": "merged learning",
+     "prompt_number": None},
+    {"memory_session_id": "m3", "project": "gamma"},  # every field NULL: no documents
+    {"memory_session_id": "m3", "project": "gamma", "request": "gamma request", "prompt_number": 0},
+]
+PROMPTS: list[dict[str, Any]] = [
+    {"session_db_id": 1, "content_session_id": "c1", "prompt_number": 1, "prompt_text": "please fix the cache"},
+    {"session_db_id": 2, "content_session_id": "c2", "prompt_number": 2, "prompt_text": "codex, look at beta"},
+    {"session_db_id": None, "content_session_id": "c9", "prompt_number": 1, "prompt_text": "no session"},  # skipped
+    {"session_db_id": 4, "content_session_id": "c4", "prompt_number": 7, "prompt_text": "cursor prompt"},
+    {"session_db_id": 1, "content_session_id": "c1", "prompt_number": 2, "prompt_text": ""},
+]
+
+
+def _insert(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> None:
+    cols = ", ".join(row)
+    conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+
+
+def shapes_db(path: Path) -> Path:
+    """A current-schema database holding every row shape above."""
+    make_db(path, [])
+    conn = sqlite3.connect(path)
+    with conn:
+        for sid, content, memory, project, platform in SESSIONS:
+            _insert(conn, "sdk_sessions", {"id": sid, "content_session_id": content, "memory_session_id": memory,
+                                           "project": project, "platform_source": platform,
+                                           "started_at": "2026-11-01T00:00:00Z", "started_at_epoch": 1_793_000_000_000})
+        for i, row in enumerate(OBSERVATIONS):
+            _insert(conn, "observations", {**row, "created_at": "2026-11-02T00:00:00Z",
+                                           "created_at_epoch": 1_793_000_100_000 + i})
+        for i, row in enumerate(SUMMARIES):
+            _insert(conn, "session_summaries", {**row, "created_at": "2026-11-02T00:00:00Z",
+                                                "created_at_epoch": 1_793_000_200_000 + i})
+        for i, row in enumerate(PROMPTS):
+            _insert(conn, "user_prompts", {**row, "created_at": "2026-11-02T00:00:00Z",
+                                           "created_at_epoch": 1_793_000_300_000 + i})
+    conn.close()
+    return path
+
+
+def write(db: Path, sql: str, *params: Any) -> None:
+    """The agent writing its own database."""
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute(sql, params)
+    conn.close()
+
+
+def derived(settings: Settings) -> Docs:
+    """What memsync derives in upstream's format, as (stored text, metadata) by id."""
+    out: Docs = {}
+    with SourceReader.open(settings) as reader:
+        for kind in KINDS:
+            for batch in reader.iter_rows(kind, 100):
+                for row in batch:
+                    for d in build_upstream_documents(row):
+                        out[d.doc_id] = (d.text if d.stored is None else d.stored, dict(d.metadata))
+    return out
+
+
+def held(collection: Any) -> Docs:
+    """What a plain chromadb client reads from the collection."""
+    got = collection.get(include=["documents", "metadatas"])
+    return {i: (t, dict(m)) for i, t, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)}
+
+
+def test_every_row_shape_derives_as_upstream_builds_it(tmp_path: Path) -> None:
+    settings = Settings(db=shapes_db(tmp_path / "claude-mem.db"), data_dir=tmp_path / "data", upstream_store=True)
+    expected = reference_documents(settings.db)
+    assert derived(settings) == expected
+    # The shapes are really there: defaults, joins, an empty fact, a stored text longer than the cut.
+    assert "obs_2_narrative" not in expected and not any(k.startswith("summary_3_") for k in expected)
+    padded, meta = expected["obs_3_narrative"]
+    assert padded == "  padded narrative  " and meta["type"] == "discovery" and meta["title"] == "Untitled"
+    assert expected["obs_4_fact_0"][0] == "" and expected["obs_4_fact_1"][1]["fact_index"] == 1
+    assert expected["obs_4_text"][1]["platform_source"] == "codex"
+    assert expected["obs_1_narrative"][1]["files_read"] == "src/a.py,src/b.py"
+    assert expected["obs_5_narrative"][1]["merged_into_project"] == "alpha"
+    assert expected["summary_2_learned"][1]["prompt_number"] == 0
+    assert expected["obs_6_narrative"][0] == LONG
+    assert "prompt_3" not in expected and expected["prompt_5"][0] == ""
+    assert "memory_session_id" not in expected["prompt_4"][1] and expected["prompt_4"][1]["platform_source"] == "cursor"
+
+
+@pytest.mark.parametrize(("column", "value"), [
+    ("concepts", "5"), ("concepts", "{}"), ("concepts", '""'), ("concepts", "true"),
+    ("concepts", '[1, 2.5, 1e21, 1e-7, true, null, ["x", ["y"]], {"k": 1}]'),
+    ("files_read", "null"), ("files_read", "5"), ("files_read", '{"a": 1}'), ("files_read", "[null]"),
+    ("files_read", '"x.py"'), ("files_modified", "plain/path.py"), ("facts", '["", " spaced "]'),
+    ("narrative", "   "), ("title", ""), ("type", ""), ("subtitle", " "),
+])
+def test_odd_values_derive_as_upstream_builds_them(tmp_path: Path, column: str, value: str) -> None:
+    """Values upstream stores without throwing, JavaScript quirks included."""
+    db = make_db(tmp_path / "claude-mem.db", [obs(1)])
+    write(db, f"UPDATE observations SET {column} = ? WHERE id = 1", value)
+    assert derived(Settings(db=db, data_dir=tmp_path / "data")) == reference_documents(db)
+
+
+@pytest.mark.parametrize(("column", "value", "expected"), [
+    ("facts", "not [json", {"obs_1_fact_0": "not [json"}),
+    ("facts", '"one string"', {"obs_1_fact_0": "one string"}),
+    ("facts", "null", {}),
+    ("facts", '[1, null, {"k": "v"}]', {"obs_1_fact_0": "1", "obs_1_fact_1": "null", "obs_1_fact_2": '{"k": "v"}'}),
+    ("concepts", "not [json", {"concepts": "not [json"}),
+    ("concepts", '"abc"', {"concepts": "abc"}),
+])
+def test_what_upstream_cannot_store_is_kept(tmp_path: Path, column: str, value: str, expected: dict[str, str]) -> None:
+    """Upstream throws on these rows (JSON.parse, forEach or join) or Chroma refuses their facts, so
+    it never stores them; memsync stores what it can rather than lose the row."""
+    db = make_db(tmp_path / "claude-mem.db", [obs(1, facts=[])])
+    write(db, f"UPDATE observations SET {column} = ? WHERE id = 1", value)
+    try:
+        upstream = reference_documents(db)
+    except UpstreamThrows:
+        pass
+    else:  # no throw: facts that are no strings, which Chroma refuses (chroma-mcp takes strings only)
+        assert not all(isinstance(text, str) for text, _ in upstream.values())
+    docs = derived(Settings(db=db, data_dir=tmp_path / "data"))
+    if column == "facts":
+        assert {k: v[0] for k, v in docs.items() if "_fact_" in k} == expected
+    else:
+        assert docs["obs_1_narrative"][1]["concepts"] == expected["concepts"]
+
+
+def test_the_store_needs_a_server_claude_mem_can_reach(tmp_path: Path) -> None:
+    base: dict[str, Any] = {"db": tmp_path / "claude-mem.db", "data_dir": tmp_path / "data"}
+    with pytest.raises(ValidationError, match="chroma_mode=managed"):
+        Settings(**base, chroma_mode="embedded", upstream_store=True)
+    with pytest.raises(ValidationError, match="one of memsync's own collections"):
+        Settings(**base, upstream_store=True, collection="shared", upstream_collection="shared-g2")
+    assert Settings(**base, upstream_store=True).server_port == UPSTREAM_DEFAULT_PORT == 8000
+    assert Settings(**base, upstream_store=True, chroma_port=9123).server_port == 9123
+    assert Settings(**base).server_port == 0  # off: a free port, as before
+
+
+@pytest.fixture
+def server_settings(tmp_path: Path) -> Iterator[Settings]:
+    """Managed mode with the store on, and its `chroma run` held by the test (so that it outlives
+    each resync, as it outlives the worker for claude-mem); killed at the end."""
+    s = Settings(db=shapes_db(tmp_path / "claude-mem.db"), data_dir=tmp_path / "data", chroma_mode="managed",
+                 chroma_port=free_port(), upstream_store=True, read_batch_rows=3, batch_size=4)
+    server = ManagedServer(s)
+    server.ensure()
+    try:
+        yield s
+    finally:
+        server.stop()
+        kill_managed_server(s.data_dir)
+
+
+def _upstream(settings: Settings) -> Any:
+    """The collection as claude-mem's chroma-mcp opens it: a plain client, no embedding function given."""
+    client = chromadb.HttpClient(host=settings.chroma_host, port=settings.chroma_port)
+    return client.get_collection(settings.upstream_collection)
+
+
+def test_claude_mem_reads_the_store_exactly_through_a_plain_client(server_settings: Settings) -> None:
+    s = server_settings
+    resync(s)
+    col = _upstream(s)
+    expected = reference_documents(s.db)
+    assert held(col) == expected
+    # `memsync status` says what claude-mem must be told to read it.
+    env = {"MEMSYNC_DB": str(s.db), "MEMSYNC_DATA_DIR": str(s.data_dir), "MEMSYNC_CHROMA_PORT": str(s.chroma_port),
+           "MEMSYNC_UPSTREAM_STORE": "true"}
+    out = CliRunner().invoke(main, ["status"], env=env)
+    assert out.exit_code == 0, out.output
+    assert (f"upstream store: cm__claude-mem, {len(expected)} documents; claude-mem reads it with "
+            f"CLAUDE_MEM_CHROMA_MODE=remote CLAUDE_MEM_CHROMA_HOST=127.0.0.1 CLAUDE_MEM_CHROMA_PORT={s.chroma_port}"
+            ) in out.output.splitlines()
+
+    # Made as chroma-mcp's chroma_create_collection makes it: its queries embed with Chroma's default function.
+    from chromadb.api.collection_configuration import CreateCollectionConfiguration
+    from chromadb.utils.embedding_functions import DefaultEmbeddingFunction
+
+    client = chromadb.HttpClient(host=s.chroma_host, port=s.chroma_port)
+    probe = client.create_collection("cm__probe", configuration=CreateCollectionConfiguration(
+        embedding_function=DefaultEmbeddingFunction()))
+    assert col.configuration_json == probe.configuration_json
+    assert col.configuration_json["embedding_function"]["name"] == "default"
+
+    # Queried as claude-mem's SearchManager does (doc_type and project OR merged project), with the
+    # vectors of the same model (Chroma's default function would download it).
+    vector = upstream_embedder(s).embed(["which files had stale rows in the cache?"])
+    where = {"$and": [{"doc_type": "observation"},
+                      {"$or": [{"project": "alpha"}, {"merged_into_project": "alpha"}]}]}
+    got = col.query(query_embeddings=vector.tolist(), n_results=5, where=where,
+                    include=["documents", "metadatas", "distances"])
+    assert got["ids"][0][0].startswith("obs_1_")
+    assert {m["project"] for m in got["metadatas"][0]} <= {"alpha", "beta"}  # beta: merged into alpha
+    assert "obs_5_narrative" in col.get(where=where)["ids"]
+
+
+def test_adds_edits_deletes_and_exclusions_reach_the_store(server_settings: Settings) -> None:
+    s = server_settings
+    resync(s)
+    write(s.db, "UPDATE observations SET narrative = 'The cache is fixed now.', facts = '[\"one fact\"]' WHERE id = 1")
+    write(s.db, "DELETE FROM observations WHERE id = 5")
+    write(s.db, "INSERT INTO observations (memory_session_id, project, type, title, narrative, created_at, "
+          "created_at_epoch) VALUES ('m1', 'alpha', 'feature', 'New', 'A new row.', 'x', 1793000400000)")
+    write(s.db, "UPDATE user_prompts SET session_db_id = 1 WHERE id = 3")  # the prompt now has a session
+    excluded = s.model_copy(update={"excluded_projects": "gam*"})
+    Worker(excluded).once()  # the worker's pass this time (resync's is the same pass)
+    expected = {k: v for k, v in reference_documents(s.db).items() if v[1].get("project") != "gamma"}
+    got = held(_upstream(s))
+    assert got == expected
+    assert "obs_1_fact_1" not in got and "obs_5_narrative" not in got and "obs_8_narrative" in got
+    assert "prompt_3" in got and not any(m.get("project") == "gamma" for _, m in got.values())
+    assert got["obs_1_narrative"][0] == "The cache is fixed now."
+
+    Worker(s).once()  # the setting loses the project again: its rows come back
+    assert held(_upstream(s)) == reference_documents(s.db)
+
+
+def test_a_store_claude_mem_wrote_is_adopted_and_a_lost_one_refilled(server_settings: Settings) -> None:
+    s = server_settings
+    expected = reference_documents(s.db)
+    # claude-mem wrote the collection itself (the same documents): memsync adopts them, writes nothing.
+    client = chromadb.HttpClient(host=s.chroma_host, port=s.chroma_port)
+    col = stores.open_upstream(client, s.upstream_collection)
+    ids = sorted(expected)
+    col.add(ids=ids, documents=[expected[i][0] for i in ids], metadatas=[expected[i][1] for i in ids],
+            embeddings=upstream_embedder(s).embed([expected[i][0] for i in ids]))
+    with SourceReader.open(s) as reader, SyncState(s.state_path) as state, stores.connect(s) as handle:
+        store = EmbeddingStore.open(s)
+        try:
+            first = upstream_resync(s, handle.client, reader, state, store, None, None)
+            assert (first.added, first.updated, first.deleted, first.unchanged) == (0, 0, 0, len(expected))
+            # The collection deleted behind memsync's back: the next pass writes it all again.
+            handle.client.delete_collection(s.upstream_collection)
+            again = upstream_resync(s, handle.client, reader, state, store, None, None)
+            assert again.added == len(expected)
+        finally:
+            store.close()
+    assert held(_upstream(s)) == expected
+
+
+def test_the_older_schema_syncs_into_the_store(tmp_path: Path) -> None:
+    """A 5.x database (no platform_source, no merged_into_project, prompts joined by content session)."""
+    db = make_db(tmp_path / "claude-mem.db", [obs(1), obs(2, project="beta")], era=Era.LEGACY)
+    docs = derived(Settings(db=db, data_dir=tmp_path / "data"))
+    assert docs["obs_1_narrative"][1]["platform_source"] == "claude"
+    assert "merged_into_project" not in docs["obs_1_narrative"][1]
+    assert docs["obs_2_fact_1"][1]["project"] == "beta"
+
+
+def test_a_new_format_version_derives_every_row_again_and_rewrites_nothing_equal(
+        server_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = server_settings
+    resync(s)
+    documents = len(reference_documents(s.db))
+    monkeypatch.setattr(upstream, "UPSTREAM_FORMAT_VERSION", upstream.UPSTREAM_FORMAT_VERSION + 1)
+    with SourceReader.open(s) as reader, SyncState(s.state_path) as state, stores.connect(s) as handle:
+        assert upstream.bind_format(state, s.upstream_collection)
+        assert state.watermarks(s.upstream_collection) == {}  # every row record forgotten
+        assert state.live_docs(s.upstream_collection) == documents  # the document records kept
+        result = upstream_resync(s, handle.client, reader, state, None, None, None)
+        assert (result.added, result.updated, result.deleted, result.unchanged) == (0, 0, 0, documents)
+        assert not upstream.bind_format(state, s.upstream_collection)  # bound once

@@ -1,0 +1,273 @@
+"""The upstream-readable store: rows → documents in claude-mem's own Chroma format, and its sink.
+
+An opt-in second collection (``upstream_store``, named ``upstream_collection``, default
+``cm__claude-mem``) that claude-mem's own search can read when pointed at memsync's Chroma server.
+Its documents follow upstream's ``ChromaSync.ts`` (v13.15.3: ``formatObservationDocs``,
+``formatSummaryDocs``, ``formatUserPromptDoc`` and ``addDocuments``' metadata clean-up) value for
+value, which memsync's own format deliberately does not:
+
+- texts stored with the vectors, as they are in the row (no title folded into the narrative, no
+  trimming, no cut; only the embedded text is cut, which never changes the vector);
+- JavaScript truthiness decides which fields make documents (``'  '`` does, ``''`` does not), and
+  every fact makes one, an empty one too;
+- ``type`` defaults to ``discovery``, ``title`` to ``Untitled``; ``concepts``, ``files_read``
+  and ``files_modified`` are joined with ``,``; a summary's ``prompt_number`` defaults to 0;
+- ``created_at_epoch`` as the row holds it; ``platform_source`` normalised (a prompt's too, as
+  upstream's live sync does); keys whose value is null or ``''`` are left out.
+
+Where upstream cannot store a row at all, memsync stores what it can rather than lose it: a list
+column that is not valid JSON (``JSON.parse`` throws upstream) reads as a one-element list, and a
+fact that is not a string is stored as its JSON text. A prompt without a session is left out, as
+upstream's join leaves it out (it has no project to scope it by). Rows of excluded projects make
+no documents, as in memsync's own store.
+
+Sync is the same exact pass as memsync's own (``worker.sync`` with :data:`UPSTREAM`), with its own
+records (keyed by the collection's name), so adds, edits, deletes and exclusions all reach it.
+The content hash is computed from what the store holds (id, text, metadata), so an alignment with
+the store (``worker.target``) reads it back without a ``content_hash`` key in upstream's metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from memsync.config.claude_mem.platform import normalize_platform
+from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
+from memsync.config.docids import DOC_TYPES, fact_field, format_doc_id
+from memsync.worker.documents import EXCLUDED_CELL, MAX_TEXT_CHARS, Derivation, Document, SourceRow
+from memsync.worker.sink import ChromaSink
+from memsync.worker.state import SyncState
+
+# Bump when the documents below change: the worker then derives every row again and writes the
+# documents that differ (:func:`bind_format`).
+UPSTREAM_FORMAT_VERSION = 1
+FORMAT_META_PREFIX = "upstream_format:"  # state meta key per collection: the version its records follow
+
+_COMMON = ("sqlite_id", "doc_type", "memory_session_id", "project", "merged_into_project", "platform_source",
+           "created_at_epoch")
+METADATA_KEYS: dict[Kind, tuple[str, ...]] = {
+    Kind.OBSERVATION: (*_COMMON, "type", "title", "subtitle", "concepts", "files_read", "files_modified",
+                       "field_type", "fact_index"),
+    Kind.SUMMARY: (*_COMMON, "prompt_number", "field_type"),
+    Kind.PROMPT: (*_COMMON, "prompt_number"),
+}
+
+Meta = dict[str, str | int | float]
+
+
+def _js_truthy(value: Any) -> bool:
+    """JavaScript's truthiness of a SQLite value: NULL, '' and 0 are false."""
+    return value is not None and value != "" and not (isinstance(value, (int, float)) and value == 0)
+
+
+def _js_number(value: float) -> str:
+    """A number as JavaScript prints it: integers below 1e21 in full, others in shortest form."""
+    if math.isfinite(value) and value == int(value) and abs(value) < 1e21:
+        return str(int(value))
+    return repr(float(value)).replace("e-0", "e-").replace("e+0", "e+").replace("inf", "Infinity")
+
+
+def _js_string(value: Any) -> str:
+    """``String(value)`` of a JSON value, as JavaScript spells it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return _js_number(value)
+    if isinstance(value, list):
+        return _js_join(value)
+    if isinstance(value, dict):
+        return "[object Object]"
+    return str(value)
+
+
+def _js_join(values: list[Any]) -> str:
+    """``values.join(',')``: null elements become ''."""
+    return ",".join("" if v is None else _js_string(v) for v in values)
+
+
+def _parse(value: Any) -> tuple[bool, Any]:
+    """(parsed, value): ``JSON.parse`` of a list column's text; (False, text) when it is not JSON."""
+    text = value if isinstance(value, str) else _js_string(value)
+    try:
+        return True, json.loads(text)
+    except ValueError:
+        return False, text
+
+
+def _facts(value: Any) -> list[Any]:
+    """``obs.facts ? JSON.parse(obs.facts) : []``, then ``forEach``. Upstream throws on text that
+    is not JSON and on a JSON value that is not an array (the row is never stored); here such text
+    is one fact, a JSON null none, and another value one fact."""
+    if not _js_truthy(value):
+        return []
+    ok, parsed = _parse(value)
+    if not ok or isinstance(parsed, list):
+        return [parsed] if not ok else parsed
+    return [] if parsed is None else [parsed]
+
+
+def _concepts(value: Any) -> list[Any]:
+    """``JSON.parse(obs.concepts)``, joined when ``length > 0``. A JSON value that is not an array
+    has no length upstream (left out), except a string, whose ``join`` throws: here it is one
+    concept, as text that is not JSON is."""
+    if not _js_truthy(value):
+        return []
+    ok, parsed = _parse(value)
+    if not ok:
+        return [parsed]
+    if isinstance(parsed, list):
+        return parsed
+    return [parsed] if isinstance(parsed, str) and parsed else []
+
+
+def _file_list(value: Any) -> list[Any]:
+    """Upstream's ``parseFileList``: JSON arrays as they are, another JSON value as ``[String(v)]``,
+    text that is not JSON as ``[text]``."""
+    if not _js_truthy(value):
+        return []
+    ok, parsed = _parse(value)
+    if not ok:
+        return [parsed]
+    return parsed if isinstance(parsed, list) else [_js_string(parsed)]
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else _js_string(value)
+
+
+def _fact_text(value: Any) -> str:
+    # Upstream hands a non-string fact to Chroma as it is, which refuses it; its JSON text keeps it.
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _hash(payload: Any) -> str:
+    data = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(data.encode("utf-8", errors="surrogatepass")).hexdigest()[:32]
+
+
+def content_hash(doc_id: str, text: str, metadata: dict[str, Any]) -> str:
+    """The hash of a stored document: its id, text and metadata (as Chroma gives them back); no
+    version in it, so a new format rewrites only the documents it changes (:func:`bind_format`)."""
+    return _hash([doc_id, _hash(text), metadata])
+
+
+def _clean(meta: dict[str, Any]) -> Meta:
+    """``addDocuments``' clean-up: keys whose value is null or '' are not sent."""
+    return {k: v for k, v in meta.items() if v is not None and v != ""}
+
+
+def _make(row: SourceRow, field_name: str | None, text: str, meta: dict[str, Any]) -> Document:
+    doc_id = format_doc_id(row.kind, row.id, field_name)
+    metadata = _clean(meta)
+    digest = content_hash(doc_id, text, metadata)
+    # text_hash names the vector in the embedding store: equal to memsync's own for equal texts (a
+    # fact, a summary field, a prompt), so these are embedded once for both stores. The embedded
+    # text is cut like memsync's own (the model reads 256 tokens); the stored text is whole.
+    cut = text[:MAX_TEXT_CHARS]
+    return Document(doc_id, row.kind, row.id, cut, metadata, _hash(text), digest, None if cut == text else text)
+
+
+def _base(row: SourceRow) -> dict[str, Any]:
+    v = row.values
+    platform = v.get("platform_source")
+    return {
+        "sqlite_id": row.id,
+        "doc_type": DOC_TYPES[row.kind],
+        "memory_session_id": v.get("memory_session_id"),
+        "project": v.get("project"),
+        "merged_into_project": v.get("merged_into_project"),
+        "platform_source": normalize_platform(platform if isinstance(platform, str) else ""),
+        "created_at_epoch": v.get("created_at_epoch"),
+    }
+
+
+def _observation(row: SourceRow) -> list[Document]:
+    v = row.values
+    base = _base(row)
+    base["type"] = _text(v.get("type")) if _js_truthy(v.get("type")) else "discovery"
+    base["title"] = _text(v.get("title")) if _js_truthy(v.get("title")) else "Untitled"
+    if _js_truthy(v.get("subtitle")):
+        base["subtitle"] = _text(v.get("subtitle"))
+    for key, values in (("concepts", _concepts(v.get("concepts"))), ("files_read", _file_list(v.get("files_read"))),
+                        ("files_modified", _file_list(v.get("files_modified")))):
+        if values:
+            base[key] = _js_join(values)
+    docs: list[Document] = []
+    for name in ("narrative", "text"):
+        if _js_truthy(v.get(name)):
+            docs.append(_make(row, name, _text(v.get(name)), {**base, "field_type": name}))
+    for i, fact in enumerate(_facts(v.get("facts"))):
+        docs.append(_make(row, fact_field(i), _fact_text(fact), {**base, "field_type": "fact", "fact_index": i}))
+    return docs
+
+
+def _summary(row: SourceRow) -> list[Document]:
+    v = row.values
+    base = _base(row)
+    number = v.get("prompt_number")
+    base["prompt_number"] = number if _js_truthy(number) else 0
+    return [_make(row, name, _text(v.get(name)), {**base, "field_type": name})
+            for name in SUMMARY_FIELDS if _js_truthy(v.get(name))]
+
+
+def _prompt(row: SourceRow) -> list[Document]:
+    v = row.values
+    if v.get("project") is None or v.get("prompt_text") is None:
+        # No session row (upstream's INNER JOIN drops the prompt; sdk_sessions.project is NOT NULL),
+        # or no text at all (the column is NOT NULL upstream).
+        return []
+    base = _base(row)
+    base["prompt_number"] = v.get("prompt_number")
+    return [_make(row, None, _text(v.get("prompt_text")), base)]
+
+
+def build_upstream_documents(row: SourceRow) -> list[Document]:
+    """A row's documents in claude-mem's format (none for an excluded project, or a prompt
+    without a session)."""
+    if row.values.get(EXCLUDED_CELL):
+        return []
+    if row.kind is Kind.OBSERVATION:
+        return _observation(row)
+    if row.kind is Kind.SUMMARY:
+        return _summary(row)
+    return _prompt(row)
+
+
+def upstream_metadata(doc: Document) -> dict[str, str | int | float | None]:
+    """Every key of the kind, None for absent ones (Chroma then removes a stale key on update)."""
+    return {key: doc.metadata.get(key) for key in METADATA_KEYS[doc.kind]}
+
+
+UPSTREAM = Derivation("upstream", build_upstream_documents, upstream_metadata, stores_text=True)
+
+
+class UpstreamSink(ChromaSink):
+    """The upstream-readable collection: as a ChromaSink, but read back with each document's
+    content hash computed from its text and metadata (upstream's metadata has no such key)."""
+
+    def iter_metadata(self, page: int = 5000) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every (id, {"content_hash": ...}) in the collection, paged."""
+        for got in self.pages(["metadatas", "documents"], page):
+            ids = got["ids"]
+            texts = got["documents"] or [""] * len(ids)
+            metas = got["metadatas"] or [{}] * len(ids)
+            for doc_id, text, meta in zip(ids, texts, metas, strict=False):
+                yield doc_id, {"content_hash": content_hash(doc_id, text or "", dict(meta or {}))}
+
+
+def bind_format(state: SyncState, collection: str) -> bool:
+    """Make the records of ``collection`` follow this format version: after an upgrade that changed
+    it, every row record is forgotten, so the next pass derives each row again and writes only the
+    documents that differ. True when that happened."""
+    key = FORMAT_META_PREFIX + collection
+    if state.get_meta(key) == str(UPSTREAM_FORMAT_VERSION):
+        return False
+    state.forget_all_rows(collection)
+    state.set_meta(key, str(UPSTREAM_FORMAT_VERSION))
+    return True
