@@ -3,6 +3,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# claude-mem's own Chroma client (chroma-mcp 0.2.6, what claude-mem's worker spawns with uvx), for the
+# test that searches memsync's upstream-readable store through it: a venv of its own, its pins not
+# being memsync's. Its pinned mcp 1.6.0 no longer imports with today's pydantic, so mcp is raised
+# within 1.x (pip then warns about the pin; the tools chroma-mcp registers are unchanged).
+CHROMA_MCP_VENV ?= .venv-chroma-mcp
 
 .PHONY: run test test-fast bench lint
 
@@ -13,10 +18,17 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e ".[test]"
 	@touch $@
 
+$(CHROMA_MCP_VENV)/.installed:
+	$(PYTHON) -m venv $(CHROMA_MCP_VENV)
+	$(CHROMA_MCP_VENV)/bin/pip install --quiet "chroma-mcp==0.2.6"
+	$(CHROMA_MCP_VENV)/bin/pip install --quiet "mcp>=1.20,<2" 2>&1 | grep -v "chroma-mcp 0.2.6 requires mcp\|dependency resolver" || true
+	$(CHROMA_MCP_VENV)/bin/chroma-mcp --help >/dev/null
+	@touch $@
+
 run: $(BIN)/.installed
 	$(BIN)/memsync worker
 
-test: $(BIN)/.installed
+test: $(BIN)/.installed $(CHROMA_MCP_VENV)/.installed
 	$(BIN)/python -m pytest
 
 # The unit tests only (no real subprocesses or servers): about a minute.

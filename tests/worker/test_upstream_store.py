@@ -219,6 +219,7 @@ def _upstream(settings: Settings) -> Any:
     return client.get_collection(settings.upstream_collection)
 
 
+@pytest.mark.slow  # a real `chroma run`
 def test_claude_mem_reads_the_store_exactly_through_a_plain_client(server_settings: Settings) -> None:
     s = server_settings
     resync(s)
@@ -256,6 +257,7 @@ def test_claude_mem_reads_the_store_exactly_through_a_plain_client(server_settin
     assert "obs_5_narrative" in col.get(where=where)["ids"]
 
 
+@pytest.mark.slow  # a real `chroma run`
 def test_adds_edits_deletes_and_exclusions_reach_the_store(server_settings: Settings) -> None:
     s = server_settings
     resync(s)
@@ -277,6 +279,7 @@ def test_adds_edits_deletes_and_exclusions_reach_the_store(server_settings: Sett
     assert held(_upstream(s)) == reference_documents(s.db)
 
 
+@pytest.mark.slow  # a real `chroma run`
 def test_a_store_claude_mem_wrote_is_adopted_and_a_lost_one_refilled(server_settings: Settings) -> None:
     s = server_settings
     expected = reference_documents(s.db)
@@ -309,6 +312,7 @@ def test_the_older_schema_syncs_into_the_store(tmp_path: Path) -> None:
     assert docs["obs_2_fact_1"][1]["project"] == "beta"
 
 
+@pytest.mark.slow  # a real `chroma run`
 def test_a_new_format_version_derives_every_row_again_and_rewrites_nothing_equal(
         server_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     s = server_settings
