@@ -30,6 +30,7 @@ One worker per data directory (``DATA_DIR/worker.lock``, held by ``worker.lock``
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import os
 import signal
@@ -227,7 +228,8 @@ class Worker:
             if full:
                 self.reconcile_due.clear()
                 self._pass(full=True)
-            elif self._tail.changed(state, collection, pending=bool(self.health.status.pending_rows)):
+            elif self._tail.changed(state, collection, pending=bool(self.health.status.pending_rows)) or \
+                    self._upstream_behind(state, collection):
                 self._pass(full=False)
                 self._compaction.rows_arrived()
             elif self._target.copy is not None and not self._target.copy.complete:
@@ -317,8 +319,8 @@ class Worker:
         if syncer.copy is None:  # a copy write failed: stop using it
             self._target.close_copy()
         self.health.record_pass(result, full)
-        if not result.interrupted:
-            self._upstream_pass(full)
+        if not result.interrupted and (up := self._upstream_pass(full)) is not None:
+            result = dataclasses.replace(result, upstream=up)
         if full and self.health.status.store_differs_since_ms is not None:
             # After a repair's pass: the counts as they are now (the next health check would too).
             self.health.store_checked(store_counts(state, sink))
@@ -327,17 +329,32 @@ class Worker:
         self._update_lag()
         return result
 
-    def _upstream_pass(self, full: bool) -> None:
+    def _upstream_behind(self, state: SyncState, collection: str) -> bool:
+        """The upstream-readable store's records end below memsync's own (its last pass failed or
+        was stopped after memsync's own had gone through): a tail pass brings it level. Both record
+        every row they pass, documents or not, so level passes leave equal watermarks."""
+        up = self._target.upstream
+        if up is None:
+            return False
+        ours, theirs = state.watermarks(collection), state.watermarks(up.name)
+        return any(theirs.get(kind, 0) < mark for kind, mark in ours.items())
+
+    def _upstream_pass(self, full: bool) -> SyncResult | None:
         """The same pass into the upstream-readable store (``worker.upstream``), after memsync's own:
         its texts were mostly just embedded, so its vectors come from the embedding store."""
         reader, state = self._tail.reader, self._state
         up, embedder = self._target.upstream, self._target.upstream_embedder
         if up is None or embedder is None or reader is None or state is None:
-            return
+            return None
         syncer = Syncer(reader, up, state, embedder, collection=up.name, read_batch_rows=self.s.read_batch_rows,
                         batch_size=self.s.batch_size, stop=self.stop, max_row_attempts=self.s.max_row_attempts,
                         store=self._store, derivation=UPSTREAM)
-        syncer.run(start_after=None if full else state.watermarks(up.name))
+        result = syncer.run(start_after=None if full else state.watermarks(up.name))
+        if not result.interrupted:
+            self._collection.passed(full, result.updated, result.deleted)  # its texts' vectors may be garbage now
+        if result.failed_rows:
+            self.log.warning("upstream_rows_failed", collection=up.name, rows=result.failed_rows)
+        return result
 
     def _update_lag(self) -> None:
         self.health.update_lag(self._tail.reader, self._state, self._target.collection)

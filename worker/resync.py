@@ -8,6 +8,7 @@ the next ``--rebuild`` (its records belong to the generation being built).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 from dataclasses import asdict
@@ -32,14 +33,15 @@ from memsync.worker.vectorcopy import drop_copy, fill_from_store, open_writer
 DRY_RUN_REBUILD = "(rebuild-dry-run)"
 
 
-def count_rows(settings: Settings, project: str | None = None) -> int:
-    """Rows a resync will read (for a progress bar's total)."""
+def count_rows(settings: Settings, project: str | None = None, dry_run: bool = False) -> int:
+    """Rows a resync will read (for a progress bar's total): twice each row while the
+    upstream-readable store is on (its pass reads them again)."""
     total = 0
     with SourceReader.open(settings) as reader:
         for kind in KINDS:
             refs = reader.row_refs(kind)
             total += sum(1 for r in refs if project is None or project in (r.project, r.merged_into_project))
-    return total
+    return total * (2 if settings.upstream_store and not dry_run else 1)
 
 
 def resync(
@@ -65,15 +67,16 @@ def resync(
 
 
 def upstream_resync(settings: Settings, client: Any, reader: SourceReader, state: SyncState,
-                    store: EmbeddingStore | None, project: str | None, stop: threading.Event | None) -> SyncResult:
+                    store: EmbeddingStore | None, project: str | None, stop: threading.Event | None,
+                    progress: ProgressFn | None = None) -> SyncResult:
     """The same exact pass into the upstream-readable store (``worker.upstream``); its result is
     logged (``sync_done`` with its collection)."""
     sink = open_upstream_sink(client, settings, state)
     embedder = upstream_embedder(settings)
     check_store(settings, state, sink, None, embedder.model_id)
     syncer = Syncer(reader, sink, state, embedder, collection=sink.name, read_batch_rows=settings.read_batch_rows,
-                    batch_size=settings.batch_size, stop=stop, max_row_attempts=settings.max_row_attempts,
-                    store=store, derivation=UPSTREAM)
+                    batch_size=settings.batch_size, stop=stop, progress=progress,
+                    max_row_attempts=settings.max_row_attempts, store=store, derivation=UPSTREAM)
     return syncer.run(project=project)
 
 
@@ -129,8 +132,16 @@ def _resync(settings: Settings, embedder: Embedder, project: str | None, rebuild
         if not dry_run:
             summary = {k: v for k, v in asdict(result).items() if k != "failures"}
             state.record_run(name, started, json.dumps(summary))
-        if settings.upstream_store and not dry_run and not result.interrupted:
-            upstream_resync(settings, client, reader, state, store, project, stop)
+        if settings.upstream_store and dry_run and not result.interrupted:
+            # What its pass would write, from its records alone (no Chroma call, nothing written).
+            up = Syncer(reader, None, state, upstream_embedder(settings), collection=settings.upstream_collection,
+                        read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size, stop=stop,
+                        max_row_attempts=settings.max_row_attempts, derivation=UPSTREAM).run(project=project,
+                                                                                             dry_run=True)
+            result = dataclasses.replace(result, upstream=up)
+        elif settings.upstream_store and not result.interrupted:
+            up = upstream_resync(settings, client, reader, state, store, project, stop, progress)
+            result = dataclasses.replace(result, upstream=up, interrupted=up.interrupted)
     if not dry_run:  # memsync's text index too (skipped, with a log line, while a worker holds it)
         text = TextSync(settings)
         try:

@@ -63,6 +63,7 @@ class SyncResult:
     interrupted: bool = False
     dry_run: bool = False
     failures: tuple[tuple[str, int, str], ...] = ()
+    upstream: SyncResult | None = None  # the same pass into the upstream-readable store, when on
 
     @property
     def written(self) -> int:

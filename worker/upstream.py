@@ -72,7 +72,10 @@ def _js_number(value: float) -> str:
 
 
 def _js_string(value: Any) -> str:
-    """``String(value)`` of a JSON value, as JavaScript spells it."""
+    """``String(value)`` of a JSON value, as JavaScript spells it (a BLOB in a text column as its
+    UTF-8 text, as memsync's own documents read it)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
     if value is None:
         return "null"
     if isinstance(value, bool):

@@ -8,7 +8,7 @@ import signal
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -28,8 +28,11 @@ from memsync.commands.options import (
     settings_note,
 )
 from memsync.config.claude_mem.projects import exclusion
-from memsync.config.settings import LoadedSettings, Settings, describe
+from memsync.config.settings import DEFAULT_DATABASE, DEFAULT_TENANT, LoadedSettings, Settings, describe
 from memsync.servers.render import utc_stamp
+
+if TYPE_CHECKING:
+    from memsync.worker.sync import SyncResult
 
 
 @click.command("settings")
@@ -48,7 +51,8 @@ def settings_cmd(as_json: bool, **kwargs: Any) -> None:
     click.echo("\n".join(lines))
 
 
-def _progress_bar(settings: Settings, project: str | None) -> tuple[Any, Callable[[int, int], None] | None]:
+def _progress_bar(settings: Settings, project: str | None,
+                  dry_run: bool = False) -> tuple[Any, Callable[[int, int], None] | None]:
     if not sys.stderr.isatty():
         return None, None
     from tqdm import tqdm
@@ -57,8 +61,8 @@ def _progress_bar(settings: Settings, project: str | None) -> tuple[Any, Callabl
 
     # A pseudo-terminal may report a 0x0 size, with which tqdm draws nothing: assume 100x24 then.
     size = os.get_terminal_size(sys.stderr.fileno())
-    bar = tqdm(total=count_rows(settings, project), unit="row", file=sys.stderr, dynamic_ncols=size.columns > 0,
-               ncols=None if size.columns > 0 else 100, nrows=size.lines or 24)
+    bar = tqdm(total=count_rows(settings, project, dry_run), unit="row", file=sys.stderr,
+               dynamic_ncols=size.columns > 0, ncols=None if size.columns > 0 else 100, nrows=size.lines or 24)
     embedded = [0]
 
     def progress(rows: int, docs: int) -> None:
@@ -85,7 +89,7 @@ def resync(as_json: bool, project: str | None, rebuild: bool, dry_run: bool, **k
     from memsync.worker.resync import resync as run_resync
 
     with errors_as_exit(), graceful_stop() as stop:
-        bar, progress = _progress_bar(settings, project)
+        bar, progress = _progress_bar(settings, project, dry_run)
         try:
             result = run_resync(settings, project=project, rebuild=rebuild, dry_run=dry_run, stop=stop,
                                 progress=progress)
@@ -93,7 +97,7 @@ def resync(as_json: bool, project: str | None, rebuild: bool, dry_run: bool, **k
             if bar is not None:
                 bar.close()
     prefix = "dry run: would be " if dry_run else ""
-    text = f"{prefix}{result.line()} ({result.rows} rows, {result.seconds:.1f}s)"
+    text = f"{prefix}{result.line()} ({result.rows} rows, {result.seconds:.1f}s)" + _upstream_result(result)
     if result.interrupted:
         text += "\ninterrupted: run `memsync resync` again to continue"
     emit(asdict(result), as_json, text)
@@ -186,11 +190,25 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     click.echo("\n".join(lines))
 
 
+def _upstream_result(result: SyncResult) -> str:
+    up = result.upstream
+    return "" if up is None else f"\nupstream store {up.collection}: {up.line()} ({up.seconds:.1f}s)"
+
+
 def _upstream_lines(up: dict[str, Any]) -> list[str]:
     if not up.get("enabled"):
         return []
+    told = [f"CLAUDE_MEM_CHROMA_MODE=remote CLAUDE_MEM_CHROMA_HOST={up['host']} CLAUDE_MEM_CHROMA_PORT={up['port']}"]
+    if up.get("ssl"):
+        told.append("CLAUDE_MEM_CHROMA_SSL=true")
+    if up.get("tenant", DEFAULT_TENANT) != DEFAULT_TENANT:
+        told.append(f"CLAUDE_MEM_CHROMA_TENANT={up['tenant']}")
+    if up.get("database", DEFAULT_DATABASE) != DEFAULT_DATABASE:
+        told.append(f"CLAUDE_MEM_CHROMA_DATABASE={up['database']}")
+    if up.get("api_key"):
+        told.append("CLAUDE_MEM_CHROMA_API_KEY=(memsync's chroma_api_key)")  # a secret: never printed
     return [f"upstream store: {up['collection']}, {up['documents']} documents; claude-mem reads it with "
-            f"CLAUDE_MEM_CHROMA_MODE=remote CLAUDE_MEM_CHROMA_HOST={up['host']} CLAUDE_MEM_CHROMA_PORT={up['port']}"]
+            + " ".join(told)]
 
 
 def _store_line(store: dict[str, Any]) -> str:
@@ -264,7 +282,7 @@ def worker(once: bool, poll_interval: float | None, reconcile_interval: float | 
         if once:
             with graceful_stop() as stop:
                 result = Worker(settings, metrics_port=metrics_port, stop=stop).once()
-            click.echo(f"{result.line()} ({result.rows} rows, {result.seconds:.1f}s)")
+            click.echo(f"{result.line()} ({result.rows} rows, {result.seconds:.1f}s)" + _upstream_result(result))
             sys.exit(EXIT_FAIL if result.interrupted else EXIT_OK)
         daemon = Worker(settings, metrics_port=metrics_port)
         daemon.install_signals()

@@ -7,7 +7,9 @@ recorded server is adopted (on its recorded port); a dead one is replaced. Whoev
 stops it.
 
 Ports: an explicit ``chroma_port`` is used as given (8000, claude-mem's, when unset while the
-upstream-readable store is on: ``Settings.server_port``). Unset (0), a server is started on a free port
+upstream-readable store is on: ``Settings.server_port``); a running server recorded on another
+port is moved there when no live memsync process is responsible for it, and a fixed port held by
+another program is a ConfigError naming it. Unset (0), a server is started on a free port
 (the dead recorded server's port when it is still free, so readers holding it keep working), and
 readers find it in the record; so two data directories run two workers side by side.
 """
@@ -185,6 +187,9 @@ class ManagedServer:
         s = self.settings
         with _start_lock(s.data_dir):
             info = ServerInfo.read(s.data_dir)
+            if info and pid_alive(info.pid) and s.server_port and info.port != s.server_port:
+                self._move_to_fixed_port(info)
+                info = None
             if info and pid_alive(info.pid) and (heartbeat(info.host, info.port) or self._wait_healthy(info, None)):
                 return self._adopt(info)
             if info and pid_alive(info.pid):
@@ -192,12 +197,34 @@ class ManagedServer:
             if s.server_port and heartbeat(s.chroma_host, s.server_port):
                 raise ConfigError(
                     f"port {s.server_port} already has a Chroma server that memsync did not start for "
-                    f"{s.data_dir}; set another chroma_port (MEMSYNC_CHROMA_PORT), unset it for a free "
-                    "port, or use chroma_mode=http"
+                    f"{s.data_dir}; set another chroma_port (MEMSYNC_CHROMA_PORT)"
+                    + (", and claude-mem's CLAUDE_MEM_CHROMA_PORT to match (upstream_store is on)"
+                       if s.upstream_store else ", unset it for a free port") + ", or use chroma_mode=http"
+                )
+            if s.server_port and not port_free(s.chroma_host, s.server_port):
+                raise ConfigError(
+                    f"port {s.server_port} on {s.chroma_host} is taken by another program; set chroma_port "
+                    "(MEMSYNC_CHROMA_PORT) to a free one"
+                    + (", and claude-mem's CLAUDE_MEM_CHROMA_PORT to match (upstream_store is on)"
+                       if s.upstream_store else "")
                 )
             self.info = self._start(info.port if info and info.host == s.chroma_host else None)
             self.started = True
             return self.info
+
+    def _move_to_fixed_port(self, info: ServerInfo) -> None:
+        """A running server recorded on another port than the fixed one (started before
+        ``chroma_port`` was set or the upstream-readable store turned on, whose readers need the
+        fixed port): stopped, so that a new one starts there, unless a live memsync process is
+        responsible for it (then a ConfigError naming it: its searches would break)."""
+        s = self.settings
+        if info.owner and info.owner != os.getpid() and pid_alive(info.owner):
+            raise ConfigError(
+                f"the managed Chroma server of {s.data_dir} runs on port {info.port} (pid {info.pid}), started "
+                f"by memsync process {info.owner}, but the port is now fixed at {s.server_port} (chroma_port, or "
+                "claude-mem's 8000 while upstream_store is on): stop that process, then start again"
+            )
+        _terminate(info.pid)
 
     def _adopt(self, info: ServerInfo) -> ServerInfo:
         """Use a running server. If the process that started it is gone (killed before it could stop
@@ -302,6 +329,8 @@ def _terminate(pid: int, proc: subprocess.Popen[bytes] | None = None, grace_s: f
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
+        if proc is not None:  # already reaped (pid_alive reaps children): let the Popen know
+            proc.poll()
         return
     if proc is not None:
         try:

@@ -5,6 +5,7 @@ given. Real `chroma run` servers."""
 from __future__ import annotations
 
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from memsync.config.chroma import collections as stores
 from memsync.config.chroma import server as chroma_server
 from memsync.config.chroma.server import INFO_FILE, ManagedServer, ServerInfo, heartbeat
+from memsync.config.errors import ConfigError
 from memsync.config.settings import HTTP_DEFAULT_PORT, Settings, load_settings
 from tests.conftest import free_port, kill_managed_server
 
@@ -98,3 +100,49 @@ def test_an_explicit_port_is_used_as_given(managed: Settings) -> None:
         assert heartbeat("127.0.0.1", port)
     finally:
         server.stop()
+
+
+def test_a_fixed_port_moves_a_running_server_nobody_answers_for(managed: Settings) -> None:
+    """A server left on a free port (its worker stopped before upstream_store or chroma_port was
+    set) is moved to the fixed port, where claude-mem looks for it."""
+    first = ManagedServer(managed)
+    info = first.ensure()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    ServerInfo(info.pid, info.host, info.port, info.path, owner=gone.pid).write(managed.data_dir)
+    fixed = managed.model_copy(update={"chroma_port": free_port()})
+    mover = ManagedServer(fixed)
+    try:
+        moved = mover.ensure()
+        assert moved.port == fixed.chroma_port and mover.started and heartbeat(moved.host, moved.port)
+        assert not heartbeat(info.host, info.port, timeout_s=0.5)
+    finally:
+        mover.stop()
+        first.stop()
+
+
+def test_a_fixed_port_never_takes_a_server_from_a_live_memsync_process(managed: Settings) -> None:
+    first = ManagedServer(managed)
+    info = first.ensure()
+    owner = subprocess.Popen(["sleep", "60"])  # stands for a live `memsync serve` that started it
+    try:
+        ServerInfo(info.pid, info.host, info.port, info.path, owner=owner.pid).write(managed.data_dir)
+        fixed = managed.model_copy(update={"chroma_port": free_port()})
+        with pytest.raises(ConfigError, match=f"started by memsync process {owner.pid}"):
+            ManagedServer(fixed).ensure()
+        assert heartbeat(info.host, info.port)  # left running
+    finally:
+        owner.kill()
+        owner.wait()
+        first.stop()
+
+
+def test_a_fixed_port_held_by_another_program_is_a_clear_error(managed: Settings) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = int(taken.getsockname()[1])
+        s = managed.model_copy(update={"chroma_port": port, "upstream_store": True})
+        with pytest.raises(ConfigError, match=f"port {port} on 127.0.0.1 is taken by another program.*"
+                                              "CLAUDE_MEM_CHROMA_PORT"):
+            ManagedServer(s).ensure()

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from memsync.config.chroma import collections as stores
 from memsync.config.chroma.server import ManagedServer
-from memsync.config.claude_mem.schema import KINDS, Era
+from memsync.config.claude_mem.schema import KINDS, Era, Kind
 from memsync.config.embedding import upstream_embedder
 from memsync.config.settings import UPSTREAM_DEFAULT_PORT, Settings
 from memsync.main import main
@@ -222,10 +222,13 @@ def _upstream(settings: Settings) -> Any:
 @pytest.mark.slow  # a real `chroma run`
 def test_claude_mem_reads_the_store_exactly_through_a_plain_client(server_settings: Settings) -> None:
     s = server_settings
-    resync(s)
+    result = resync(s)
     col = _upstream(s)
     expected = reference_documents(s.db)
     assert held(col) == expected
+    assert result.upstream is not None and result.upstream.added == len(expected)  # resync reports both
+    dry = resync(s, dry_run=True).upstream
+    assert dry is not None and dry.dry_run and (dry.added, dry.written, dry.unchanged) == (0, 0, len(expected))
     # `memsync status` says what claude-mem must be told to read it.
     env = {"MEMSYNC_DB": str(s.db), "MEMSYNC_DATA_DIR": str(s.data_dir), "MEMSYNC_CHROMA_PORT": str(s.chroma_port),
            "MEMSYNC_UPSTREAM_STORE": "true"}
@@ -326,3 +329,43 @@ def test_a_new_format_version_derives_every_row_again_and_rewrites_nothing_equal
         result = upstream_resync(s, handle.client, reader, state, None, None, None)
         assert (result.added, result.updated, result.deleted, result.unchanged) == (0, 0, 0, documents)
         assert not upstream.bind_format(state, s.upstream_collection)  # bound once
+
+
+@pytest.mark.slow  # a real `chroma run`
+def test_a_store_left_behind_is_brought_level_by_the_next_step(server_settings: Settings) -> None:
+    """Its pass failed after memsync's own had gone through (a Chroma restart between the two): no
+    new row arrives, yet the worker's next step notices the lower watermark and passes again."""
+    s = server_settings
+    Worker(s).once()
+    with SyncState(s.state_path) as state:
+        own = state.get_meta("active_collection")
+        assert own is not None
+        level = state.watermarks(own)
+        assert state.watermarks(s.upstream_collection) == level
+        state.forget_rows(s.upstream_collection, Kind.OBSERVATION, [level[Kind.OBSERVATION]])
+        assert state.watermarks(s.upstream_collection) != level
+    worker = Worker(s)
+    worker._start()
+    try:
+        worker.step()
+    finally:
+        worker._shutdown()
+    with SyncState(s.state_path) as state:
+        assert state.watermarks(s.upstream_collection) == level
+    assert held(_upstream(s)) == reference_documents(s.db)
+
+
+def test_status_tells_claude_mem_the_remote_servers_settings_without_the_token(tmp_path: Path) -> None:
+    db = make_db(tmp_path / "claude-mem.db", [obs(1)])
+    env = {"MEMSYNC_DB": str(db), "MEMSYNC_DATA_DIR": str(tmp_path / "data"), "MEMSYNC_CHROMA_MODE": "http",
+           "MEMSYNC_CHROMA_HOST": "chroma.example", "MEMSYNC_CHROMA_PORT": "8443", "MEMSYNC_CHROMA_SSL": "true",
+           "MEMSYNC_CHROMA_TENANT": "acme", "MEMSYNC_CHROMA_API_KEY": "secret-token-123",
+           "MEMSYNC_UPSTREAM_STORE": "true"}
+    out = CliRunner().invoke(main, ["status"], env=env)
+    assert out.exit_code == 0, out.output
+    line = next(x for x in out.output.splitlines() if x.startswith("upstream store:"))
+    assert line == ("upstream store: cm__claude-mem, 0 documents; claude-mem reads it with "
+                    "CLAUDE_MEM_CHROMA_MODE=remote CLAUDE_MEM_CHROMA_HOST=chroma.example CLAUDE_MEM_CHROMA_PORT=8443 "
+                    "CLAUDE_MEM_CHROMA_SSL=true "
+                    "CLAUDE_MEM_CHROMA_TENANT=acme CLAUDE_MEM_CHROMA_API_KEY=(memsync's chroma_api_key)")
+    assert "secret-token-123" not in out.output
