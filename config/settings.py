@@ -58,6 +58,15 @@ HostList = Annotated[tuple[Annotated[str, StringConstraints(pattern=rf"^{_HOST}$
 OriginList = Annotated[tuple[Annotated[str, StringConstraints(pattern=rf"^https?://{_HOST}/?$")], ...], NoDecode]
 
 
+def generation_number(base: str, name: str) -> int | None:
+    """N when ``name`` is generation N (``<base>-g<N>``) of the collection ``base``, else None.
+    ``config.chroma.collections`` names the generations; the settings check that the upstream
+    store's collection is none of them."""
+    prefix = base + "-g"
+    rest = name[len(prefix):]
+    return int(rest) if name.startswith(prefix) and rest.isdigit() else None
+
+
 class Settings(BaseSettings):
     """Every knob of memsync: paths, Chroma connection, embedding, batch sizes, timeouts."""
 
@@ -275,7 +284,7 @@ class Settings(BaseSettings):
                              "(the default) or http, not embedded")
         own = self.collection
         name = self.upstream_collection
-        if name == own or (name.startswith(own + "-g") and name[len(own) + 2:].isdigit()):
+        if name == own or generation_number(own, name) is not None:
             raise ValueError(f"upstream_collection {name!r} is one of memsync's own collections ({own!r}); "
                              "name it differently")
         return self

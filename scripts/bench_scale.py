@@ -46,15 +46,7 @@ from memsync.worker.importer import import_records, init_db
 from memsync.worker.resync import resync
 from scripts.bench_lag import rss_mb
 from scripts.bench_search import QUERIES, PoolEmbedder, pct
-from scripts.benchlib import ROOT, free_port, print_table, reconciled_worker, write_json
-
-
-def size_mb(path: Path) -> float:
-    """Bytes under ``path`` (a file or a directory), in MB."""
-    if path.is_file():
-        return path.stat().st_size / 1e6
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6 if path.exists() else 0.0
-
+from scripts.benchlib import ROOT, free_port, print_table, reconciled_worker, size_mb, write_json
 
 BUILT = "built.json"
 DOCS_PER_ROW = 3.6  # documents a demo row makes (3.59 at 1M), to size a build's sessions

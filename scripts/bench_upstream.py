@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -39,12 +38,7 @@ from memsync.worker.source import SourceReader
 from memsync.worker.state import SyncState
 from memsync.worker.sync import SyncResult
 from scripts.bench_sync import make_database
-from scripts.benchlib import free_port, report
-
-
-def dir_bytes(path: Path) -> int:
-    """Bytes of every file under ``path``."""
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+from scripts.benchlib import free_port, report, size_mb
 
 
 def upstream_pass(settings: Settings, store: bool) -> SyncResult:
@@ -76,22 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         upstream_embedder(own).embed(["a first text loads the model"] * 8)  # not part of (a)
         with stores.connect(own):  # one server from the first pass to the last
             first = resync(own)
-            chroma_before = dir_bytes(own.chroma_dir)
+            chroma_before = size_mb(own.chroma_dir)
             up_first = upstream_pass(both, store=True)
-            chroma_after = dir_bytes(own.chroma_dir)
+            chroma_after = size_mb(own.chroma_dir)
             own_again = [resync(own) for _ in range(args.repeats)]
             up_again = [upstream_pass(both, store=True) for _ in range(args.repeats)]
-            # (b'): the same first pass into a fresh collection, nothing in the embedding store.
-            cold = both.model_copy(update={"upstream_collection": "cm__cold"})
-            store_file = own.data_dir / "embeddings.db"
-            moved = store_file.with_suffix(".bench-away")
-            if store_file.exists():
-                shutil.move(store_file, moved)
-            try:
-                up_cold = upstream_pass(cold, store=False)
-            finally:
-                if moved.exists():
-                    shutil.move(moved, store_file)
+            # (b'): the same first pass into a fresh collection, without the embedding store.
+            up_cold = upstream_pass(both.model_copy(update={"upstream_collection": "cm__cold"}), store=False)
 
     def parts(r: SyncResult) -> dict[str, Any]:
         return {"documents": r.added, "seconds": r.seconds, "embedded": r.embedded, "reused": r.reused,
@@ -111,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         "own_unchanged_s_per_100k": median_s(own_again) * per_100k,
         "upstream_unchanged_s_per_100k": median_s(up_again) * per_100k,
         "unchanged_written": max(r.written for r in [*own_again, *up_again]),
-        "chroma_bytes_added": chroma_after - chroma_before, "chroma_bytes_before": chroma_before,
+        "chroma_mb_added": chroma_after - chroma_before, "chroma_mb_before": chroma_before,
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                     "load_average": os.getloadavg()},
     }
@@ -133,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
          f"{result['own_unchanged_s_per_100k']:.2f} / {result['upstream_unchanged_s_per_100k']:.2f} s, "
          f"{result['unchanged_written']} written"),
         ("Chroma directory: before (b) / added by (b)",
-         f"{chroma_before / 1e6:,.1f} MB / {(chroma_after - chroma_before) / 1e6:,.1f} MB"),
+         f"{chroma_before:,.1f} MB / {chroma_after - chroma_before:,.1f} MB"),
     ]
     report(rows, result, args.out)
     return 0

@@ -31,6 +31,13 @@ def worker_status(data_dir: Path) -> dict[str, Any]:
     return read_worker_status(data_dir) or {}
 
 
+def size_mb(path: Path) -> float:
+    """Bytes under ``path`` (a file or a directory; 0 when missing), in MB."""
+    if path.is_file():
+        return path.stat().st_size / 1e6
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6 if path.exists() else 0.0
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as s:

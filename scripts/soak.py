@@ -46,7 +46,7 @@ from memsync.config.chroma.server import ServerInfo, pid_alive
 from memsync.config.settings import Settings
 from memsync.search import Searcher
 from memsync.worker.importer import import_records, init_db
-from scripts.benchlib import ROOT, free_port, print_table, settings_env, worker_status, write_json
+from scripts.benchlib import ROOT, free_port, print_table, settings_env, size_mb, worker_status, write_json
 
 MEMSYNC = [sys.executable, "-m", "memsync"]
 FAULTS = ("kill_worker", "kill_chroma", "write_lock", "hostile_rows", "wipe_store")
@@ -318,10 +318,6 @@ def memsync_json(settings: Settings, *args: str, port: int | None = None) -> dic
         return {"error": r.stderr[-2000:], "exit": r.returncode}
 
 
-def dir_mb(path: Path) -> float:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
-
-
 def chroma_processes(path: Path) -> list[int]:
     out = subprocess.run(["pgrep", "-f", f"chroma run --path {path}"], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
@@ -427,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
 
     fresh = settings.model_copy(update={"data_dir": work / "fresh", "chroma_port": free_port()})
     rebuilt = memsync_json(fresh, "resync", port=fresh.chroma_port)
-    size, fresh_size = dir_mb(settings.chroma_dir), dir_mb(fresh.chroma_dir)
+    size, fresh_size = size_mb(settings.chroma_dir), size_mb(fresh.chroma_dir)
     leaked += chroma_processes(fresh.chroma_dir)
 
     compactions = log_events(settings.data_dir / "worker.log", ("compacted", "space_reclaimed"))

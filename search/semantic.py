@@ -93,7 +93,11 @@ class SemanticSide:
                           or window.start_ms is not None or window.end_ms is not None)
         linked_kinds = tuple(k for k in EVIDENCE_KINDS if k not in kinds) if Kind.PROMPT in kinds and linked else ()
         wanted = set(kinds) | set(linked_kinds)
-        copy = self.vector_copy() if restricted and not (filters.concepts or filters.files) else None
+        # The copy's entries know kind, project, type and time, not concepts, files or platform: a
+        # search filtered by those goes to Chroma and the rows that pass (a rare platform would
+        # otherwise make the copy score the whole window again and again).
+        copy = self.vector_copy() if restricted and not (filters.concepts or filters.files or filters.platform) \
+            else None
         if copy is not None:
             # Exact over the documents that pass, from the local copy: no over-fetch, no loss.
             hits = self._copy_scan(rows, copy, vec, kinds, wanted, filters, window, need, depth, timings)

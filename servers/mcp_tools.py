@@ -27,7 +27,7 @@ from memsync.config.claude_mem.schema import SchemaError
 from memsync.config.errors import MemsyncError
 from memsync.config.records import KindChoice, format_ref
 from memsync.config.settings import Settings
-from memsync.search import QueryTimeout, Searcher
+from memsync.search import QueryTimeout, Response, Searcher
 from memsync.servers import render
 from memsync.servers import structured as out
 from memsync.servers.hosts import HostGuard, HostRule
@@ -120,20 +120,22 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
         """Register a tool with its title, the read-only annotations and (when on) its output schema."""
         return mcp.tool(title=title, annotations=READ_ONLY, structured_output=None if structured else False)
 
-    def answer(text: str, data: out.Structured) -> CallToolResult:
-        """A tool's answer: the markdown an agent reads, and the same answer as structured content."""
+    def answer(text: str, data: Callable[[], out.Structured]) -> CallToolResult:
+        """A tool's answer: the markdown an agent reads, and (when on) the same answer as structured
+        content, built only then."""
         return CallToolResult(content=[TextContent(type="text", text=text)],
-                              structured_content=data.content() if structured else None)
+                              structured_content=data().content() if structured else None)
+
+    def search_answer(resp: Response, offset: int, full: bool) -> CallToolResult:
+        return answer(render.search_markdown(resp, offset, full), lambda: out.search_output(resp, offset))
 
     def run_search(args: SearchArgs) -> CallToolResult:
         with answers():
-            resp = requests.search(args)
-            return answer(render.search_markdown(resp, args.offset, args.full), out.search_output(resp, args.offset))
+            return search_answer(requests.search(args), args.offset, args.full)
 
     def run_find(by: FindBy, value: str | list[str], args: FindArgs) -> CallToolResult:
         with answers():
-            resp = requests.find_by(by, value, args)
-            return answer(render.search_markdown(resp, args.offset, args.full), out.search_output(resp, args.offset))
+            return search_answer(requests.find_by(by, value, args), args.offset, args.full)
 
     @tool("Search memory")
     def search(query: Query = "", kind: KindArg = "all", project: Project = None, type: Types = None,
@@ -210,7 +212,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
         first, the anchor marked. Use after a search to see the context of a result."""
         with answers():
             results, key = requests.timeline(anchor, query, depth_before, depth_after, project)
-            return answer(render.timeline_markdown(results, key), out.timeline_output(results, key))
+            return answer(render.timeline_markdown(results, key), lambda: out.timeline_output(results, key))
 
     @tool("Recent context")
     def recent_context(project: Project = None,
@@ -219,7 +221,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
         catch-up at the start of a session."""
         with answers():
             results = requests.recent(project, limit)
-            return answer(render.recent_markdown(results, project), out.recent_output(results, project))
+            return answer(render.recent_markdown(results, project), lambda: out.recent_output(results, project))
 
     @tool("Get full records")
     def get_observations(ids: Annotated[list[str | int], Field(
@@ -229,7 +231,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
         S/P ids). Ids that do not exist are listed at the end."""
         with answers():
             records, missing = requests.get(ids)
-            return answer(render.records_markdown(records, missing), out.records_output(records, missing))
+            return answer(render.records_markdown(records, missing), lambda: out.records_output(records, missing))
 
     @tool("Find similar past work")
     def find_similar(observation_id: Annotated[int | str, Field(description="An observation id: 123 or #123.")],
@@ -242,7 +244,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
             results, mode, reason = requests.similar(observation_id, limit, window_days)
             ref = format_ref(*parse_ref(observation_id))
             return answer(render.similar_markdown(ref, results, mode, reason, settings.near_duplicate),
-                          out.similar_output(ref, results, mode, reason, settings.near_duplicate))
+                          lambda: out.similar_output(ref, results, mode, reason, settings.near_duplicate))
 
     return mcp
 

@@ -7,6 +7,7 @@ import hashlib
 import os
 import signal
 import socket
+import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,14 @@ def make_db(path: Path, records: list[dict[str, Any]], era: Era = Era.CURRENT, f
     init_db(path, era, fts=fts)
     import_records(path, records)
     return path
+
+
+def write(db: Path, sql: str, *params: Any) -> None:
+    """The agent writing its own database (tests play the agent)."""
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute(sql, params)
+    conn.close()
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ import signal
 import threading
 from typing import Any
 
-from memsync.config.embedding import close_embedder, make_embedder
+from memsync.config.embedding import close_embedder, make_embedder, upstream_embedder
 from memsync.config.errors import EmbeddingUnavailable, SourceUnavailable, StoreRefused, StoreUnavailable
 from memsync.config.settings import Settings
 from memsync.worker import logs
@@ -52,7 +52,7 @@ from memsync.worker.sync import Syncer, SyncResult
 from memsync.worker.tail import SourceTail
 from memsync.worker.target import SyncTarget, check_store, store_counts
 from memsync.worker.textsync import TextSync
-from memsync.worker.upstream import UPSTREAM
+from memsync.worker.upstream import upstream_syncer
 
 
 class Worker:
@@ -84,6 +84,7 @@ class Worker:
         self._collection = StoreCollection(None)
         self._signals: SignalRelay | None = None
         self._store_due = True  # check the collection against the records at the next step
+        self._upstream_level = False  # the upstream-readable store's records known level with ours
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -220,7 +221,8 @@ class Worker:
             state = self._ensure_open()
             collection = self._target.collection
             assert collection is not None
-            full = self.reconcile_due.is_set() or self._tail.replaced()
+            replaced, excluded = self._tail.replaced(), self._tail.exclusion_changed()  # both looked at
+            full = self.reconcile_due.is_set() or replaced or excluded
             if full or self._store_due:
                 # Records that no longer say what the store holds were just aligned with it: a full
                 # pass re-drives exactly those rows.
@@ -301,15 +303,16 @@ class Worker:
         check = check_store(self.s, state, sink, self._target.copy, self._target.embedder.model_id)
         self.health.store_checked(check)
         repaired = check.repaired
-        up, up_embedder = self._target.upstream, self._target.upstream_embedder
-        if up is not None and up_embedder is not None:  # the upstream-readable store: its own records
-            repaired = check_store(self.s, state, up, None, up_embedder.model_id).repaired or repaired
+        up = self._target.upstream
+        if up is not None:  # the upstream-readable store: its own records
+            repaired = check_store(self.s, state, up, None, upstream_embedder(self.s).model_id).repaired or repaired
         return repaired
 
     def _pass(self, full: bool) -> SyncResult:
         reader, state, sink = self._tail.reader, self._state, self._target.sink
         assert reader is not None and state is not None and sink is not None
         start_after = None if full else state.watermarks(sink.name)
+        self._upstream_level = False  # until the upstream pass after ours is through (it may fail or stop)
         syncer = Syncer(reader, sink, state, self._target.embedder, collection=sink.name,
                         read_batch_rows=self.s.read_batch_rows, batch_size=self.s.batch_size, stop=self.stop,
                         max_row_attempts=self.s.max_row_attempts, copy=self._target.copy, store=self._store)
@@ -334,23 +337,23 @@ class Worker:
         was stopped after memsync's own had gone through): a tail pass brings it level. Both record
         every row they pass, documents or not, so level passes leave equal watermarks."""
         up = self._target.upstream
-        if up is None:
-            return False
+        if up is None or self._upstream_level:
+            return False  # level since its last whole pass: no SQL on an idle step
         ours, theirs = state.watermarks(collection), state.watermarks(up.name)
-        return any(theirs.get(kind, 0) < mark for kind, mark in ours.items())
+        self._upstream_level = all(theirs.get(kind, 0) >= mark for kind, mark in ours.items())
+        return not self._upstream_level
 
     def _upstream_pass(self, full: bool) -> SyncResult | None:
         """The same pass into the upstream-readable store (``worker.upstream``), after memsync's own:
         its texts were mostly just embedded, so its vectors come from the embedding store."""
         reader, state = self._tail.reader, self._state
-        up, embedder = self._target.upstream, self._target.upstream_embedder
-        if up is None or embedder is None or reader is None or state is None:
+        up = self._target.upstream
+        if up is None or reader is None or state is None:
             return None
-        syncer = Syncer(reader, up, state, embedder, collection=up.name, read_batch_rows=self.s.read_batch_rows,
-                        batch_size=self.s.batch_size, stop=self.stop, max_row_attempts=self.s.max_row_attempts,
-                        store=self._store, derivation=UPSTREAM)
-        result = syncer.run(start_after=None if full else state.watermarks(up.name))
+        result = upstream_syncer(self.s, reader, up, state, self._store, self.stop).run(
+            start_after=None if full else state.watermarks(up.name))
         if not result.interrupted:
+            self._upstream_level = True
             self._collection.passed(full, result.updated, result.deleted)  # its texts' vectors may be garbage now
         if result.failed_rows:
             self.log.warning("upstream_rows_failed", collection=up.name, rows=result.failed_rows)

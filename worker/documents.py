@@ -99,6 +99,12 @@ class SourceRow:
         """The project this row was merged into ('' when none)."""
         return clean(self.values.get("merged_into_project"))
 
+    @property
+    def excluded(self) -> bool:
+        """Whether the row's project is excluded (config.claude_mem.projects): it makes no
+        documents in any store and is not searchable."""
+        return bool(self.values.get(EXCLUDED_CELL))
+
 
 def epoch_ms(epoch: Any, iso: Any) -> int:
     """Creation time in epoch milliseconds. A value that can only be seconds (before 1973 as ms) is
@@ -119,7 +125,9 @@ def _meta_str(value: str) -> str:
     return value[:MAX_META_CHARS]
 
 
-def _hash(payload: Any) -> str:
+def payload_hash(payload: Any) -> str:
+    """The hash of a JSON-able value (sorted keys): a text's hash names its vector in the
+    embedding store, whichever store's document it is (``worker.upstream`` uses it too)."""
     data = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(data.encode("utf-8", errors="surrogatepass")).hexdigest()[:32]
 
@@ -174,9 +182,9 @@ def _int_or_none(value: Any) -> int | None:
 def _make(row: SourceRow, field_name: str | None, text: str, meta: dict[str, str | int]) -> Document:
     text = text[:MAX_TEXT_CHARS]
     doc_id = format_doc_id(row.kind, row.id, field_name)
-    text_hash = _hash(text)
+    text_hash = payload_hash(text)
     metadata: dict[str, str | int | float] = dict(meta)
-    metadata["content_hash"] = _hash([DOCS_VERSION, doc_id, text_hash, meta])
+    metadata["content_hash"] = payload_hash([DOCS_VERSION, doc_id, text_hash, meta])
     return Document(doc_id, row.kind, row.id, text, metadata, text_hash, str(metadata["content_hash"]))
 
 
@@ -227,16 +235,21 @@ def _prompt(row: SourceRow) -> list[Document]:
     return [_make(row, None, text, base)] if text else []
 
 
+Builders = Mapping[Kind, Callable[[SourceRow], list[Document]]]
+
+
+def derive(row: SourceRow, builders: Builders) -> list[Document]:
+    """A row's documents by the builder of its kind; none when its project is excluded."""
+    return [] if row.excluded else builders[row.kind](row)
+
+
+OWN_BUILDERS: Builders = {Kind.OBSERVATION: _observation, Kind.SUMMARY: _summary, Kind.PROMPT: _prompt}
+
+
 def build_documents(row: SourceRow) -> list[Document]:
     """All documents of a row (possibly none, when every field is empty or its project is
     excluded); RowError when unusable."""
-    if row.values.get(EXCLUDED_CELL):
-        return []  # an excluded project (config.claude_mem.projects): neither synced nor searchable
-    if row.kind is Kind.OBSERVATION:
-        return _observation(row)
-    if row.kind is Kind.SUMMARY:
-        return _summary(row)
-    return _prompt(row)
+    return derive(row, OWN_BUILDERS)
 
 
 def chroma_metadata(doc: Document) -> dict[str, str | int | float | None]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from memsync.config.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS
-from memsync.config.embedding import Embedder, close_embedder, endpoint_url, make_embedder, upstream_embedder
+from memsync.config.embedding import Embedder, close_embedder, endpoint_url, make_embedder
 from memsync.config.errors import ConfigError
 from memsync.config.settings import Settings
 from memsync.worker import logs
@@ -27,7 +27,7 @@ from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
 from memsync.worker.sync import ProgressFn, Syncer, SyncResult
 from memsync.worker.target import check_store, open_upstream_sink
 from memsync.worker.textsync import TextSync
-from memsync.worker.upstream import UPSTREAM
+from memsync.worker.upstream import upstream_syncer
 from memsync.worker.vectorcopy import drop_copy, fill_from_store, open_writer
 
 DRY_RUN_REBUILD = "(rebuild-dry-run)"
@@ -67,16 +67,13 @@ def resync(
 
 
 def upstream_resync(settings: Settings, client: Any, reader: SourceReader, state: SyncState,
-                    store: EmbeddingStore | None, project: str | None, stop: threading.Event | None,
-                    progress: ProgressFn | None = None) -> SyncResult:
-    """The same exact pass into the upstream-readable store (``worker.upstream``); its result is
-    logged (``sync_done`` with its collection)."""
+                    store: EmbeddingStore | None = None, project: str | None = None,
+                    stop: threading.Event | None = None, progress: ProgressFn | None = None) -> SyncResult:
+    """The same exact pass into the upstream-readable store (``worker.upstream``), its records
+    first checked against the collection; its result is logged (``sync_done`` with its collection)."""
     sink = open_upstream_sink(client, settings, state)
-    embedder = upstream_embedder(settings)
-    check_store(settings, state, sink, None, embedder.model_id)
-    syncer = Syncer(reader, sink, state, embedder, collection=sink.name, read_batch_rows=settings.read_batch_rows,
-                    batch_size=settings.batch_size, stop=stop, progress=progress,
-                    max_row_attempts=settings.max_row_attempts, store=store, derivation=UPSTREAM)
+    syncer = upstream_syncer(settings, reader, sink, state, store, stop, progress)
+    check_store(settings, state, sink, None, syncer.embedder.model_id)
     return syncer.run(project=project)
 
 
@@ -126,22 +123,18 @@ def _resync(settings: Settings, embedder: Embedder, project: str | None, rebuild
                 state.drop_collection(old)
                 drop_copy(settings, old)
             logs.get_logger().info(logs.REBUILD_SWITCHED, active=name, dropped=old)
-        if store is not None and not result.interrupted and (rebuild or result.updated or result.deleted):
-            # Texts no record names any more (edited, deleted, or only the dropped generation's).
-            collect_garbage(store, state)
         if not dry_run:
             summary = {k: v for k, v in asdict(result).items() if k != "failures"}
             state.record_run(name, started, json.dumps(summary))
-        if settings.upstream_store and dry_run and not result.interrupted:
-            # What its pass would write, from its records alone (no Chroma call, nothing written).
-            up = Syncer(reader, None, state, upstream_embedder(settings), collection=settings.upstream_collection,
-                        read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size, stop=stop,
-                        max_row_attempts=settings.max_row_attempts, derivation=UPSTREAM).run(project=project,
-                                                                                             dry_run=True)
-            result = dataclasses.replace(result, upstream=up)
-        elif settings.upstream_store and not result.interrupted:
-            up = upstream_resync(settings, client, reader, state, store, project, stop, progress)
+        changed = rebuild or result.updated or result.deleted
+        if settings.upstream_store and not result.interrupted:
+            up = upstream_syncer(settings, reader, None, state, stop=stop).run(project=project, dry_run=True) \
+                if dry_run else upstream_resync(settings, client, reader, state, store, project, stop, progress)
+            changed = changed or up.updated or up.deleted
             result = dataclasses.replace(result, upstream=up, interrupted=up.interrupted)
+        if store is not None and not result.interrupted and changed:
+            # Texts no record names any more (edited, deleted, or only the dropped generation's).
+            collect_garbage(store, state)
     if not dry_run:  # memsync's text index too (skipped, with a log line, while a worker holds it)
         text = TextSync(settings)
         try:

@@ -18,7 +18,7 @@ from memsync.config.formats.text_index import index_path, read_meta, source_id
 from memsync.config.formats.vector_copy import Manifest, copy_dir, open_arrays
 from memsync.config.formats.worker_status import worker_state
 from memsync.config.records import KIND_PLURALS
-from memsync.config.settings import DEFAULT_DATABASE, DEFAULT_TENANT, Settings
+from memsync.config.settings import Settings
 from memsync.worker.source import SourceReader
 from memsync.worker.state import ACTIVE_COLLECTION, FAILED, SyncState, now_ms
 from memsync.worker.tail import oldest_pending_ms
@@ -140,18 +140,17 @@ def upstream_state(settings: Settings, state: SyncState) -> dict[str, Any]:
     the configured one)."""
     if not settings.upstream_store:
         return {"enabled": False}
+    from memsync.config.chroma.remote import endpoint
     from memsync.config.chroma.server import ServerInfo
 
     info = ServerInfo.read(settings.data_dir) if settings.chroma_mode == "managed" else None
     port = info.port if info is not None else (settings.server_port if settings.chroma_mode == "managed"
                                                else settings.chroma_port)
     name = settings.upstream_collection
-    remote = settings.chroma_mode == "http"  # managed: loopback, plain HTTP, default tenant, no token
-    return {"enabled": True, "collection": name, "documents": state.live_docs(name),
-            "host": settings.chroma_host, "port": port, "ssl": remote and settings.chroma_ssl,
-            "tenant": settings.chroma_tenant if remote else DEFAULT_TENANT,
-            "database": settings.chroma_database if remote else DEFAULT_DATABASE,
-            "api_key": remote and settings.chroma_api_key is not None}
+    ep = endpoint(settings, settings.chroma_host, port)  # managed: loopback, plain HTTP, default tenant
+    return {"enabled": True, "collection": name, "documents": state.live_docs(name), "host": ep.host,
+            "port": ep.port, "ssl": ep.ssl, "tenant": ep.tenant, "database": ep.database,
+            "api_key": settings.chroma_mode == "http" and settings.chroma_api_key is not None}
 
 
 def status(settings: Settings, failures_limit: int = 50) -> StatusReport:

@@ -96,20 +96,25 @@ class SourceTail:
             return True
         return False
 
+    def exclusion_changed(self) -> bool:
+        """True (and the reconcile asked for) when the excluded projects changed since the last
+        look: claude-mem's setting (its file is re-read when it changes) or memsync's. Rows of a
+        newly excluded project lose their documents and those of a project no longer excluded get
+        theirs; every row's hash changes with the setting, so it takes a full pass."""
+        now_excluded = exclusion(self.excluded_projects)
+        if now_excluded.patterns == self.exclusion.patterns:
+            return False
+        self.log.info("excluded_projects_changed", patterns=list(now_excluded.patterns),
+                      ignored=list(now_excluded.ignored))
+        self.exclusion = now_excluded
+        if self.reader is not None:
+            self._reopen()
+        self.reconcile_due.set()
+        return True
+
     def changed(self, state: SyncState, collection: str, pending: bool) -> bool:
         """Cheap check first (file stamp, no SQL); then max ids against ``collection``'s watermarks.
         True when a tail pass is due; ``pending``: rows are known to wait above the watermarks."""
-        now_excluded = exclusion(self.excluded_projects)
-        if now_excluded.patterns != self.exclusion.patterns:
-            # Rows of a newly excluded project lose their documents (and those of a project no
-            # longer excluded get theirs): every row's hash changes with the setting, so a full pass.
-            self.log.info("excluded_projects_changed", patterns=list(now_excluded.patterns),
-                          ignored=list(now_excluded.ignored))
-            self.exclusion = now_excluded
-            if self.reader is not None:
-                self._reopen()
-            self.reconcile_due.set()
-            return True
         current = stamp(self.db)
         if current is not None and current == self._stamp and self.settled and not pending:
             return False

@@ -31,7 +31,7 @@ from memsync.config.chroma import collections as stores
 from memsync.config.chroma.server import ManagedServer
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.docids import DocIdError, parse_doc_id
-from memsync.config.embedding import Embedder, endpoint_url, upstream_embedder
+from memsync.config.embedding import Embedder, endpoint_url
 from memsync.config.errors import StoreUnavailable
 from memsync.config.settings import Settings
 from memsync.worker import logs
@@ -234,8 +234,7 @@ def open_upstream_sink(client: Any, settings: Settings, state: SyncState) -> Ups
 
 class SyncTarget:
     """What the worker writes to; ``server`` is None unless ``chroma_mode`` is ``managed``. With
-    ``upstream_store`` on, also the upstream-readable collection (``worker.upstream``) and the
-    embedder of its vectors."""
+    ``upstream_store`` on, also the upstream-readable collection (``worker.upstream``)."""
 
     def __init__(self, settings: Settings, embedder: Embedder) -> None:
         self.s = settings
@@ -244,7 +243,6 @@ class SyncTarget:
         self.handle: stores.ChromaHandle | None = None
         self.sink: ChromaSink | None = None
         self.upstream: UpstreamSink | None = None  # open while connected, when upstream_store is on
-        self.upstream_embedder = upstream_embedder(settings) if settings.upstream_store else None
         self.copy: VectorCopyWriter | None = None  # the local vector copy of the active generation
         self.warmup = IndexWarmup()
 

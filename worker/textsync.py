@@ -36,7 +36,6 @@ from memsync.config.formats.text_index import (
 )
 from memsync.config.settings import Settings
 from memsync.worker import logs
-from memsync.worker.documents import EXCLUDED_CELL
 from memsync.worker.source import SourceReader
 from memsync.worker.tail import FileStamp, stamp
 
@@ -142,7 +141,7 @@ class TextIndexWriter:
                 raise _Stopped
             batch = [r for r in reader.read_batch(kind, after, READ_BATCH) if r.id <= up_to]
             for row in batch:
-                if row.values.get(EXCLUDED_CELL):
+                if row.excluded:
                     continue  # an excluded project: not searchable (config.claude_mem.projects)
                 doc = tantivy.Document()
                 doc.add_text("kind", KIND_TERM[kind])

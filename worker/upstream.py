@@ -29,18 +29,23 @@ the store (``worker.target``) reads it back without a ``content_hash`` key in up
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 from memsync.config.claude_mem.platform import normalize_platform
 from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
 from memsync.config.docids import DOC_TYPES, fact_field, format_doc_id
-from memsync.worker.documents import EXCLUDED_CELL, MAX_TEXT_CHARS, Derivation, Document, SourceRow
-from memsync.worker.sink import ChromaSink
+from memsync.config.embedding import upstream_embedder
+from memsync.config.settings import Settings
+from memsync.worker.documents import MAX_TEXT_CHARS, Builders, Derivation, Document, SourceRow, derive, payload_hash
+from memsync.worker.embedstore import EmbeddingStore
+from memsync.worker.sink import ChromaSink, VectorSink
+from memsync.worker.source import SourceReader
 from memsync.worker.state import SyncState
+from memsync.worker.sync import ProgressFn, Syncer
 
 # Bump when the documents below change: the worker then derives every row again and writes the
 # documents that differ (:func:`bind_format`).
@@ -96,7 +101,7 @@ def _js_join(values: list[Any]) -> str:
 
 def _parse(value: Any) -> tuple[bool, Any]:
     """(parsed, value): ``JSON.parse`` of a list column's text; (False, text) when it is not JSON."""
-    text = value if isinstance(value, str) else _js_string(value)
+    text = _js_string(value)
     try:
         return True, json.loads(text)
     except ValueError:
@@ -110,8 +115,10 @@ def _facts(value: Any) -> list[Any]:
     if not _js_truthy(value):
         return []
     ok, parsed = _parse(value)
-    if not ok or isinstance(parsed, list):
-        return [parsed] if not ok else parsed
+    if not ok:
+        return [parsed]
+    if isinstance(parsed, list):
+        return parsed
     return [] if parsed is None else [parsed]
 
 
@@ -140,24 +147,15 @@ def _file_list(value: Any) -> list[Any]:
     return parsed if isinstance(parsed, list) else [_js_string(parsed)]
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else _js_string(value)
-
-
 def _fact_text(value: Any) -> str:
     # Upstream hands a non-string fact to Chroma as it is, which refuses it; its JSON text keeps it.
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def _hash(payload: Any) -> str:
-    data = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(data.encode("utf-8", errors="surrogatepass")).hexdigest()[:32]
-
-
 def content_hash(doc_id: str, text: str, metadata: dict[str, Any]) -> str:
     """The hash of a stored document: its id, text and metadata (as Chroma gives them back); no
     version in it, so a new format rewrites only the documents it changes (:func:`bind_format`)."""
-    return _hash([doc_id, _hash(text), metadata])
+    return payload_hash([doc_id, payload_hash(text), metadata])
 
 
 def _clean(meta: dict[str, Any]) -> Meta:
@@ -173,7 +171,7 @@ def _make(row: SourceRow, field_name: str | None, text: str, meta: dict[str, Any
     # fact, a summary field, a prompt), so these are embedded once for both stores. The embedded
     # text is cut like memsync's own (the model reads 256 tokens); the stored text is whole.
     cut = text[:MAX_TEXT_CHARS]
-    return Document(doc_id, row.kind, row.id, cut, metadata, _hash(text), digest, None if cut == text else text)
+    return Document(doc_id, row.kind, row.id, cut, metadata, payload_hash(text), digest, None if cut == text else text)
 
 
 def _base(row: SourceRow) -> dict[str, Any]:
@@ -193,10 +191,10 @@ def _base(row: SourceRow) -> dict[str, Any]:
 def _observation(row: SourceRow) -> list[Document]:
     v = row.values
     base = _base(row)
-    base["type"] = _text(v.get("type")) if _js_truthy(v.get("type")) else "discovery"
-    base["title"] = _text(v.get("title")) if _js_truthy(v.get("title")) else "Untitled"
+    base["type"] = _js_string(v.get("type")) if _js_truthy(v.get("type")) else "discovery"
+    base["title"] = _js_string(v.get("title")) if _js_truthy(v.get("title")) else "Untitled"
     if _js_truthy(v.get("subtitle")):
-        base["subtitle"] = _text(v.get("subtitle"))
+        base["subtitle"] = _js_string(v.get("subtitle"))
     for key, values in (("concepts", _concepts(v.get("concepts"))), ("files_read", _file_list(v.get("files_read"))),
                         ("files_modified", _file_list(v.get("files_modified")))):
         if values:
@@ -204,7 +202,7 @@ def _observation(row: SourceRow) -> list[Document]:
     docs: list[Document] = []
     for name in ("narrative", "text"):
         if _js_truthy(v.get(name)):
-            docs.append(_make(row, name, _text(v.get(name)), {**base, "field_type": name}))
+            docs.append(_make(row, name, _js_string(v.get(name)), {**base, "field_type": name}))
     for i, fact in enumerate(_facts(v.get("facts"))):
         docs.append(_make(row, fact_field(i), _fact_text(fact), {**base, "field_type": "fact", "fact_index": i}))
     return docs
@@ -215,7 +213,7 @@ def _summary(row: SourceRow) -> list[Document]:
     base = _base(row)
     number = v.get("prompt_number")
     base["prompt_number"] = number if _js_truthy(number) else 0
-    return [_make(row, name, _text(v.get(name)), {**base, "field_type": name})
+    return [_make(row, name, _js_string(v.get(name)), {**base, "field_type": name})
             for name in SUMMARY_FIELDS if _js_truthy(v.get(name))]
 
 
@@ -227,19 +225,16 @@ def _prompt(row: SourceRow) -> list[Document]:
         return []
     base = _base(row)
     base["prompt_number"] = v.get("prompt_number")
-    return [_make(row, None, _text(v.get("prompt_text")), base)]
+    return [_make(row, None, _js_string(v.get("prompt_text")), base)]
+
+
+UPSTREAM_BUILDERS: Builders = {Kind.OBSERVATION: _observation, Kind.SUMMARY: _summary, Kind.PROMPT: _prompt}
 
 
 def build_upstream_documents(row: SourceRow) -> list[Document]:
     """A row's documents in claude-mem's format (none for an excluded project, or a prompt
     without a session)."""
-    if row.values.get(EXCLUDED_CELL):
-        return []
-    if row.kind is Kind.OBSERVATION:
-        return _observation(row)
-    if row.kind is Kind.SUMMARY:
-        return _summary(row)
-    return _prompt(row)
+    return derive(row, UPSTREAM_BUILDERS)
 
 
 def upstream_metadata(doc: Document) -> dict[str, str | int | float | None]:
@@ -274,3 +269,13 @@ def bind_format(state: SyncState, collection: str) -> bool:
     state.forget_all_rows(collection)
     state.set_meta(key, str(UPSTREAM_FORMAT_VERSION))
     return True
+
+
+def upstream_syncer(settings: Settings, reader: SourceReader, sink: VectorSink | None, state: SyncState,
+                    store: EmbeddingStore | None = None, stop: threading.Event | None = None,
+                    progress: ProgressFn | None = None) -> Syncer:
+    """The sync pass into the upstream-readable store (``sink`` None: a dry run from its records
+    alone): memsync's settings, claude-mem's derivation, the bundled model's vectors."""
+    return Syncer(reader, sink, state, upstream_embedder(settings), collection=settings.upstream_collection,
+                  read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size, stop=stop,
+                  progress=progress, max_row_attempts=settings.max_row_attempts, store=store, derivation=UPSTREAM)

@@ -34,7 +34,7 @@ from memsync.config.chroma.remote import (
 from memsync.config.chroma.server import ManagedServer, ServerInfo, heartbeat_failure, pid_alive
 from memsync.config.embedding import Identity, provider_of
 from memsync.config.errors import ConfigError, ModelMismatchError, StoreUnavailable
-from memsync.config.settings import HTTP_DEFAULT_PORT, Settings
+from memsync.config.settings import HTTP_DEFAULT_PORT, Settings, generation_number
 
 ACTIVE_KEY = "memsync:active"
 BUILDING_KEY = "memsync:building"
@@ -240,10 +240,6 @@ def generation_name(base: str, generation: int) -> str:
     return f"{base}-g{generation}"
 
 
-def _generation_of(name: str) -> int:
-    return int(name.rsplit("-g", 1)[1])
-
-
 def generation_identity(collection: Any) -> Identity:
     """What made a generation's vectors, from its metadata (no provider key: the bundled model's)."""
     meta = collection.metadata or {}
@@ -352,8 +348,7 @@ def begin_rebuild(client: Any, settings: Settings, model_id: str, dimension: int
             return existing
         store_call("drop collection", client.delete_collection, building)
     names = [c if isinstance(c, str) else c.name for c in store_call("list collections", client.list_collections)]
-    prefix = settings.collection + "-g"
-    gens = [_generation_of(n) for n in names if n.startswith(prefix) and n[len(prefix):].isdigit()]
+    gens = [g for n in names if (g := generation_number(settings.collection, n)) is not None]
     name = generation_name(settings.collection, max(gens, default=0) + 1)
     collection = store_call("create collection", _create_generation, client, name, model_id, dimension, endpoint)
     store_call("update pointer", pointer.modify, metadata={**meta, BUILDING_KEY: name})
@@ -381,21 +376,11 @@ def open_upstream(client: Any, name: str) -> Any:
     chroma-mcp 0.2.x creates it (``chroma_create_collection``: a configuration naming Chroma's
     default embedding function, nothing else), so claude-mem's own ``query_texts`` embed with the
     model whose vectors memsync writes (all-MiniLM-L6-v2). Returned without an embedding function:
-    memsync always passes vectors, and Chroma's default function would download its model."""
-    def create() -> Any:
-        from chromadb.api.collection_configuration import CreateCollectionConfiguration
-        from chromadb.utils.embedding_functions import DefaultEmbeddingFunction
+    memsync always passes vectors, and Chroma's default function would download its model (making
+    the function loads nothing; it fetches its model at its first call, never made here)."""
+    from chromadb.api.collection_configuration import CreateCollectionConfiguration
+    from chromadb.utils.embedding_functions import DefaultEmbeddingFunction
 
-        # Instantiating the function loads nothing (its model is fetched at the first call, never made here).
-        config = CreateCollectionConfiguration(embedding_function=DefaultEmbeddingFunction())
-        return client.get_or_create_collection(name, configuration=config)
-
-    from chromadb.errors import NotFoundError
-
-    try:
-        return store_call("open collection", client.get_collection, name, embedding_function=None)
-    except StoreUnavailable as exc:
-        if not isinstance(exc.__cause__, NotFoundError):
-            raise
-    store_call("create collection", create)
+    config = CreateCollectionConfiguration(embedding_function=DefaultEmbeddingFunction())
+    store_call("create collection", client.get_or_create_collection, name, configuration=config)
     return store_call("open collection", client.get_collection, name, embedding_function=None)

@@ -194,20 +194,13 @@ class ManagedServer:
                 return self._adopt(info)
             if info and pid_alive(info.pid):
                 _terminate(info.pid)  # recorded, alive, but not answering within the start timeout: hung
-            if s.server_port and heartbeat(s.chroma_host, s.server_port):
-                raise ConfigError(
-                    f"port {s.server_port} already has a Chroma server that memsync did not start for "
-                    f"{s.data_dir}; set another chroma_port (MEMSYNC_CHROMA_PORT)"
-                    + (", and claude-mem's CLAUDE_MEM_CHROMA_PORT to match (upstream_store is on)"
-                       if s.upstream_store else ", unset it for a free port") + ", or use chroma_mode=http"
-                )
             if s.server_port and not port_free(s.chroma_host, s.server_port):
-                raise ConfigError(
-                    f"port {s.server_port} on {s.chroma_host} is taken by another program; set chroma_port "
-                    "(MEMSYNC_CHROMA_PORT) to a free one"
-                    + (", and claude-mem's CLAUDE_MEM_CHROMA_PORT to match (upstream_store is on)"
-                       if s.upstream_store else "")
-                )
+                held = ("already has a Chroma server that memsync did not start for " + str(s.data_dir)
+                        if heartbeat(s.chroma_host, s.server_port) else "is taken by another program")
+                also = (", and claude-mem's CLAUDE_MEM_CHROMA_PORT to match (upstream_store is on)"
+                        if s.upstream_store else ", unset it for a free port, or use chroma_mode=http")
+                raise ConfigError(f"port {s.server_port} on {s.chroma_host} {held}; set another chroma_port "
+                                  f"(MEMSYNC_CHROMA_PORT){also}")
             self.info = self._start(info.port if info and info.host == s.chroma_host else None)
             self.started = True
             return self.info

@@ -10,12 +10,14 @@ filter's value, so a filter on ``claude`` also finds rows recorded before upstre
 
 from __future__ import annotations
 
+import functools
 import re
 
 DEFAULT_PLATFORM = "claude"
 _SPACES = re.compile(r"\s+")
 
 
+@functools.lru_cache(maxsize=1024)  # the SQL function calls it per scanned row; values are few
 def normalize_platform(value: object) -> str:
     """The platform a stored ``platform_source`` (or a filter's value) stands for."""
     if not isinstance(value, str):

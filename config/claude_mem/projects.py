@@ -19,6 +19,7 @@ was stored before the setting named them), and every search's SQL leaves them ou
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -59,8 +60,10 @@ class ProjectExclusion:
     _regexes: tuple[re.Pattern[str], ...] = field(default=(), repr=False, compare=False)
 
     @classmethod
+    @functools.lru_cache(maxsize=16)
     def of(cls, patterns: tuple[str, ...]) -> ProjectExclusion:
-        """The exclusion of these patterns."""
+        """The exclusion of these patterns (one instance per pattern list: every search opens its
+        connections with it, and the worker looks at it every step)."""
         regexes: list[re.Pattern[str]] = []
         ignored: list[str] = []
         for raw in patterns:
@@ -79,8 +82,11 @@ class ProjectExclusion:
 
     def excluded(self, project: object, merged: object = None) -> bool:
         """Whether a row of ``project`` (merged into ``merged``) is excluded."""
-        return any(isinstance(name, str) and name and any(r.fullmatch(name) for r in self._regexes)
-                   for name in (project, merged))
+        return self._matches(project) or self._matches(merged)
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - instances are few (see ``of``); called per scanned row
+    def _matches(self, name: object) -> bool:
+        return isinstance(name, str) and bool(name) and any(r.fullmatch(name) for r in self._regexes)
 
     def sql(self, project: object, merged: object) -> int:
         """``excluded`` as the SQL function ``memsync_excluded`` (registered on a connection)."""

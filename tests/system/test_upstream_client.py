@@ -27,8 +27,8 @@ from memsync.config.chroma.server import ManagedServer
 from memsync.config.settings import Settings
 from memsync.worker.resync import resync
 from tests.conftest import free_port, kill_managed_server
-from tests.worker.test_upstream_store import shapes_db
 from tests.worker.upstream_reference import reference_documents
+from tests.worker.upstream_shapes import shapes_db
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -98,9 +98,9 @@ def test_claude_mems_own_setting_applies_and_a_running_worker_sees_it_change(
     try:
         with SyncState(settings.state_path) as state:
             name = state.get_meta(ACTIVE_COLLECTION)
-            assert name and not tail.changed(state, name, pending=False) and not due.is_set()
+            assert name and not tail.exclusion_changed() and not due.is_set()
             cm_settings.write_text('{"CLAUDE_MEM_EXCLUDED_PROJECTS": "beta,alpha"}')
-            assert tail.changed(state, name, pending=False) and due.is_set()  # the full pass is asked for
+            assert tail.exclusion_changed() and due.is_set()  # the full pass is asked for
             assert tail.reader is not None and tail.reader.exclusion is not None
             assert tail.reader.exclusion.patterns == ("beta", "alpha")
     finally:

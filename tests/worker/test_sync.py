@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from memsync.worker.source import SourceReader
 from memsync.worker.state import SyncState
 from memsync.worker.sync import Syncer, SyncResult
 from memsync.worker.verify import verify
-from tests.conftest import FakeEmbedder, make_db, mixed_records, obs
+from tests.conftest import FakeEmbedder, make_db, mixed_records, obs, write
 
 
 class RecordingSink:
@@ -69,14 +68,6 @@ def run(settings: Settings, client: Any, embedder: FakeEmbedder, **kw: Any) -> t
         syncer = Syncer(reader, sink, state, embedder, collection=col.name,
                         read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size)
         return syncer.run(**kw), sink
-
-
-def write(db: Path, sql: str, *params: Any) -> None:
-    """The agent writing its own database (tests play the agent)."""
-    conn = sqlite3.connect(db)
-    with conn:
-        conn.execute(sql, params)
-    conn.close()
 
 
 def metadata_of(client: Any, settings: Settings, doc_id: str) -> dict[str, Any]:
