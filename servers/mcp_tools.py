@@ -152,28 +152,31 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
     def search_observations(query: Query = "", project: Project = None, type: Types = None,
                             concept: Concepts = None, file: Files = None, date_from: DateFrom = None,
                             date_to: DateTo = None, window_days: WindowDays = None, order: OrderArg = "relevance",
-                            limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> SearchAnswer:
+                            limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index",
+                            platform: Platform = None) -> SearchAnswer:
         """Search observations only: what was done, found or decided in past work (bugfixes,
         features, decisions, discoveries), with their files and concepts."""
         return run_search(SearchArgs(query, "observations", project, type, concept, file, date_from, date_to,
-                                     window_days, order, limit, offset, format == "full"))
+                                     window_days, order, limit, offset, format == "full", platform))
 
     @tool("Search session summaries")
     def search_sessions(query: Query = "", project: Project = None, date_from: DateFrom = None,
                         date_to: DateTo = None, window_days: WindowDays = None, order: OrderArg = "relevance",
-                        limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> SearchAnswer:
+                        limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index",
+                        platform: Platform = None) -> SearchAnswer:
         """Search session summaries: what each past session asked for, learned, completed and left
         as next steps. Good for "where did we leave X"."""
         return run_search(SearchArgs(query, "sessions", project, None, None, None, date_from, date_to, window_days,
-                                     order, limit, offset, format == "full"))
+                                     order, limit, offset, format == "full", platform))
 
     @tool("Search user prompts")
     def search_user_prompts(query: Query = "", project: Project = None, date_from: DateFrom = None,
                             date_to: DateTo = None, window_days: WindowDays = None, order: OrderArg = "relevance",
-                            limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> SearchAnswer:
+                            limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index",
+                            platform: Platform = None) -> SearchAnswer:
         """Search what the user asked in past sessions (their prompts, verbatim)."""
         return run_search(SearchArgs(query, "prompts", project, None, None, None, date_from, date_to, window_days,
-                                     order, limit, offset, format == "full"))
+                                     order, limit, offset, format == "full", platform))
 
     @tool("Find observations by concept")
     def find_by_concept(concept: Annotated[str, Field(description="A concept tag, e.g. 'how-it-works'.")],

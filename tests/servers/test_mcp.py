@@ -70,6 +70,9 @@ def test_every_tool_against_a_real_database(served: Settings) -> None:
         out["obs"] = await call(client, "search_observations", query="uploads", project="alpha")
         out["sessions"] = await call(client, "search_sessions", query="uploads session")
         out["prompts"] = await call(client, "search_user_prompts", query="uploads fail")
+        out["obs_codex"] = await call(client, "search_observations", query="uploads", platform="codex")
+        out["sessions_claude"] = await call(client, "search_sessions", query="uploads session", platform="claude")
+        out["prompts_codex"] = await call(client, "search_user_prompts", query="uploads fail", platform="codex")
         out["concept"] = await call(client, "find_by_concept", concept="pattern")
         out["file"] = await call(client, "find_by_file", path="uploads/retry.py")
         out["type"] = await call(client, "find_by_type", type="decision")
@@ -103,6 +106,9 @@ def test_every_tool_against_a_real_database(served: Settings) -> None:
     assert "#2" not in refs(got["obs"][1])  # project beta filtered out
     assert refs(got["sessions"][1])[0] == "#S1" and all(r.startswith("#S") for r in refs(got["sessions"][1]))
     assert refs(got["prompts"][1])[0] == "#P1" and all(r.startswith("#P") for r in refs(got["prompts"][1]))
+    # The narrower search tools take the platform too.
+    assert not refs(got["obs_codex"][1]) and not refs(got["prompts_codex"][1])
+    assert refs(got["sessions_claude"][1]) == refs(got["sessions"][1])
     assert refs(got["concept"][1]) == ["#2"]
     assert refs(got["file"][1]) == ["#1"]
     assert refs(got["type"][1]) == ["#3"]
