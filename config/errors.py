@@ -7,7 +7,9 @@
     │   └── StoreRefused       Chroma answered but refused us: token, tenant, database, certificate
     ├── SourceUnavailable      the agent's database is missing, locked or unreadable: retry later
     ├── StoreUnavailable       Chroma is down, slow or refused the call: retry with backoff
-    └── EmbeddingUnavailable   the embedding endpoint is down, slow or rate-limiting: retry with backoff
+    │   └── StoreDamaged       Chroma answers but cannot read a collection: rebuild it from the database
+    ├── EmbeddingUnavailable   the embedding endpoint is down, slow or rate-limiting: retry with backoff
+    └── NoSpace                a write failed for lack of disk space: free space, then retry
 """
 
 from __future__ import annotations
@@ -48,3 +50,20 @@ class StoreUnavailable(MemsyncError):
 class EmbeddingUnavailable(MemsyncError):
     """The embedding endpoint did not answer (connection refused, timeout, 429, 5xx) after its
     retries; transient: the worker backs off and keeps the rows pending, a search answers lexically."""
+
+
+class StoreDamaged(StoreUnavailable):
+    """Chroma answers its heartbeat but fails to read a collection (an internal error on a read:
+    a segment it can no longer load, e.g. after its disk filled up mid-write). Retrying does not
+    help; the collection is a derived copy of the database, so the cure is to drop and re-derive
+    it (the worker and ``resync`` do that for a local store; ``resync --rebuild`` anywhere)."""
+
+    def __init__(self, message: str, collection: str) -> None:
+        super().__init__(message)
+        self.collection = collection
+
+
+class NoSpace(MemsyncError):
+    """A write to memsync's own files or to the local Chroma store failed because its file system
+    is full. The message names the directory and the fix; commands exit 1, the worker backs off
+    and recovers by itself once space is free again."""

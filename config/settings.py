@@ -196,6 +196,10 @@ class Settings(BaseSettings):
         "many seconds (a count check runs at every reconcile and health check).",
     )
     backoff_cap_s: float = Field(60.0, gt=0, description="Worker: longest wait between retries while degraded.")
+    low_space_mb: int = Field(
+        64, ge=0, description="A failed write where less than this many MB are free is reported as a full disk "
+        "(naming the directory), and a local Chroma store is not rebuilt while its disk is this low.",
+    )
     window_days: int = Field(90, ge=0, description="Search recency window in days; 0 = all time.")
     candidates: int = Field(100, ge=1, le=5000, description="Semantic candidates fetched per search (top-N).")
     search_timeout_ms: int = Field(

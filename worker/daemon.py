@@ -34,15 +34,24 @@ import dataclasses
 import faulthandler
 import os
 import signal
+import sqlite3
 import threading
 from typing import Any
 
+from memsync.config.diskspace import explain, no_space
 from memsync.config.embedding import close_embedder, make_embedder, upstream_embedder
-from memsync.config.errors import EmbeddingUnavailable, SourceUnavailable, StoreRefused, StoreUnavailable
+from memsync.config.errors import (
+    EmbeddingUnavailable,
+    NoSpace,
+    SourceUnavailable,
+    StoreDamaged,
+    StoreRefused,
+    StoreUnavailable,
+)
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.embedstore import EmbeddingStore
-from memsync.worker.health import Health
+from memsync.worker.health import Degrading, Health
 from memsync.worker.lock import WorkerLock
 from memsync.worker.maintenance import Compaction, CopyOrder, StoreCollection, fill_copy
 from memsync.worker.memory import Trimmer
@@ -173,7 +182,12 @@ class Worker:
         try:
             self._text.step(force_full=True)
             state = self._ensure_open()
-            self._check_store(state)
+            try:
+                self._check_store(state)
+            except StoreDamaged as exc:  # recreate it now, then check the new one (all of it lost)
+                self._target.repair(exc)
+                state = self._ensure_open()
+                self._check_store(state)
             result = self._pass(full=True)
             if not result.interrupted and self._target.copy is not None and not self._target.copy.complete:
                 fill_copy(self._target, state, budget=None)
@@ -248,7 +262,18 @@ class Worker:
                 # its copy would keep every dead entry and grow in a corpus of constant size.
                 self._copy_order.run(self._target)
                 idle = False
-        except (StoreUnavailable, SourceUnavailable, EmbeddingUnavailable, StoreRefused) as exc:
+        except StoreDamaged as exc:
+            return self._repair(exc)
+        except (sqlite3.Error, OSError) as exc:
+            # A write to memsync's own files (state.db, the copy, the text index, worker.json)
+            # failed: a full disk is a degraded state that ends when space returns (issue 24);
+            # anything else is a defect and stops the worker as before.
+            full = no_space(exc, self.s)
+            if full is None:
+                raise
+            self._degrade(full)
+            return self.health.backoff.delay
+        except (StoreUnavailable, SourceUnavailable, EmbeddingUnavailable, StoreRefused, NoSpace) as exc:
             # An embedding endpoint that is down is no fault of the rows: they stay pending (no
             # attempt counted), and the next step retries them after the backoff.
             # StoreRefused (Chroma refused the token, has no such tenant or database, or its
@@ -273,7 +298,23 @@ class Worker:
         # visible yet, and waiting a whole poll interval would add up to a second of lag.
         return self.s.poll_interval_s if self._tail.settled else min(self.s.poll_interval_s, 0.1)
 
-    def _degrade(self, exc: StoreUnavailable | SourceUnavailable | EmbeddingUnavailable | StoreRefused) -> None:
+    def _repair(self, exc: StoreDamaged) -> float:
+        """Chroma cannot read a collection: recreate it (``worker.target.repair_damaged``), and check
+        the store at the next step, whose alignment and full pass re-derive it. Counted as a
+        degraded step, so a store that stays unreadable is retried with backoff, not in a loop."""
+        try:
+            self._target.repair(exc)
+        except (StoreUnavailable, NoSpace, StoreRefused) as failed:
+            self._degrade(failed)
+            return self.health.backoff.delay
+        self._store_due = True
+        self._degrade(StoreUnavailable(f"{exc}; recreated it empty, re-deriving it from the database"))
+        return self.health.backoff.delay
+
+    def _degrade(self, exc: Degrading) -> None:
+        if isinstance(exc, StoreUnavailable):
+            self._target.close_store()
+            exc = explain(exc, self.s)  # a local server says nothing of a full disk: name it
         if isinstance(exc, StoreUnavailable | StoreRefused):
             self._target.close_store()
         if isinstance(exc, SourceUnavailable):

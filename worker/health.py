@@ -25,6 +25,7 @@ from memsync.config.claude_mem.schema import KINDS
 from memsync.config.errors import (
     ConfigError,
     EmbeddingUnavailable,
+    NoSpace,
     SourceUnavailable,
     StoreRefused,
     StoreUnavailable,
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
     from memsync.worker.metrics import WorkerMetrics
 
 
+# What a worker step may fail with and still go on: retried with backoff, never an exit.
+Degrading = StoreUnavailable | SourceUnavailable | EmbeddingUnavailable | StoreRefused | NoSpace
+
 class Health:
     """The worker's status (``status``: the fields of ``worker.json``), its backoff and its metrics."""
 
@@ -53,6 +57,7 @@ class Health:
         self.metrics: WorkerMetrics | None = None
         self._written = 0.0
         self._passes_written = -1
+        self._write_failed = False  # the last worker.json write failed (logged once per run of failures)
 
     def serve_metrics(self, port: int) -> None:
         """Serve the metrics on 127.0.0.1:``port`` (ConfigError when the port cannot be bound)."""
@@ -90,7 +95,7 @@ class Health:
         if check.repaired:
             st.store_repairs += 1
 
-    def degraded(self, exc: StoreUnavailable | SourceUnavailable | EmbeddingUnavailable | StoreRefused) -> None:
+    def degraded(self, exc: Degrading) -> None:
         """A step failed: count it (``sync_degraded`` for the first of a run, ``chroma_refused``
         once per distinct refusal) and say why."""
         if isinstance(exc, StoreUnavailable | StoreRefused):
@@ -152,7 +157,16 @@ class Health:
         if not force and now - self._written < HEARTBEAT_EVERY_S and self.status.passes == self._passes_written:
             return
         self.status.heartbeat_ms = now_ms()
-        self.status.write(self.s.data_dir)
+        try:
+            self.status.write(self.s.data_dir)
+        except OSError as exc:
+            # A full (or read-only) disk must not stop the worker: it degrades on its own writes
+            # and recovers; status reads the last file meanwhile (its heartbeat ages).
+            if not self._write_failed:
+                self.log.warning("worker_status_unwritable", error=str(exc)[:200])
+            self._write_failed = True
+            return
+        self._write_failed = False
         self._written = now
         self._passes_written = self.status.passes
 

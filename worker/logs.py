@@ -26,6 +26,7 @@ EMBEDDING_STORE_DAMAGED = "embedding_store_damaged"  # embeddings.db unreadable:
 EMBEDDING_STORE_BAD_ENTRIES = "embedding_store_bad_entries"  # entries not trusted: embedded again
 EMBEDDING_STORE_COLLECTED = "embedding_store_collected"  # vectors no record names were removed
 STATE_DAMAGED = "state_damaged"  # state.db unreadable: moved aside, records rebuilt from the store
+STORE_DAMAGED = "store_damaged"  # Chroma cannot read a collection: recreated (local) or a cure named
 STORE_ALIGNED = "store_aligned"  # sync records corrected to what the store holds (then re-driven)
 CHROMA_SERVER_STARTED = "chroma_server_started"
 CHROMA_SERVER_STOPPED = "chroma_server_stopped"

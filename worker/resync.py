@@ -17,7 +17,7 @@ from typing import Any
 from memsync.config.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.embedding import Embedder, close_embedder, endpoint_url, make_embedder
-from memsync.config.errors import ConfigError
+from memsync.config.errors import ConfigError, StoreDamaged
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.embedstore import EmbeddingStore, collect_garbage
@@ -25,7 +25,7 @@ from memsync.worker.sink import ChromaSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
 from memsync.worker.sync import ProgressFn, Syncer, SyncResult
-from memsync.worker.target import check_store, open_upstream_sink
+from memsync.worker.target import check_store, open_upstream_sink, repair_damaged
 from memsync.worker.textsync import TextSync
 from memsync.worker.upstream import upstream_syncer
 from memsync.worker.vectorcopy import drop_copy, fill_from_store, open_writer
@@ -101,7 +101,14 @@ def _resync(settings: Settings, embedder: Embedder, project: str | None, rebuild
         copy = None if sink is None else open_writer(settings, state, name, embedder.model_id, embedder.dimension)
         try:
             if sink is not None:  # records bound to this very collection, its count as they say
-                check_store(settings, state, sink, copy, embedder.model_id)
+                try:
+                    check_store(settings, state, sink, copy, embedder.model_id)
+                except StoreDamaged as exc:  # unreadable: recreated empty, then all of it re-derived
+                    repair_damaged(settings, client, exc, embedder.model_id, embedder.dimension,
+                                   endpoint_url(embedder))
+                    sink = ChromaSink(stores.store_call("open collection", client.get_collection, name,
+                                                 embedding_function=None), client.get_max_batch_size())
+                    check_store(settings, state, sink, copy, embedder.model_id)
             syncer = Syncer(reader, sink, state, embedder, collection=name,
                             read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size, stop=stop,
                             progress=progress, max_row_attempts=settings.max_row_attempts, copy=copy,

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from memsync.config.errors import MemsyncError, StoreUnavailable
+from memsync.config.errors import MemsyncError, StoreDamaged, StoreUnavailable
 
 
 class RejectedBatch(ValueError):
@@ -47,12 +47,20 @@ def _chunks(n: int, size: int) -> Iterator[slice]:
         yield slice(start, start + size)
 
 
-def _translate(what: str, exc: Exception) -> Exception:
+READS = frozenset({"count", "get"})  # calls that write nothing: an internal error on them is damage
+
+
+def _translate(what: str, exc: Exception, collection: str) -> Exception:
     import httpx
-    from chromadb.errors import InvalidArgumentError
+    from chromadb.errors import InternalError, InvalidArgumentError
 
     if isinstance(exc, (InvalidArgumentError, ValueError, TypeError)) and not isinstance(exc, httpx.HTTPError):
         return RejectedBatch(f"Chroma rejected {what}: {exc}")
+    if what in READS and isinstance(exc, InternalError):
+        # The server answered (a connection problem is another class) and failed to read the
+        # collection: a segment it cannot load (a disk that filled up mid-write leaves one). Every
+        # later call fails the same way, so retrying is no cure (issue 24).
+        return StoreDamaged(f"Chroma cannot read collection {collection} ({what}: {str(exc)[:200]})", collection)
     return StoreUnavailable(f"Chroma {what} failed: {exc}")
 
 
@@ -87,7 +95,7 @@ class ChromaSink:
         except MemsyncError:  # already ours: a StoreRefused from a 401/403 (config.chroma.collections)
             raise
         except Exception as exc:
-            raise _translate(what, exc) from exc
+            raise _translate(what, exc, self.name) from exc
 
     def upsert(
         self, ids: Sequence[str], embeddings: npt.NDArray[np.float32], metadatas: Sequence[dict[str, Any]],

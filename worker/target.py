@@ -30,9 +30,10 @@ from typing import Any
 from memsync.config.chroma import collections as stores
 from memsync.config.chroma.server import ManagedServer
 from memsync.config.claude_mem.schema import Kind
+from memsync.config.diskspace import low_on_space, no_space_at
 from memsync.config.docids import DocIdError, parse_doc_id
 from memsync.config.embedding import Embedder, endpoint_url
-from memsync.config.errors import StoreUnavailable
+from memsync.config.errors import StoreDamaged, StoreUnavailable
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.sink import ChromaSink, VectorSink
@@ -181,6 +182,28 @@ def check_store(settings: Settings, state: SyncState, sink: ChromaSink, copy: Ve
     return StoreCheck(count, live, now, reason, result)
 
 
+def repair_damaged(settings: Settings, client: Any, exc: StoreDamaged, model_id: str, dimension: int,
+                   endpoint: str | None = None) -> None:
+    """Trigger: Chroma cannot read a collection (StoreDamaged). Why: retrying never helps, and the
+    collection only holds what the database implies. Outcome: a local store's collection is
+    dropped and created again empty (``store_damaged``), so the records' alignment (``store_aligned``)
+    and the next full pass re-derive it; raises NoSpace instead while the Chroma path's disk is
+    still low (a rebuild there would fail the same way), and StoreDamaged naming
+    ``resync --rebuild`` for a remote server (memsync does not drop a remote collection unasked)."""
+    log = logs.get_logger()
+    if settings.chroma_mode == "http":
+        cure = ("run `memsync resync --rebuild` to rebuild it from the database" if exc.collection !=
+                settings.upstream_collection else f"delete collection {exc.collection} on the server, then run "
+                "`memsync resync`")
+        log.error(logs.STORE_DAMAGED, collection=exc.collection, error=str(exc)[:300], cure=cure)
+        raise StoreDamaged(f"{exc}: {cure}", exc.collection) from exc
+    if low_on_space(settings.chroma_dir, settings):
+        raise no_space_at(settings.chroma_dir, settings, str(exc)) from exc
+    stores.recreate_damaged(client, settings, exc.collection, model_id, dimension, endpoint)
+    log.warning(logs.STORE_DAMAGED, collection=exc.collection, error=str(exc)[:300],
+                action="recreated empty; re-deriving it from the database")
+
+
 WARMUP_ATTEMPTS = 30  # first queries tried (each bounded by chroma_timeout_s) before giving up
 
 
@@ -269,6 +292,17 @@ class SyncTarget:
         if self.copy is None:
             self.copy = open_writer(self.s, state, self.sink.name, self.embedder.model_id, self.embedder.dimension)
         return True
+
+    def repair(self, exc: StoreDamaged) -> None:
+        """Repair the collection Chroma cannot read (:func:`repair_damaged`) and drop the
+        connection, so the next open starts from the new collection."""
+        if self.handle is None:
+            raise exc
+        try:
+            repair_damaged(self.s, self.handle.client, exc, self.embedder.model_id, self.embedder.dimension,
+                           endpoint_url(self.embedder))
+        finally:
+            self.close_store()
 
     def close_store(self) -> None:
         """Drop the Chroma connection (errors while closing it are ignored)."""

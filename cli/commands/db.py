@@ -112,7 +112,7 @@ def demo(**kwargs: Any) -> None:
     # One managed server for the whole demo: resync and the searches adopt it instead of each
     # starting and stopping their own.
     server = ManagedServer(settings) if settings.chroma_mode == "managed" else None
-    with errors_as_exit(), graceful_stop() as stop:
+    with errors_as_exit(settings), graceful_stop() as stop:
         try:
             if server is not None:
                 server.ensure()

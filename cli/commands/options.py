@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -21,7 +22,8 @@ import click
 
 from memsync.config.claude_mem.schema import SchemaError
 from memsync.config.claude_mem.user_settings import DEFAULT_DIR_RULE, data_dir_choice
-from memsync.config.errors import ConfigError, MemsyncError
+from memsync.config.diskspace import explain, no_space
+from memsync.config.errors import ConfigError, MemsyncError, StoreDamaged, StoreUnavailable
 from memsync.config.settings import (
     DEFAULT_CONFIG_FILE,
     ENV_PREFIX,
@@ -102,14 +104,28 @@ def demo_db_path(settings: Settings) -> Path:
 
 
 @contextmanager
-def errors_as_exit() -> Iterator[None]:
-    """Map memsync errors to one stderr line and an exit code (no stack traces for expected failures)."""
+def errors_as_exit(settings: Settings | None = None) -> Iterator[None]:
+    """Map memsync errors to one stderr line and an exit code (no stack traces for expected
+    failures). With ``settings``, a write that failed for lack of space (in SQLite or on a file)
+    is one line naming the full directory and the fix too (exit 1)."""
     try:
         yield
     except (ConfigError, SchemaError, SettingsError) as exc:
         fail(str(exc), EXIT_USAGE)
+    except StoreDamaged as exc:
+        cure = "" if "memsync resync" in str(exc) else (
+            ": `memsync resync` (or a running worker) recreates it from the database; "
+            "`memsync resync --rebuild` builds a new one beside it")
+        fail(f"{exc}{cure}", EXIT_FAIL)
+    except StoreUnavailable as exc:
+        fail(str(explain(exc, settings) if settings is not None else exc), EXIT_FAIL)
     except MemsyncError as exc:
         fail(str(exc), EXIT_FAIL)
+    except (sqlite3.Error, OSError) as exc:
+        full = no_space(exc, settings) if settings is not None else None
+        if full is None:
+            raise
+        fail(str(full), EXIT_FAIL)
 
 
 @contextmanager

@@ -109,11 +109,11 @@ def search(as_json: bool, query: str, project: str | None, platform: str | None,
     settings = settings_from(kwargs).settings
     from memsync.search import Filters, Format, Order, Searcher, SearchError, parse_kinds
 
-    with errors_as_exit():
+    with errors_as_exit(settings):
         _refused_exits(settings)
     searcher = Searcher(settings)
     try:
-        with errors_as_exit():
+        with errors_as_exit(settings):
             if batch is not None:
                 defaults = {"kind": None if kind == "all" else kind, "limit": limit, "window_days": window_days,
                             "project": project, "platform": platform}
@@ -154,7 +154,7 @@ def timeline(as_json: bool, anchor: str, depth_before: int, depth_after: int, pr
 
     searcher = Searcher(settings)
     try:
-        with errors_as_exit():
+        with errors_as_exit(settings):
             try:
                 results, key = searcher.timeline(anchor, depth_before, depth_after, project)
             except SearchError as exc:

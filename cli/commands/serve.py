@@ -54,7 +54,7 @@ def mcp(http_port: int | None, **kwargs: Any) -> None:
     settings = existing_db(settings_from(kwargs).settings)
     from memsync.servers.mcp_tools import serve as serve_mcp
 
-    with errors_as_exit():
+    with errors_as_exit(settings):
         serve_mcp(settings, http_port)
 
 
@@ -70,7 +70,7 @@ def serve(host: str | None, port: int | None, **kwargs: Any) -> None:
     from memsync.servers.http_api import check_binding, is_loopback
     from memsync.servers.http_api import serve as serve_http
 
-    with errors_as_exit():
+    with errors_as_exit(settings):
         check_binding(host or settings.serve_host, settings)
         click.echo(f"memsync: serving http://{host or settings.serve_host}:{port or settings.serve_port}/ "
                    f"on {settings.db}", err=True)

@@ -88,7 +88,7 @@ def resync(as_json: bool, project: str | None, rebuild: bool, dry_run: bool, **k
     settings = settings_from(kwargs).settings
     from memsync.worker.resync import resync as run_resync
 
-    with errors_as_exit(), graceful_stop() as stop:
+    with errors_as_exit(settings), graceful_stop() as stop:
         bar, progress = _progress_bar(settings, project, dry_run)
         try:
             result = run_resync(settings, project=project, rebuild=rebuild, dry_run=dry_run, stop=stop,
@@ -116,7 +116,7 @@ def verify(as_json: bool, **kwargs: Any) -> None:
     settings = settings_from(kwargs).settings
     from memsync.worker.verify import verify as run_verify
 
-    with errors_as_exit():
+    with errors_as_exit(settings):
         report = run_verify(settings)
     text = (f"{report.missing} missing, {report.orphan} orphan, {report.stale} stale "
             f"({report.expected} expected, {report.in_chroma} in Chroma, {report.duplicates} duplicates)")
@@ -141,7 +141,7 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     settings = loaded.settings
     from memsync.worker.status import status as run_status
 
-    with errors_as_exit():
+    with errors_as_exit(settings):
         report = run_status(settings)
     database = {"path": str(settings.db), "chosen_by": db_rule(loaded)}
     excluded = exclusion(settings.excluded_projects)
@@ -278,7 +278,7 @@ def worker(once: bool, poll_interval: float | None, reconcile_interval: float | 
     settings = demo_or_configured(LoadedSettings(settings, loaded.origins, loaded.config_file))
     from memsync.worker.daemon import Worker
 
-    with errors_as_exit():
+    with errors_as_exit(settings):
         if once:
             with graceful_stop() as stop:
                 result = Worker(settings, metrics_port=metrics_port, stop=stop).once()

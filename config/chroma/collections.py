@@ -371,6 +371,20 @@ def finish_rebuild(client: Any, settings: Settings, built: str) -> str | None:
     return None
 
 
+def recreate_damaged(client: Any, settings: Settings, name: str, model_id: str, dimension: int,
+                     endpoint: str | None = None) -> None:
+    """Drop collection ``name``, which Chroma can no longer read (StoreDamaged), and create it again
+    empty: a generation with its identity, the upstream-readable store as :func:`open_upstream`
+    makes it. The new collection has a new id, so the records are aligned with it (all lost) and
+    the next full pass re-derives it from the database (its vectors mostly from the embedding
+    store). Raises StoreUnavailable when Chroma refuses."""
+    store_call("drop collection", client.delete_collection, name)
+    if name == settings.upstream_collection:
+        open_upstream(client, name)
+    else:
+        store_call("create collection", _create_generation, client, name, model_id, dimension, endpoint)
+
+
 def open_upstream(client: Any, name: str) -> Any:
     """The upstream-readable store's collection, created when missing exactly as claude-mem's
     chroma-mcp 0.2.x creates it (``chroma_create_collection``: a configuration naming Chroma's

@@ -1,0 +1,194 @@
+"""A full disk and a store Chroma can no longer read (issue 24, point 4): real `memsync`
+subprocesses and `chroma run` servers on small tmpfs mounts filled by a file the test writes and
+then deletes ("space returns"). Every command says where space ran out and how to fix it in one
+line, exits 1 and leaves no server behind; the worker degrades and recovers by itself; a store
+left unreadable is recreated and re-derived. Each test ends with `verify` clean.
+
+CI runs as root: mounting a tmpfs must work there, so a failed mount fails the test (no skip)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memsync.config.settings import Settings
+from memsync.worker.importer import import_records
+from memsync.worker.verify import verify
+from tests.conftest import free_port, make_db, mixed_records, prompt
+from tests.system.test_e2e import memsync
+from tests.system.test_worker import WorkerProcess, chroma_servers, wait_for
+
+pytestmark = pytest.mark.slow
+ROWS = 6  # per kind: 18 rows, 42 documents
+FILLER = "filler.bin"
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size_mb: int) -> Iterator[Path]:
+    """A tmpfs of ``size_mb`` mounted at ``path`` for the test, unmounted afterwards."""
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs at {path} (the full-disk tests need root): {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(directory: Path, leave_kb: int = 0) -> Path:
+    """Write a file that takes every free byte of ``directory``'s file system but ``leave_kb``."""
+    filler = directory / FILLER
+    free = os.statvfs(directory).f_bavail * os.statvfs(directory).f_frsize
+    with open(filler, "wb") as fh:
+        remaining = max(0, free - leave_kb * 1024)
+        chunk = b"\0" * (1 << 20)
+        try:
+            while remaining > 0:
+                remaining -= fh.write(chunk[: min(len(chunk), remaining)])
+            fh.flush()
+        except OSError as exc:  # the last block: the file system keeps some for itself
+            assert exc.errno == errno.ENOSPC
+    return filler
+
+
+def one_line_no_space(result: subprocess.CompletedProcess[str], where: Path) -> None:
+    """The command failed with exit 1 and the one `memsync: no space left on WHERE` line."""
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    messages = [line for line in result.stderr.splitlines() if line.startswith("memsync: ")]
+    assert len(messages) == 1 and messages[0].startswith(f"memsync: no space left on {where} "), messages
+
+
+def assert_clean(settings: Settings, documents: int) -> None:
+    report = verify(settings)
+    assert report.clean and report.in_chroma == report.expected == documents, report
+    assert report.copy_drift == 0
+
+
+@pytest.fixture
+def small_data_dir(managed: Settings, tmp_path: Path) -> Iterator[Settings]:
+    """Managed-mode settings whose data directory (state, copy, text index) is a 16 MB tmpfs and
+    whose Chroma store is elsewhere."""
+    with tmpfs(managed.data_dir, 16):
+        yield managed.model_copy(update={"chroma_path": tmp_path / "chroma"})
+
+
+@pytest.fixture
+def small_chroma(managed: Settings, tmp_path: Path) -> Iterator[Settings]:
+    """Managed-mode settings whose Chroma store is a 24 MB tmpfs."""
+    with tmpfs(tmp_path / "chroma", 24) as path:
+        yield managed.model_copy(update={"chroma_path": path})
+
+
+def test_resync_and_verify_on_a_full_data_dir_say_so_in_one_line_and_leave_no_server(
+        small_data_dir: Settings) -> None:
+    s = small_data_dir
+    make_db(s.db, mixed_records(ROWS))
+    filler = fill(s.data_dir)
+    for command in ("resync", "verify"):
+        one_line_no_space(memsync(s, command), s.data_dir)
+        assert not chroma_servers(s.chroma_dir), f"{command} left a Chroma server behind"
+    status = memsync(s, "status")
+    assert "Traceback" not in status.stderr and status.returncode in (0, 1), status.stderr[-2000:]
+    filler.unlink()  # space returns: the same commands just work
+    again = memsync(s, "resync")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert memsync(s, "verify").returncode == 0
+    assert not chroma_servers(s.chroma_dir)
+    assert_clean(s, 7 * ROWS)
+
+
+def test_worker_degrades_on_a_full_data_dir_and_recovers_when_space_returns(small_data_dir: Settings) -> None:
+    s = small_data_dir
+    make_db(s.db, mixed_records(ROWS))
+    worker = WorkerProcess(s)
+    try:
+        worker.wait_reconciles(1)
+        filler = fill(s.data_dir)
+        import_records(s.db, [prompt(100 + i) for i in range(40)])
+        degraded = wait_for(lambda: worker.events("sync_degraded"), 120, "the worker to degrade")
+        assert degraded[0]["reason"].startswith(f"no space left on {s.data_dir} "), degraded
+        assert worker.proc.poll() is None, "the worker exited on a full disk"
+        filler.unlink()
+        wait_for(lambda: worker.events("sync_recovered"), 120, "the worker to recover")
+        worker.wait_caught_up()
+        assert worker.stop() == 0
+    finally:
+        worker.kill()
+    assert not [e for e in worker.lines if e.get("event") == "text" and "Traceback" in e.get("text", "")]
+    assert_clean(s, 7 * ROWS + 40)
+
+
+def test_worker_on_a_full_chroma_disk_names_it_recovers_and_any_damage_is_repaired(small_chroma: Settings) -> None:
+    s = small_chroma
+    make_db(s.db, mixed_records(ROWS))
+    worker = WorkerProcess(s)
+    try:
+        worker.wait_reconciles(1)
+        filler = fill(s.chroma_dir)
+        import_records(s.db, [prompt(100 + i) for i in range(400)])
+        degraded = wait_for(lambda: worker.events("sync_degraded"), 120, "the worker to degrade")
+        assert degraded[0]["reason"].startswith(f"no space left on {s.chroma_dir} (the Chroma path"), degraded
+        assert worker.proc.poll() is None
+        filler.unlink()
+        wait_for(lambda: worker.events("sync_recovered"), 180, "the worker to recover")
+        worker.wait_caught_up()
+        assert worker.stop() == 0
+    finally:
+        worker.kill()
+    # What the full disk left on disk is read by a new server: a store it cannot read is repaired
+    # by the next pass (store_damaged, then store_aligned), never left failing.
+    once = memsync(s, "worker", "--once")
+    assert once.returncode == 0, once.stderr[-3000:]
+    assert_clean(s, 7 * ROWS + 400)
+
+
+def damage_hnsw(chroma_dir: Path) -> Path:
+    """Cut the collection's HNSW metadata file in half, as a disk that filled up mid-write does."""
+    pickles = sorted(chroma_dir.glob("*/index_metadata.pickle"), key=lambda p: p.stat().st_size)
+    assert pickles, f"no HNSW segment under {chroma_dir}"
+    damaged = pickles[-1]
+    data = damaged.read_bytes()
+    damaged.write_bytes(data[: len(data) // 2])
+    return damaged
+
+
+def test_a_store_chroma_cannot_read_is_named_then_recreated_and_re_derived(managed: Settings) -> None:
+    s = managed
+    make_db(s.db, mixed_records(ROWS) + [prompt(100 + i) for i in range(1200)])  # enough to persist HNSW
+    assert memsync(s, "resync").returncode == 0
+    documents = 7 * ROWS + 1200
+    damage_hnsw(s.chroma_dir)
+    told = memsync(s, "verify")
+    assert told.returncode == 1 and "Traceback" not in told.stderr, told.stderr[-2000:]
+    assert "cannot read collection" in told.stderr and "memsync resync" in told.stderr, told.stderr[-2000:]
+    once = memsync(s, "worker", "--once")
+    assert once.returncode == 0, once.stderr[-3000:]
+    assert '"store_damaged"' in once.stderr and '"store_aligned"' in once.stderr
+    assert_clean(s, documents)
+    assert not chroma_servers(s.chroma_dir)
+
+
+def test_the_daemon_recreates_a_store_it_cannot_read(managed: Settings) -> None:
+    s = managed.model_copy(update={"chroma_port": free_port()})
+    make_db(s.db, mixed_records(ROWS) + [prompt(100 + i) for i in range(1200)])
+    assert memsync(s, "resync").returncode == 0
+    damage_hnsw(s.chroma_dir)
+    worker = WorkerProcess(s)
+    try:
+        wait_for(lambda: worker.events("store_damaged"), 120, "the damage to be found")
+        wait_for(lambda: worker.events("store_aligned"), 120, "the records aligned with the new collection")
+        worker.wait_caught_up()
+        wait_for(lambda: worker.events("sync_recovered"), 120, "the worker to recover")
+        assert worker.stop() == 0
+    finally:
+        worker.kill()
+    assert_clean(s, 7 * ROWS + 1200)
