@@ -268,10 +268,10 @@ class Worker:
             # A write to memsync's own files (state.db, the copy, the text index, worker.json)
             # failed: a full disk is a degraded state that ends when space returns (issue 24);
             # anything else is a defect and stops the worker as before.
-            full = no_space(exc, self.s)
-            if full is None:
+            no_room = no_space(exc, self.s)
+            if no_room is None:
                 raise
-            self._degrade(full)
+            self._degrade(no_room)
             return self.health.backoff.delay
         except (StoreUnavailable, SourceUnavailable, EmbeddingUnavailable, StoreRefused, NoSpace) as exc:
             # An embedding endpoint that is down is no fault of the rows: they stay pending (no
