@@ -227,6 +227,9 @@ class VectorStore:
                     self._collection = None
                     self._fail_open(f"Chroma {what} failed: {exc}")
             # Other errors concern this request only; the next query tries again.
+            if stores.server_failed(exc):  # the server answered and could not read: say the cure
+                raise VectorUnavailable(f"Chroma cannot read the collection ({what}: {str(exc)[:160]}); the worker "
+                                        "recreates it, or run `memsync resync`") from exc
             raise VectorUnavailable(f"Chroma {what} failed: {exc}") from exc
 
     def ensure(self) -> None:

@@ -274,6 +274,15 @@ def _create_generation(client: Any, name: str, model_id: str, dimension: int, en
     )
 
 
+def server_failed(exc: BaseException) -> bool:
+    """True when Chroma answered a call with its internal error (HTTP 500, or the embedded
+    engine's equivalent): not a connection problem and not bad input. On a read, that is a
+    collection it cannot load (``StoreDamaged``); on a write, often a full disk."""
+    from chromadb.errors import InternalError
+
+    return isinstance(exc, InternalError)
+
+
 def store_call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` with chromadb's failures as StoreUnavailable naming ``what``."""
     try:
