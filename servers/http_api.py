@@ -7,7 +7,8 @@ library's JSON contract; the page at ``/`` is one static HTML file with a little
 
 Errors: a refused value is 400 ``{"detail": message}``; the database or store being unavailable is
 503 with the reason; anything unexpected is a 500 with a fixed message (the details go to the
-log, never to the client). Listening beyond loopback needs ``api_token``; when a token is set,
+log, never to the client). Listening beyond loopback needs ``api_token``; when a token is set
+(``Settings.bearer_token``: an empty or blank one is none),
 every endpoint but ``/``, ``/healthz`` and the OpenAPI document needs ``Authorization: Bearer``.
 A request for a foreign ``Host`` (421) or from a foreign ``Origin`` (403) is refused before any
 of this (``servers.hosts``: DNS rebinding); CORS headers only for the configured origins.
@@ -65,7 +66,7 @@ def is_loopback(host: str) -> bool:
 
 def check_binding(host: str, settings: Settings) -> None:
     """Refuse to listen beyond loopback without a token (raises ConfigError, exit 2 in the CLI)."""
-    if not is_loopback(host) and settings.api_token is None:
+    if not is_loopback(host) and settings.bearer_token is None:
         raise ConfigError(f"refusing to listen on {host} without a token: anyone who can reach it could read "
                           "the agent's memory. Set MEMSYNC_API_TOKEN (or api_token in the config file), or "
                           "listen on 127.0.0.1.")
@@ -143,7 +144,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
     requests = Requests(searcher, settings.max_query_chars)
     metrics = Metrics()
     page = files("memsync.servers").joinpath("page/index.html").read_text(encoding="utf-8")
-    token = settings.api_token.get_secret_value() if settings.api_token else None
+    token = settings.bearer_token
 
     app = FastAPI(title="memsync", version=version("memsync"), docs_url=None, redoc_url=None,
                   description="Search an AI coding agent's memory (claude-mem): hybrid semantic + full-text "

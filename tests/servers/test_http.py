@@ -119,11 +119,28 @@ def test_token_required_when_configured(served: Settings) -> None:
         assert get(server, "/healthz").status_code == 200 and get(server, "/").status_code == 200
 
 
-def test_listening_beyond_loopback_needs_a_token(served: Settings) -> None:
-    r = subprocess.run([MEMSYNC, "serve", "--host", "0.0.0.0", "--port", str(free_port())], env=server_env(served),
+@pytest.mark.parametrize("token", [None, "", " ", "\t"], ids=["unset", "empty", "blank", "tab"])
+def test_listening_beyond_loopback_needs_a_token(served: Settings, token: str | None) -> None:
+    """Issue 24: an empty or blank MEMSYNC_API_TOKEN is no token (it used to open every interface)."""
+    env = server_env(served) if token is None else server_env(served, MEMSYNC_API_TOKEN=token)
+    r = subprocess.run([MEMSYNC, "serve", "--host", "0.0.0.0", "--port", str(free_port())], env=env,
                        capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert r.returncode == 2 and "refusing to listen on 0.0.0.0 without a token" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_real_token_guards_a_server_beyond_loopback(served: Settings) -> None:
+    with HttpServer(served, host="0.0.0.0", MEMSYNC_API_TOKEN=" s3cret-token ") as server:
+        assert get(server, "/api/records/observation/1").status_code == 401
+        ok = httpx.get(server.url + "/api/records/observation/1", headers={"Authorization": "Bearer s3cret-token"},
+                       timeout=60)
+        assert ok.status_code == 200 and ok.json()["id"] == 1
+
+
+def test_a_blank_token_on_loopback_leaves_authentication_off(served: Settings) -> None:
+    """Blank is unset everywhere: on loopback the server runs without a token, as with none set."""
+    with HttpServer(served, MEMSYNC_API_TOKEN=" ") as server:
+        assert get(server, "/api/records/observation/1").status_code == 200
 
 
 def test_missing_database_fails_at_start(served: Settings, tmp_path: Any) -> None:
