@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memsync.config.claude_mem.schema import Kind, SchemaError
 from memsync.config.errors import ConfigError, MemsyncError
-from memsync.config.records import KindChoice, format_ref
+from memsync.config.records import MAX_ROW_ID, KindChoice, format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher, VectorUnavailable
 from memsync.servers.hosts import HostGuard, HostRule
@@ -258,14 +258,14 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
 
     @app.get("/api/records/{kind}/{record_id}", dependencies=guarded, summary="One full record")
     def api_record(kind: Annotated[RecordKind, Path()],
-                   record_id: Annotated[int, Path(ge=1, le=2**63 - 1)]) -> dict[str, Any]:
+                   record_id: Annotated[int, Path(ge=1, le=MAX_ROW_ID)]) -> dict[str, Any]:
         records, _ = searcher.get(Kind(kind), [record_id])
         if not records:
             raise HTTPException(404, f"no {kind} with id {record_id}")
         return records[0]
 
     @app.get("/api/similar/{observation_id}", dependencies=guarded, summary="Past work like an observation")
-    def api_similar(observation_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    def api_similar(observation_id: Annotated[int, Path(ge=1, le=MAX_ROW_ID)],
                     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 10,
                     window_days: Annotated[int, Query(ge=0, le=MAX_WINDOW_DAYS)] = 0) -> dict[str, Any]:
         try:

@@ -90,6 +90,12 @@ def test_timeline_records_similar_status_health_metrics(http_server: HttpServer)
     ("/api/records/email/1", {}, 422, "'observation', 'summary' or 'prompt'"),
     ("/api/records/observation/abc", {}, 422, "valid integer"),
     ("/api/similar/0", {}, 422, "greater than or equal to 1"),
+    ("/api/similar/" + "9" * 30, {}, 422, "less than or equal to 9223372036854775807"),
+    ("/api/records/observation/" + "9" * 30, {}, 422, "less than or equal to 9223372036854775807"),
+    ("/api/timeline", {"anchor": "0"}, 400, "record id '0' is out of range"),
+    ("/api/timeline", {"anchor": "S0"}, 400, "record id 'S0' is out of range"),
+    ("/api/timeline", {"anchor": "P-1"}, 400, "record id 'P-1' is out of range"),
+    ("/api/timeline", {"anchor": "9" * 20}, 400, "is out of range"),
 ])
 def test_bad_parameters_are_refused_with_a_message(http_server: HttpServer, path: str, params: dict[str, Any],
                                                    status: int, fragment: str) -> None:

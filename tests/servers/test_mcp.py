@@ -277,6 +277,14 @@ def test_bad_values_get_a_clear_message_not_a_trace(served: Settings) -> None:
         ("timeline", {"anchor": "#999"}, "no observation with id 999"),
         ("timeline", {}, "give an anchor"),
         ("timeline", {"anchor": "1", "depth_before": 500}, "depth_before must be an integer from 0 to 50"),
+        # Issue 24: ids past SQLite's int64 answered an empty error; id-shaped anchors became queries.
+        ("find_similar", {"observation_id": 10**30}, "record id 1000000000000000000000000000000 is out of range"),
+        ("find_similar", {"observation_id": "#" + "9" * 25}, "is out of range"),
+        ("get_observations", {"ids": [10**30, 1]}, "is out of range"),
+        ("timeline", {"anchor": "0"}, "record id '0' is out of range"),
+        ("timeline", {"anchor": "S0"}, "record id 'S0' is out of range"),
+        ("timeline", {"anchor": "P-1"}, "record id 'P-1' is out of range"),
+        ("timeline", {"anchor": "9" * 20}, "is out of range"),
     ]
 
     async def body(client: Client) -> list[CallToolResult]:
