@@ -39,11 +39,11 @@ from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher, VectorUnavailable
 from memsync.servers.hosts import HostGuard, HostRule
 from memsync.servers.params import MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS, BadRequest, Requests, SearchArgs
+from memsync.servers.wire import H11_MAX_HEAD, MAX_QUERY_STRING, QUERY_TOO_LONG, protocol_class
 
 log = logging.getLogger("memsync.http")
 
 RecordKind = Literal["observation", "summary", "prompt"]
-MAX_QUERY_STRING = 56 * 1024  # bytes; 4,000 emoji percent-encoded (48 KB) plus the other parameters fit
 MAX_BODY = 64 * 1024  # bytes; no endpoint takes a body
 # File paths in messages (database, data directory) stay on the server: clients get "<path>".
 _PATH = re.compile(r"(?<![\w.:/])(?:~|\.{1,2})?(?:/[^\s/:'\"(),;]+)+/?")
@@ -122,6 +122,25 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+class HeadAsGet:
+    """ASGI middleware: HEAD answered as the GET of the same URL, without its body. RFC 9110 asks
+    HEAD wherever GET works, and FastAPI's routes take only the methods they name (issue 24:
+    ``HEAD /`` was 405). The GET's headers stay, Content-Length included, as HEAD wants."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headless(message: Message) -> None:
+            await send({**message, "body": b""} if message["type"] == "http.response.body" else message)
+
+        await self.app({**scope, "method": "GET"}, receive, headless)
+
+
 class Metrics:
     """The server's own Prometheus figures, in a registry of their own."""
 
@@ -161,13 +180,14 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
 
     guarded = [Depends(authorized)]
 
-    # Outermost last: measure → HostGuard → CORS (configured origins only) → BodyLimit → routes.
+    # Outermost last: measure → HEAD as GET → HostGuard → CORS (configured origins only) → BodyLimit → routes.
     rule = HostRule.of(settings, host or settings.serve_host, port or settings.serve_port)
     app.add_middleware(BodyLimit, limit=MAX_BODY)
     if rule.cors:
         app.add_middleware(CORSMiddleware, allow_origins=list(rule.cors), allow_methods=["GET"],
                            allow_headers=["Authorization"], allow_credentials=False)
     app.add_middleware(HostGuard, rule=rule)
+    app.add_middleware(HeadAsGet)
 
     @app.middleware("http")
     async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -175,8 +195,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         # Every endpoint is a GET with a short query string: refuse anything bigger before it is read
         # (bodies: BodyLimit).
         if len(request.scope.get("query_string", b"")) > MAX_QUERY_STRING:
-            response: Response = JSONResponse({"detail": f"query string longer than {MAX_QUERY_STRING} bytes"},
-                                              status_code=414)
+            response: Response = JSONResponse({"detail": QUERY_TOO_LONG}, status_code=414)
         else:
             response = await call_next(request)
         route = request.scope.get("route")
@@ -302,5 +321,7 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     host = host or settings.serve_host
     port = port or settings.serve_port
     check_binding(host, settings)
+    # servers.wire: a URL too long to parse, or a malformed request, answered in JSON too.
     uvicorn.run(create_app(settings, host=host, port=port), host=host, port=port, log_level="warning",
-                limit_concurrency=64, timeout_graceful_shutdown=5)
+                limit_concurrency=64, timeout_graceful_shutdown=5, http=protocol_class(),
+                h11_max_incomplete_event_size=H11_MAX_HEAD)

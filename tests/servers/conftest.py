@@ -75,8 +75,9 @@ class HttpServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("w")
         where = ["--host", host] if host else []
-        self.proc = subprocess.Popen([MEMSYNC, "serve", "--port", str(self.port), *where], env=server_env(settings, **env),
-                                     stdout=subprocess.DEVNULL, stderr=self._log, cwd=ROOT)
+        self.proc = subprocess.Popen([MEMSYNC, "serve", "--port", str(self.port), *where],
+                                     env=server_env(settings, **env), stdout=subprocess.DEVNULL, stderr=self._log,
+                                     cwd=ROOT)
 
     def __enter__(self) -> HttpServer:
         deadline = time.monotonic() + 60

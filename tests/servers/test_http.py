@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import subprocess
 from typing import Any
 
@@ -122,6 +124,7 @@ def test_token_required_when_configured(served: Settings) -> None:
                        headers={"Authorization": "Bearer s3cret-token"}, timeout=60)
         assert ok.status_code == 200 and ok.json()["results"]
         assert get(server, "/metrics").status_code == 401
+        assert httpx.head(server.url + "/api/status", timeout=60).status_code == 401  # HEAD is guarded as GET
         assert get(server, "/healthz").status_code == 200 and get(server, "/").status_code == 200
 
 
@@ -210,5 +213,31 @@ def test_api_fuzz_finds_no_server_errors(http_server: HttpServer) -> None:
 def test_oversized_requests_are_refused_before_reading(http_server: HttpServer) -> None:
     r = httpx.get(http_server.url + "/api/search", params={"q": "x" * 60_000}, timeout=60)
     assert r.status_code == 414 and "query string longer" in r.json()["detail"]
+    # Issue 24: past 64 KB uvicorn's parser refused the URL with a plain-text 400 (servers.wire).
+    # httpx refuses such a URL itself: the standard library's client sends it.
+    conn = http.client.HTTPConnection("127.0.0.1", http_server.port, timeout=60)
+    try:
+        conn.request("GET", "/api/search?q=" + "x" * 66_000)
+        answer = conn.getresponse()
+        assert answer.status == 414 and answer.getheader("content-type") == "application/json"
+        assert json.loads(answer.read()) == {"detail": "URL longer than 65535 bytes; a query string may have at "
+                                                       "most 57344"}
+    finally:
+        conn.close()
     r = httpx.request("GET", http_server.url + "/api/search", content=b"x" * 70_000, timeout=60)
     assert r.status_code == 413 and "body larger" in r.json()["detail"]
+
+
+def test_head_answers_wherever_get_does(http_server: HttpServer) -> None:
+    """Issue 24: ``HEAD /`` was 405. HEAD gets the GET's status and headers, without the body."""
+    for path in ("/", "/healthz", "/openapi.json", "/api/records/observation/1", "/api/search?q=uploads",
+                 "/api/status", "/metrics"):
+        head = httpx.head(http_server.url + path, timeout=60)
+        got = httpx.get(http_server.url + path, timeout=60)
+        assert head.status_code == got.status_code == 200, (path, head.status_code)
+        assert head.content == b"" and head.headers["content-type"] == got.headers["content-type"], path
+        if path in ("/", "/healthz", "/openapi.json", "/api/records/observation/1"):  # the same body each time
+            assert head.headers["content-length"] == got.headers["content-length"] == str(len(got.content)), path
+    assert httpx.head(http_server.url + "/api/records/observation/999", timeout=60).status_code == 404
+    assert httpx.head(http_server.url + "/nowhere", timeout=60).status_code == 404
+    assert httpx.post(http_server.url + "/", timeout=60).status_code == 405  # only HEAD joins GET
