@@ -19,7 +19,6 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version
@@ -39,21 +38,13 @@ from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher, VectorUnavailable
 from memsync.servers.hosts import HostGuard, HostRule
 from memsync.servers.params import MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS, BadRequest, Requests, SearchArgs
+from memsync.servers.redact import public
 from memsync.servers.wire import H11_MAX_HEAD, MAX_QUERY_STRING, QUERY_TOO_LONG, protocol_class
 
 log = logging.getLogger("memsync.http")
 
 RecordKind = Literal["observation", "summary", "prompt"]
 MAX_BODY = 64 * 1024  # bytes; no endpoint takes a body
-# File paths in messages (database, data directory) stay on the server: clients get "<path>".
-_PATH = re.compile(r"(?<![\w.:/])(?:~|\.{1,2})?(?:/[^\s/:'\"(),;]+)+/?")
-
-
-def public(text: str | None) -> str | None:
-    """A message fit for a client: file paths replaced by ``<path>``."""
-    return _PATH.sub("<path>", text) if text else text
-
-
 def is_loopback(host: str) -> bool:
     """Whether ``host`` only accepts connections from this machine."""
     if host == "localhost":
@@ -206,17 +197,17 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
 
     @app.exception_handler(BadRequest)
     async def bad_request(request: Request, exc: BadRequest) -> JSONResponse:
-        return JSONResponse({"detail": public(str(exc))}, status_code=400)
+        return JSONResponse({"detail": public(str(exc), settings)}, status_code=400)
 
     @app.exception_handler(MemsyncError)
     async def unavailable(request: Request, exc: MemsyncError) -> JSONResponse:
         log.warning("%s: %s", request.url.path, exc)
-        return JSONResponse({"detail": public(str(exc))}, status_code=503)
+        return JSONResponse({"detail": public(str(exc), settings)}, status_code=503)
 
     @app.exception_handler(SchemaError)
     async def bad_database(request: Request, exc: SchemaError) -> JSONResponse:
         log.warning("%s: %s", request.url.path, exc)
-        return JSONResponse({"detail": public(str(exc))}, status_code=503)
+        return JSONResponse({"detail": public(str(exc), settings)}, status_code=503)
 
     @app.exception_handler(QueryTimeout)
     async def too_slow(request: Request, exc: QueryTimeout) -> JSONResponse:
@@ -261,7 +252,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         resp = requests.search(SearchArgs(q, kind, project, type, concept, file, date_from, date_to, window_days, order,
                                           limit, offset, full, platform))
         metrics.modes.labels(resp.mode.value).inc()
-        return {**resp.to_json(), "reason": public(resp.reason), "limit": limit, "offset": offset}
+        return {**resp.to_json(), "reason": public(resp.reason, settings), "limit": limit, "offset": offset}
 
     @app.get("/api/timeline", dependencies=guarded, summary="Records around an anchor, oldest first")
     def api_timeline(
@@ -293,7 +284,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
             if str(exc).startswith("no observation"):
                 raise HTTPException(404, str(exc)) from None
             raise
-        return {"observation": observation_id, "mode": mode, "reason": public(reason),
+        return {"observation": observation_id, "mode": mode, "reason": public(reason, settings),
                 "near_duplicate_threshold": settings.near_duplicate, "results": [r.to_json() for r in results]}
 
     @app.get("/api/status", dependencies=guarded, summary="Worker state, lag, Chroma reachability, counts")
@@ -301,13 +292,14 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         from memsync.worker.status import status
 
         report = status(settings).as_dict()
-        worker = {k: public(v) if isinstance(v, str) else v for k, v in report["worker"].items() if k != "db"}
-        failures = [{**f, "reason": public(f.get("reason"))} for f in report["failures"]]
+        worker = {k: public(v, settings) if isinstance(v, str) else v
+                  for k, v in report["worker"].items() if k != "db"}
+        failures = [{**f, "reason": public(f.get("reason"), settings)} for f in report["failures"]]
         try:
             searcher.vector.ensure()
             reachable, reason = True, None
         except VectorUnavailable as exc:
-            reachable, reason = False, public(str(exc))
+            reachable, reason = False, public(str(exc), settings)
         return {**report, "worker": worker, "failures": failures,
                 "chroma": {"reachable": reachable, "reason": reason, "mode": settings.chroma_mode}}
 

@@ -312,6 +312,9 @@ def test_tools_work_with_the_vector_sidecar_down(served: Settings, tmp_path: Any
     assert not any(err for err, _ in got.values()), got
     head = got["search"][1].splitlines()[0]
     assert head.startswith("mode: lexical_fallback (") and "no managed Chroma server" in head
+    # Issue 24: the reason names the data directory without its path.
+    assert "running for the data directory" in head, head
+    assert not any(str(tmp_path) in text for _, text in got.values())
     assert {"#1", "#4"} <= set(refs(got["search"][1]))
     assert "mode: lexical_fallback" in got["similar"][1] and refs(got["similar"][1])
     assert "## #1 " in got["get"][1]
