@@ -364,3 +364,24 @@ def test_streamable_http_transport_on_loopback(served: Settings) -> None:
         finally:
             proc.terminate()
             proc.wait(10)
+
+
+def test_an_unexpected_error_gets_a_fixed_message_not_an_empty_one(tmp_path: Any) -> None:
+    """Issue 24: an OverflowError inside a tool reached the agent as an empty error."""
+    from typing import cast
+
+    from memsync.search import Searcher
+    from memsync.servers.mcp_tools import build_server
+
+    class Broken:
+        def similar(self, *args: Any) -> Any:
+            raise OverflowError("Python int too large to convert to SQLite INTEGER")
+
+    settings = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data")
+
+    async def run() -> CallToolResult:
+        async with Client(build_server(settings, cast(Searcher, Broken()))) as client:
+            return await client.call_tool("find_similar", {"observation_id": 5})
+
+    result = asyncio.run(run())
+    assert result.is_error and text_of(result).endswith(": internal error (details are in the server's log)")
