@@ -285,6 +285,8 @@ def test_bad_values_get_a_clear_message_not_a_trace(served: Settings) -> None:
         ("timeline", {"anchor": "S0"}, "record id 'S0' is out of range"),
         ("timeline", {"anchor": "P-1"}, "record id 'P-1' is out of range"),
         ("timeline", {"anchor": "9" * 20}, "is out of range"),
+        ("find_similar", {"observation_id": 5, "limit": 10**30}, "limit must be an integer from 1 to 100, got 1000"),
+        ("search", {"window_days": 10**30}, "window_days must be an integer from 0 to 36500"),
     ]
 
     async def body(client: Client) -> list[CallToolResult]:

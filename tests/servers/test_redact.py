@@ -33,3 +33,4 @@ def test_without_settings_every_path_is_hidden() -> None:
 def test_a_relative_data_directory_is_not_matched_as_a_word() -> None:
     relative = SETTINGS.model_copy(update={"data_dir": Path("data")})
     assert public("the data in data/x is fine", relative) == "the data in data/x is fine"
+
