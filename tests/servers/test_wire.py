@@ -16,6 +16,8 @@ from starlette.types import Receive, Scope, Send
 from memsync.servers.wire import H11_MAX_HEAD, MAX_QUERY_STRING, MAX_URL, JsonH11Protocol, protocol_class
 from tests.conftest import free_port
 
+pytestmark = pytest.mark.slow  # real uvicorn servers (in threads)
+
 
 async def ok(scope: Scope, receive: Receive, send: Send) -> None:
     """An app that answers every request it is given 200 ``ok``."""
