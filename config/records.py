@@ -18,7 +18,12 @@ from memsync.config.claude_mem.schema import KINDS, Kind
 
 REF_PREFIX: dict[Kind, str] = {Kind.OBSERVATION: "#", Kind.SUMMARY: "#S", Kind.PROMPT: "#P"}
 # "123", "#123", "S12", "#S12", "P5", "#P5" (and O123): the ids the index format prints.
-_REF = re.compile(r"#?\s*([SsPpOo]?)\s*(\d{1,18})")
+_REF = re.compile(r"#?\s*([SsPpOo]?)\s*(\d+)")
+# Text written as a record id, whatever its number ("0", "S0", "P-1", twenty digits): refused as an
+# id, never taken for a query or a date (issue 24).
+_REF_SHAPED = re.compile(r"#?\s*[SsPpOo]?\s*[-+]?\d+")
+_HINT = "use 123 or #123 for an observation, S12 for a session summary, P5 for a user prompt"
+MAX_ROW_ID = 2**63 - 1  # SQLite's largest rowid (a signed 64-bit integer); past it a bound parameter overflows
 _REF_KINDS = {"": Kind.OBSERVATION, "o": Kind.OBSERVATION, "s": Kind.SUMMARY, "p": Kind.PROMPT}
 
 # The names a user types for a kind: the public plural names first (CLI, HTTP, MCP choices).
@@ -41,6 +46,20 @@ class RecordRefError(ValueError):
     """Text that is not a record reference, an ISO date or a kind name; the message says what is."""
 
 
+class InvalidRecordId(RecordRefError):
+    """A value written as a record id whose number no record can have (0, negative, past SQLite's
+    64-bit range): the caller refuses it rather than reading it as anything else."""
+
+
+def valid_row_id(row_id: int) -> bool:
+    """Whether ``row_id`` can be a record's id (1 to SQLite's largest rowid)."""
+    return 1 <= row_id <= MAX_ROW_ID
+
+
+def _out_of_range(shown: str) -> InvalidRecordId:
+    return InvalidRecordId(f"record id {shown} is out of range: ids are 1 to {MAX_ROW_ID} ({_HINT})")
+
+
 def format_ref(kind: Kind, row_id: int) -> str:
     """The printed id of a record: ``#123``, ``#S12``, ``#P5``."""
     return f"{REF_PREFIX[kind]}{row_id}"
@@ -49,18 +68,23 @@ def format_ref(kind: Kind, row_id: int) -> str:
 def parse_record_ref(value: str | int) -> tuple[Kind, int]:
     """``123``/``#123`` (observation), ``S12``/``#S12`` (summary), ``P5``/``#P5`` (prompt).
 
-    Raises RecordRefError for anything else (a bare int must be a positive observation id)."""
+    Raises InvalidRecordId for a number no record can have (an int, or text shaped like an id:
+    ``0``, ``S0``, ``P-1``, past SQLite's 64-bit range), RecordRefError for anything else."""
     if isinstance(value, bool):
-        raise RecordRefError(f"not a record id: {value!r}")
+        raise RecordRefError(f"not a record id: {value!r} ({_HINT})")
     if isinstance(value, int):
-        if value < 1:
-            raise RecordRefError(f"record ids are positive integers, got {value}")
+        if not valid_row_id(value):
+            # str() of an int past 4,300 digits raises: a huge number is only described.
+            raise _out_of_range(str(value) if value.bit_length() < 256 else "a number that large")
         return Kind.OBSERVATION, value
-    m = _REF.fullmatch(str(value).strip())
-    if not m or int(m.group(2)) < 1:
-        raise RecordRefError(f"not a record id: {str(value)[:40]!r} (use 123 or #123 for an observation, "
-                             "S12 for a session summary, P5 for a user prompt)")
-    return _REF_KINDS[m.group(1).lower()], int(m.group(2))
+    text = str(value).strip()
+    m = _REF.fullmatch(text)
+    digits = m.group(2).lstrip("0") if m else ""
+    if m and len(digits) <= len(str(MAX_ROW_ID)) and valid_row_id(int(digits or "0")):
+        return _REF_KINDS[m.group(1).lower()], int(digits)
+    if _REF_SHAPED.fullmatch(text):
+        raise _out_of_range(repr(text[:40]))
+    raise RecordRefError(f"not a record id: {text[:40]!r} ({_HINT})")
 
 
 def parse_kinds(names: str | list[str] | tuple[str, ...] | None) -> tuple[Kind, ...]:

@@ -239,7 +239,8 @@ class Settings(BaseSettings):
     serve_host: str = Field("127.0.0.1", description="memsync serve / mcp --http: address to listen on.")
     serve_port: int = Field(8787, ge=1, le=65535, description="memsync serve: HTTP port.")
     api_token: SecretStr | None = Field(
-        None, description="Bearer token the HTTP servers require; mandatory when listening beyond loopback."
+        None, description="Bearer token the HTTP servers require; mandatory when listening beyond loopback "
+        "(empty or blank = unset).",
     )
     rerank_provider: Literal["none", "openai"] = Field(
         "none", description="Search: rerank the best fused candidates with a cross-encoder; `openai`: an "
@@ -332,6 +333,23 @@ class Settings(BaseSettings):
         if info.data.get("rerank_provider") == "openai" and not value.strip():
             raise ValueError("rerank_provider=openai needs a model name (MEMSYNC_RERANK_MODEL)")
         return value
+
+    @field_validator("api_token", mode="after")
+    @classmethod
+    def _blank_token_is_none(cls, value: SecretStr | None) -> SecretStr | None:
+        # Issue 24: MEMSYNC_API_TOKEN="" used to count as "set" for the refusal to listen beyond
+        # loopback and as "off" for the auth check, so the API served every interface unguarded.
+        # A header value carries no surrounding whitespace, so the token is stripped too.
+        token = value.get_secret_value().strip() if value is not None else ""
+        return SecretStr(token) if token else None
+
+    @property
+    def bearer_token(self) -> str | None:
+        """The token the HTTP servers require, or None when authentication is off: the one rule
+        for every site that asks (settings display, the refusal to listen beyond loopback, the
+        auth check). Checks again for blank: ``model_copy(update=...)`` skips the validator."""
+        token = self.api_token.get_secret_value().strip() if self.api_token is not None else ""
+        return token or None
 
     @field_validator("chroma_api_key", mode="after")
     @classmethod
@@ -493,7 +511,9 @@ def describe(loaded: LoadedSettings) -> list[dict[str, Any]]:
     rows = []
     for name, field in Settings.model_fields.items():
         value = getattr(loaded.settings, name)
-        if name in SECRET_KEYS:
+        if name == "api_token":
+            value = "set" if loaded.settings.bearer_token else "unset"
+        elif name in SECRET_KEYS:
             value = "set" if value is not None else "unset"
         rows.append(
             {

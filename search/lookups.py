@@ -14,7 +14,7 @@ import numpy as np
 
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.docids import possible_doc_ids
-from memsync.config.records import RecordRefError, ms_from_iso, parse_record_ref
+from memsync.config.records import InvalidRecordId, RecordRefError, ms_from_iso, parse_record_ref, valid_row_id
 from memsync.config.settings import Settings
 from memsync.search import fts, hydrate
 from memsync.search.hydrate import PageEntry
@@ -72,10 +72,11 @@ class Lookups(ABC):
         return self.find_by(Filters(project=kw.pop("project", None), types=wanted), query, (Kind.OBSERVATION,), **kw)
 
     def get(self, kind: Kind, ids: Sequence[int]) -> tuple[list[dict[str, Any]], list[int]]:
-        """Full records in the requested order, and the ids that do not exist."""
+        """Full records in the requested order, and the ids that do not exist (an id past
+        SQLite's 64-bit range cannot: it is not sent to SQLite, where it would overflow)."""
         rows = self._rows()
         try:
-            found = hydrate.records(rows, kind, list(ids))
+            found = hydrate.records(rows, kind, [i for i in ids if valid_row_id(i)])
         finally:
             rows.close()
         return [found[i] for i in ids if i in found], [i for i in ids if i not in found]
@@ -141,6 +142,8 @@ class Lookups(ABC):
         text = anchor.strip()
         try:
             kind, i = parse_record_ref(text)
+        except InvalidRecordId as exc:  # "0", "S0", "P-1", past int64: a wrong id, not a query
+            raise SearchError(str(exc)) from None
         except RecordRefError:
             pass
         else:
@@ -163,6 +166,10 @@ class Lookups(ABC):
         """Past rows most like an observation, best first; ``field == 'near_duplicate'`` marks rows
         at or above the near-duplicate cosine (settings.near_duplicate). Falls back to a lexical
         search on the observation's own text when Chroma cannot answer."""
+        try:
+            parse_record_ref(observation_id)  # an id past SQLite's 64-bit range would overflow there
+        except RecordRefError as exc:
+            raise SearchError(str(exc)) from None
         rows = self._rows()
         try:
             found = hydrate.records(rows, Kind.OBSERVATION, [observation_id])

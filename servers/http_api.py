@@ -7,7 +7,8 @@ library's JSON contract; the page at ``/`` is one static HTML file with a little
 
 Errors: a refused value is 400 ``{"detail": message}``; the database or store being unavailable is
 503 with the reason; anything unexpected is a 500 with a fixed message (the details go to the
-log, never to the client). Listening beyond loopback needs ``api_token``; when a token is set,
+log, never to the client). Listening beyond loopback needs ``api_token``; when a token is set
+(``Settings.bearer_token``: an empty or blank one is none),
 every endpoint but ``/``, ``/healthz`` and the OpenAPI document needs ``Authorization: Bearer``.
 A request for a foreign ``Host`` (421) or from a foreign ``Origin`` (403) is refused before any
 of this (``servers.hosts``: DNS rebinding); CORS headers only for the configured origins.
@@ -18,7 +19,6 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version
@@ -33,26 +33,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memsync.config.claude_mem.schema import Kind, SchemaError
 from memsync.config.errors import ConfigError, MemsyncError
-from memsync.config.records import KindChoice, format_ref
+from memsync.config.records import MAX_ROW_ID, KindChoice, format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher, VectorUnavailable
 from memsync.servers.hosts import HostGuard, HostRule
 from memsync.servers.params import MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS, BadRequest, Requests, SearchArgs
+from memsync.servers.redact import public
+from memsync.servers.wire import H11_MAX_HEAD, MAX_QUERY_STRING, QUERY_TOO_LONG, protocol_class
 
 log = logging.getLogger("memsync.http")
 
 RecordKind = Literal["observation", "summary", "prompt"]
-MAX_QUERY_STRING = 56 * 1024  # bytes; 4,000 emoji percent-encoded (48 KB) plus the other parameters fit
 MAX_BODY = 64 * 1024  # bytes; no endpoint takes a body
-# File paths in messages (database, data directory) stay on the server: clients get "<path>".
-_PATH = re.compile(r"(?<![\w.:/])(?:~|\.{1,2})?(?:/[^\s/:'\"(),;]+)+/?")
-
-
-def public(text: str | None) -> str | None:
-    """A message fit for a client: file paths replaced by ``<path>``."""
-    return _PATH.sub("<path>", text) if text else text
-
-
 def is_loopback(host: str) -> bool:
     """Whether ``host`` only accepts connections from this machine."""
     if host == "localhost":
@@ -65,7 +57,7 @@ def is_loopback(host: str) -> bool:
 
 def check_binding(host: str, settings: Settings) -> None:
     """Refuse to listen beyond loopback without a token (raises ConfigError, exit 2 in the CLI)."""
-    if not is_loopback(host) and settings.api_token is None:
+    if not is_loopback(host) and settings.bearer_token is None:
         raise ConfigError(f"refusing to listen on {host} without a token: anyone who can reach it could read "
                           "the agent's memory. Set MEMSYNC_API_TOKEN (or api_token in the config file), or "
                           "listen on 127.0.0.1.")
@@ -121,6 +113,25 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+class HeadAsGet:
+    """ASGI middleware: HEAD answered as the GET of the same URL, without its body. RFC 9110 asks
+    HEAD wherever GET works, and FastAPI's routes take only the methods they name (issue 24:
+    ``HEAD /`` was 405). The GET's headers stay, Content-Length included, as HEAD wants."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headless(message: Message) -> None:
+            await send({**message, "body": b""} if message["type"] == "http.response.body" else message)
+
+        await self.app({**scope, "method": "GET"}, receive, headless)
+
+
 class Metrics:
     """The server's own Prometheus figures, in a registry of their own."""
 
@@ -143,7 +154,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
     requests = Requests(searcher, settings.max_query_chars)
     metrics = Metrics()
     page = files("memsync.servers").joinpath("page/index.html").read_text(encoding="utf-8")
-    token = settings.api_token.get_secret_value() if settings.api_token else None
+    token = settings.bearer_token
 
     app = FastAPI(title="memsync", version=version("memsync"), docs_url=None, redoc_url=None,
                   description="Search an AI coding agent's memory (claude-mem): hybrid semantic + full-text "
@@ -160,13 +171,14 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
 
     guarded = [Depends(authorized)]
 
-    # Outermost last: measure → HostGuard → CORS (configured origins only) → BodyLimit → routes.
+    # Outermost last: measure → HEAD as GET → HostGuard → CORS (configured origins only) → BodyLimit → routes.
     rule = HostRule.of(settings, host or settings.serve_host, port or settings.serve_port)
     app.add_middleware(BodyLimit, limit=MAX_BODY)
     if rule.cors:
         app.add_middleware(CORSMiddleware, allow_origins=list(rule.cors), allow_methods=["GET"],
                            allow_headers=["Authorization"], allow_credentials=False)
     app.add_middleware(HostGuard, rule=rule)
+    app.add_middleware(HeadAsGet)
 
     @app.middleware("http")
     async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -174,8 +186,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         # Every endpoint is a GET with a short query string: refuse anything bigger before it is read
         # (bodies: BodyLimit).
         if len(request.scope.get("query_string", b"")) > MAX_QUERY_STRING:
-            response: Response = JSONResponse({"detail": f"query string longer than {MAX_QUERY_STRING} bytes"},
-                                              status_code=414)
+            response: Response = JSONResponse({"detail": QUERY_TOO_LONG}, status_code=414)
         else:
             response = await call_next(request)
         route = request.scope.get("route")
@@ -186,17 +197,17 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
 
     @app.exception_handler(BadRequest)
     async def bad_request(request: Request, exc: BadRequest) -> JSONResponse:
-        return JSONResponse({"detail": public(str(exc))}, status_code=400)
+        return JSONResponse({"detail": public(str(exc), settings)}, status_code=400)
 
     @app.exception_handler(MemsyncError)
     async def unavailable(request: Request, exc: MemsyncError) -> JSONResponse:
         log.warning("%s: %s", request.url.path, exc)
-        return JSONResponse({"detail": public(str(exc))}, status_code=503)
+        return JSONResponse({"detail": public(str(exc), settings)}, status_code=503)
 
     @app.exception_handler(SchemaError)
     async def bad_database(request: Request, exc: SchemaError) -> JSONResponse:
         log.warning("%s: %s", request.url.path, exc)
-        return JSONResponse({"detail": public(str(exc))}, status_code=503)
+        return JSONResponse({"detail": public(str(exc), settings)}, status_code=503)
 
     @app.exception_handler(QueryTimeout)
     async def too_slow(request: Request, exc: QueryTimeout) -> JSONResponse:
@@ -241,7 +252,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         resp = requests.search(SearchArgs(q, kind, project, type, concept, file, date_from, date_to, window_days, order,
                                           limit, offset, full, platform))
         metrics.modes.labels(resp.mode.value).inc()
-        return {**resp.to_json(), "reason": public(resp.reason), "limit": limit, "offset": offset}
+        return {**resp.to_json(), "reason": public(resp.reason, settings), "limit": limit, "offset": offset}
 
     @app.get("/api/timeline", dependencies=guarded, summary="Records around an anchor, oldest first")
     def api_timeline(
@@ -257,14 +268,14 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
 
     @app.get("/api/records/{kind}/{record_id}", dependencies=guarded, summary="One full record")
     def api_record(kind: Annotated[RecordKind, Path()],
-                   record_id: Annotated[int, Path(ge=1, le=2**63 - 1)]) -> dict[str, Any]:
+                   record_id: Annotated[int, Path(ge=1, le=MAX_ROW_ID)]) -> dict[str, Any]:
         records, _ = searcher.get(Kind(kind), [record_id])
         if not records:
             raise HTTPException(404, f"no {kind} with id {record_id}")
         return records[0]
 
     @app.get("/api/similar/{observation_id}", dependencies=guarded, summary="Past work like an observation")
-    def api_similar(observation_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    def api_similar(observation_id: Annotated[int, Path(ge=1, le=MAX_ROW_ID)],
                     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 10,
                     window_days: Annotated[int, Query(ge=0, le=MAX_WINDOW_DAYS)] = 0) -> dict[str, Any]:
         try:
@@ -273,7 +284,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
             if str(exc).startswith("no observation"):
                 raise HTTPException(404, str(exc)) from None
             raise
-        return {"observation": observation_id, "mode": mode, "reason": public(reason),
+        return {"observation": observation_id, "mode": mode, "reason": public(reason, settings),
                 "near_duplicate_threshold": settings.near_duplicate, "results": [r.to_json() for r in results]}
 
     @app.get("/api/status", dependencies=guarded, summary="Worker state, lag, Chroma reachability, counts")
@@ -281,13 +292,14 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         from memsync.worker.status import status
 
         report = status(settings).as_dict()
-        worker = {k: public(v) if isinstance(v, str) else v for k, v in report["worker"].items() if k != "db"}
-        failures = [{**f, "reason": public(f.get("reason"))} for f in report["failures"]]
+        worker = {k: public(v, settings) if isinstance(v, str) else v
+                  for k, v in report["worker"].items() if k != "db"}
+        failures = [{**f, "reason": public(f.get("reason"), settings)} for f in report["failures"]]
         try:
             searcher.vector.ensure()
             reachable, reason = True, None
         except VectorUnavailable as exc:
-            reachable, reason = False, public(str(exc))
+            reachable, reason = False, public(str(exc), settings)
         return {**report, "worker": worker, "failures": failures,
                 "chroma": {"reachable": reachable, "reason": reason, "mode": settings.chroma_mode}}
 
@@ -301,5 +313,7 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     host = host or settings.serve_host
     port = port or settings.serve_port
     check_binding(host, settings)
+    # servers.wire: a URL too long to parse, or a malformed request, answered in JSON too.
     uvicorn.run(create_app(settings, host=host, port=port), host=host, port=port, log_level="warning",
-                limit_concurrency=64, timeout_graceful_shutdown=5)
+                limit_concurrency=64, timeout_graceful_shutdown=5, http=protocol_class(),
+                h11_max_incomplete_event_size=H11_MAX_HEAD)

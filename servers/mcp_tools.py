@@ -12,8 +12,10 @@ HTTP API (``servers.hosts``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from importlib.metadata import version
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -42,8 +44,10 @@ from memsync.servers.params import (
     SearchArgs,
     parse_ref,
 )
+from memsync.servers.redact import public
 
 F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("memsync.mcp")
 
 
 def instructions(window_days: int) -> str:
@@ -93,16 +97,22 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
 
 
 @contextmanager
-def answers() -> Iterator[None]:
-    """Expected failures become tool errors with a readable message; the rest stay on the server."""
+def answers(settings: Settings | None = None) -> Iterator[None]:
+    """Expected failures become tool errors with a readable message, file paths left out
+    (``servers.redact``); the rest stay on the server."""
     try:
         yield
     except BadRequest as exc:
         raise ToolError(str(exc)) from None
     except QueryTimeout as exc:
-        raise ToolError(f"the database did not answer in time ({exc}); try a narrower query") from None
+        raise ToolError(f"the database did not answer in time ({public(str(exc), settings)}); "
+                        "try a narrower query") from None
     except (MemsyncError, SchemaError) as exc:
-        raise ToolError(str(exc)) from None
+        raise ToolError(public(str(exc), settings) or type(exc).__name__) from None
+    except Exception:
+        # Issue 24: an unexpected error (an OverflowError) reached the agent as an empty message.
+        log.exception("unexpected error in an MCP tool")
+        raise ToolError("internal error (details are in the server's log)") from None
 
 
 def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPServer:
@@ -127,14 +137,16 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
                               structured_content=data().content() if structured else None)
 
     def search_answer(resp: Response, offset: int, full: bool) -> CallToolResult:
+        # The degraded reason without the data directory's path (issue 24).
+        resp = replace(resp, reason=public(resp.reason, settings))
         return answer(render.search_markdown(resp, offset, full), lambda: out.search_output(resp, offset))
 
     def run_search(args: SearchArgs) -> CallToolResult:
-        with answers():
+        with answers(settings):
             return search_answer(requests.search(args), args.offset, args.full)
 
     def run_find(by: FindBy, value: str | list[str], args: FindArgs) -> CallToolResult:
-        with answers():
+        with answers(settings):
             return search_answer(requests.find_by(by, value, args), args.offset, args.full)
 
     @tool("Search memory")
@@ -213,7 +225,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
                  project: Project = None) -> TimelineAnswer:
         """What happened around a moment: observations, summaries and prompts mixed, oldest
         first, the anchor marked. Use after a search to see the context of a result."""
-        with answers():
+        with answers(settings):
             results, key = requests.timeline(anchor, query, depth_before, depth_after, project)
             return answer(render.timeline_markdown(results, key), lambda: out.timeline_output(results, key))
 
@@ -222,7 +234,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
                        limit: Annotated[int, Field(description=f"Records, 1-{MAX_LIMIT}.")] = 10) -> RecentAnswer:
         """The newest session summaries and observations (of a project), newest first: a quick
         catch-up at the start of a session."""
-        with answers():
+        with answers(settings):
             results = requests.recent(project, limit)
             return answer(render.recent_markdown(results, project), lambda: out.recent_output(results, project))
 
@@ -232,7 +244,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
     ) -> RecordsAnswer:
         """Full records by id, in the order given (observations, and summaries or prompts by their
         S/P ids). Ids that do not exist are listed at the end."""
-        with answers():
+        with answers(settings):
             records, missing = requests.get(ids)
             return answer(render.records_markdown(records, missing), lambda: out.records_output(records, missing))
 
@@ -243,8 +255,9 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
                          description="Only this many recent days; default all time.")] = 0) -> SimilarAnswer:
         """Past work most like one observation, best first; near-duplicates (the same thing
         recorded again) are flagged. Use to check whether something was done before."""
-        with answers():
+        with answers(settings):
             results, mode, reason = requests.similar(observation_id, limit, window_days)
+            reason = public(reason, settings)
             ref = format_ref(*parse_ref(observation_id))
             return answer(render.similar_markdown(ref, results, mode, reason, settings.near_duplicate),
                           lambda: out.similar_output(ref, results, mode, reason, settings.near_duplicate))

@@ -53,7 +53,9 @@ def parse_date(value: str | datetime | None, name: str) -> datetime | None:
 def bounded(value: int, name: str, low: int, high: int) -> int:
     """``value`` if ``low <= value <= high``, else a BadRequest naming the range."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise BadRequest(f"{name} must be an integer from {low} to {high}, got {value!r}")
+        # repr() of an int past 4,300 digits raises: a huge one is only described.
+        shown = "a larger number" if isinstance(value, int) and value.bit_length() > 256 else repr(value)[:40]
+        raise BadRequest(f"{name} must be an integer from {low} to {high}, got {shown}")
     return value
 
 

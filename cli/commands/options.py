@@ -45,9 +45,17 @@ def fail(message: str, code: int = EXIT_FAIL) -> NoReturn:
     sys.exit(code)
 
 
+# A default computed when the settings load has no value to print (issue 24: help said
+# "default PydanticUndefined"): the help names where it comes from; `memsync settings` shows it.
+COMPUTED_DEFAULTS = {"db": "where claude-mem keeps it, see `memsync settings`"}
+
+
 def setting_default(name: str) -> str:
-    """A setting's default as a help text prints it (``1.0`` as ``1``)."""
-    value = Settings.model_fields[name].default
+    """A setting's default as a help text prints it (``1.0`` as ``1``; a computed one in words)."""
+    field = Settings.model_fields[name]
+    if field.default_factory is not None:
+        return COMPUTED_DEFAULTS.get(name, "computed at start, see `memsync settings`")
+    value = field.default
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.records import (
     KIND_CHOICES,
+    MAX_ROW_ID,
+    InvalidRecordId,
     RecordRefError,
     format_ref,
     iso_from_ms,
@@ -22,7 +24,7 @@ from memsync.config.records import (
 
 
 class TestRecordRefs:
-    @given(st.sampled_from(KINDS), st.integers(min_value=1, max_value=10**18 - 1))
+    @given(st.sampled_from(KINDS), st.integers(min_value=1, max_value=MAX_ROW_ID))
     def test_a_printed_reference_parses_back(self, kind: Kind, row_id: int) -> None:
         assert parse_record_ref(format_ref(kind, row_id)) == (kind, row_id)
 
@@ -33,10 +35,23 @@ class TestRecordRefs:
     def test_accepted_spellings(self, text: str | int, expected: tuple[Kind, int]) -> None:
         assert parse_record_ref(text) == expected
 
-    @pytest.mark.parametrize("text", ["", "#", "S", "X12", "12a", "#S0", 0, -3, True, "1" * 19, "2026-11-01"])
+    @pytest.mark.parametrize("text", ["", "#", "S", "X12", "12a", True, "2026-11-01", "S-", "P 1 2"])
     def test_anything_else_is_refused_with_what_is_accepted(self, text: str | int) -> None:
-        with pytest.raises(RecordRefError):
+        with pytest.raises(RecordRefError, match="use 123 or #123") as info:
             parse_record_ref(text)
+        assert not isinstance(info.value, InvalidRecordId)
+
+    @pytest.mark.parametrize("value", ["0", "#S0", "S0", "P-1", "-3", "#-5", str(MAX_ROW_ID + 1),
+                                       pytest.param("9" * 5000, id="5000 digits"), 0, -3, MAX_ROW_ID + 1, 10**30,
+                                       pytest.param(10**5000, id="10**5000")])
+    def test_an_id_no_record_can_have_is_out_of_range(self, value: str | int) -> None:
+        """Issue 24: shaped like an id but not a valid one (0, negative, past SQLite's int64)."""
+        with pytest.raises(InvalidRecordId, match=f"out of range: ids are 1 to {MAX_ROW_ID}"):
+            parse_record_ref(value)
+
+    def test_the_largest_sqlite_rowid_is_an_id(self) -> None:
+        assert parse_record_ref(str(MAX_ROW_ID)) == (Kind.OBSERVATION, MAX_ROW_ID)
+        assert parse_record_ref("P" + "0" * 30 + "7") == (Kind.PROMPT, 7)
 
 
 class TestKindNames:

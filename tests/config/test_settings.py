@@ -110,3 +110,40 @@ class TestWhereTheDatabaseIs:
         loaded = load_settings()
         assert loaded.settings.db == tmp_path / "home" / ".claude-mem" / "claude-mem.db"
         assert loaded.origins["db"] == "default"
+
+
+class TestApiToken:
+    """Issue 24: one rule for "is authentication on" (``Settings.bearer_token``): an empty or
+    blank token is no token, for the settings display as for the servers."""
+
+    @pytest.mark.parametrize("blank", ["", " ", "\t \n"])
+    def test_a_blank_token_is_unset(self, monkeypatch: pytest.MonkeyPatch, blank: str) -> None:
+        monkeypatch.setenv("MEMSYNC_API_TOKEN", blank)
+        loaded = load_settings()
+        assert loaded.settings.api_token is None and loaded.settings.bearer_token is None
+        assert {r["key"]: r["value"] for r in describe(loaded)}["api_token"] == "unset"
+
+    def test_a_real_token_is_set_without_its_surrounding_whitespace(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("MEMSYNC_API_TOKEN", " s3cret \n")
+        loaded = load_settings()
+        assert loaded.settings.bearer_token == "s3cret"
+        assert {r["key"]: r["value"] for r in describe(loaded)}["api_token"] == "set"
+
+    def test_a_copy_that_skips_the_validator_still_counts_blank_as_none(self) -> None:
+        from pydantic import SecretStr
+
+        s = load_settings().settings.model_copy(update={"api_token": SecretStr("  ")})
+        assert s.bearer_token is None
+
+    def test_memsync_settings_prints_unset_for_a_blank_token(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import json
+
+        from click.testing import CliRunner
+
+        from memsync.main import main
+
+        monkeypatch.setenv("MEMSYNC_API_TOKEN", " ")
+        result = CliRunner().invoke(main, ["settings", "--json"])
+        assert result.exit_code == 0, result.output
+        token = next(r for r in json.loads(result.stdout)["settings"] if r["key"] == "api_token")
+        assert token["value"] == "unset" and token["origin"] == "env"

@@ -65,16 +65,19 @@ def server_env(settings: Settings, **extra: str) -> dict[str, str]:
 
 
 class HttpServer:
-    """`memsync serve` as a subprocess on a free port; stopped (and waited for) on exit."""
+    """`memsync serve` as a subprocess on a free port (of ``host``, default the setting's); stopped
+    (and waited for) on exit."""
 
-    def __init__(self, settings: Settings, **env: str) -> None:
+    def __init__(self, settings: Settings, host: str | None = None, **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = settings.data_dir / f"serve-{self.port}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("w")
-        self.proc = subprocess.Popen([MEMSYNC, "serve", "--port", str(self.port)], env=server_env(settings, **env),
-                                     stdout=subprocess.DEVNULL, stderr=self._log, cwd=ROOT)
+        where = ["--host", host] if host else []
+        self.proc = subprocess.Popen([MEMSYNC, "serve", "--port", str(self.port), *where],
+                                     env=server_env(settings, **env), stdout=subprocess.DEVNULL, stderr=self._log,
+                                     cwd=ROOT)
 
     def __enter__(self) -> HttpServer:
         deadline = time.monotonic() + 60

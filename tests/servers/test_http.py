@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import subprocess
 from typing import Any
 
@@ -90,6 +92,12 @@ def test_timeline_records_similar_status_health_metrics(http_server: HttpServer)
     ("/api/records/email/1", {}, 422, "'observation', 'summary' or 'prompt'"),
     ("/api/records/observation/abc", {}, 422, "valid integer"),
     ("/api/similar/0", {}, 422, "greater than or equal to 1"),
+    ("/api/similar/" + "9" * 30, {}, 422, "less than or equal to 9223372036854775807"),
+    ("/api/records/observation/" + "9" * 30, {}, 422, "less than or equal to 9223372036854775807"),
+    ("/api/timeline", {"anchor": "0"}, 400, "record id '0' is out of range"),
+    ("/api/timeline", {"anchor": "S0"}, 400, "record id 'S0' is out of range"),
+    ("/api/timeline", {"anchor": "P-1"}, 400, "record id 'P-1' is out of range"),
+    ("/api/timeline", {"anchor": "9" * 20}, 400, "is out of range"),
 ])
 def test_bad_parameters_are_refused_with_a_message(http_server: HttpServer, path: str, params: dict[str, Any],
                                                    status: int, fragment: str) -> None:
@@ -116,14 +124,32 @@ def test_token_required_when_configured(served: Settings) -> None:
                        headers={"Authorization": "Bearer s3cret-token"}, timeout=60)
         assert ok.status_code == 200 and ok.json()["results"]
         assert get(server, "/metrics").status_code == 401
+        assert httpx.head(server.url + "/api/status", timeout=60).status_code == 401  # HEAD is guarded as GET
         assert get(server, "/healthz").status_code == 200 and get(server, "/").status_code == 200
 
 
-def test_listening_beyond_loopback_needs_a_token(served: Settings) -> None:
-    r = subprocess.run([MEMSYNC, "serve", "--host", "0.0.0.0", "--port", str(free_port())], env=server_env(served),
+@pytest.mark.parametrize("token", [None, "", " ", "\t"], ids=["unset", "empty", "blank", "tab"])
+def test_listening_beyond_loopback_needs_a_token(served: Settings, token: str | None) -> None:
+    """Issue 24: an empty or blank MEMSYNC_API_TOKEN is no token (it used to open every interface)."""
+    env = server_env(served) if token is None else server_env(served, MEMSYNC_API_TOKEN=token)
+    r = subprocess.run([MEMSYNC, "serve", "--host", "0.0.0.0", "--port", str(free_port())], env=env,
                        capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert r.returncode == 2 and "refusing to listen on 0.0.0.0 without a token" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_real_token_guards_a_server_beyond_loopback(served: Settings) -> None:
+    with HttpServer(served, host="0.0.0.0", MEMSYNC_API_TOKEN=" s3cret-token ") as server:
+        assert get(server, "/api/records/observation/1").status_code == 401
+        ok = httpx.get(server.url + "/api/records/observation/1", headers={"Authorization": "Bearer s3cret-token"},
+                       timeout=60)
+        assert ok.status_code == 200 and ok.json()["id"] == 1
+
+
+def test_a_blank_token_on_loopback_leaves_authentication_off(served: Settings) -> None:
+    """Blank is unset everywhere: on loopback the server runs without a token, as with none set."""
+    with HttpServer(served, MEMSYNC_API_TOKEN=" ") as server:
+        assert get(server, "/api/records/observation/1").status_code == 200
 
 
 def test_missing_database_fails_at_start(served: Settings, tmp_path: Any) -> None:
@@ -139,7 +165,7 @@ def test_search_degrades_to_lexical_when_chroma_is_down(served: Settings, tmp_pa
     with HttpServer(down) as server:
         data = get(server, "/api/search", q="upload retries", window_days=0).json()
         assert data["mode"] == "lexical_fallback" and "no managed Chroma server" in data["reason"]
-        assert data["results"] and str(tmp_path) not in data["reason"] and "<path>" in data["reason"]
+        assert data["results"] and str(tmp_path) not in data["reason"] and "the data directory" in data["reason"]
         status = get(server, "/api/status")
         assert status.json()["chroma"]["reachable"] is False and status.json()["worker"]["up"] is False
         assert str(tmp_path) not in status.text
@@ -187,5 +213,31 @@ def test_api_fuzz_finds_no_server_errors(http_server: HttpServer) -> None:
 def test_oversized_requests_are_refused_before_reading(http_server: HttpServer) -> None:
     r = httpx.get(http_server.url + "/api/search", params={"q": "x" * 60_000}, timeout=60)
     assert r.status_code == 414 and "query string longer" in r.json()["detail"]
+    # Issue 24: past 64 KB uvicorn's parser refused the URL with a plain-text 400 (servers.wire).
+    # httpx refuses such a URL itself: the standard library's client sends it.
+    conn = http.client.HTTPConnection("127.0.0.1", http_server.port, timeout=60)
+    try:
+        conn.request("GET", "/api/search?q=" + "x" * 66_000)
+        answer = conn.getresponse()
+        assert answer.status == 414 and answer.getheader("content-type") == "application/json"
+        assert json.loads(answer.read()) == {"detail": "URL longer than 65535 bytes; a query string may have at "
+                                                       "most 57344"}
+    finally:
+        conn.close()
     r = httpx.request("GET", http_server.url + "/api/search", content=b"x" * 70_000, timeout=60)
     assert r.status_code == 413 and "body larger" in r.json()["detail"]
+
+
+def test_head_answers_wherever_get_does(http_server: HttpServer) -> None:
+    """Issue 24: ``HEAD /`` was 405. HEAD gets the GET's status and headers, without the body."""
+    for path in ("/", "/healthz", "/openapi.json", "/api/records/observation/1", "/api/search?q=uploads",
+                 "/api/status", "/metrics"):
+        head = httpx.head(http_server.url + path, timeout=60)
+        got = httpx.get(http_server.url + path, timeout=60)
+        assert head.status_code == got.status_code == 200, (path, head.status_code)
+        assert head.content == b"" and head.headers["content-type"] == got.headers["content-type"], path
+        if path in ("/", "/healthz", "/openapi.json", "/api/records/observation/1"):  # the same body each time
+            assert head.headers["content-length"] == got.headers["content-length"] == str(len(got.content)), path
+    assert httpx.head(http_server.url + "/api/records/observation/999", timeout=60).status_code == 404
+    assert httpx.head(http_server.url + "/nowhere", timeout=60).status_code == 404
+    assert httpx.post(http_server.url + "/", timeout=60).status_code == 405  # only HEAD joins GET

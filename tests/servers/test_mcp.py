@@ -277,6 +277,16 @@ def test_bad_values_get_a_clear_message_not_a_trace(served: Settings) -> None:
         ("timeline", {"anchor": "#999"}, "no observation with id 999"),
         ("timeline", {}, "give an anchor"),
         ("timeline", {"anchor": "1", "depth_before": 500}, "depth_before must be an integer from 0 to 50"),
+        # Issue 24: ids past SQLite's int64 answered an empty error; id-shaped anchors became queries.
+        ("find_similar", {"observation_id": 10**30}, "record id 1000000000000000000000000000000 is out of range"),
+        ("find_similar", {"observation_id": "#" + "9" * 25}, "is out of range"),
+        ("get_observations", {"ids": [10**30, 1]}, "is out of range"),
+        ("timeline", {"anchor": "0"}, "record id '0' is out of range"),
+        ("timeline", {"anchor": "S0"}, "record id 'S0' is out of range"),
+        ("timeline", {"anchor": "P-1"}, "record id 'P-1' is out of range"),
+        ("timeline", {"anchor": "9" * 20}, "is out of range"),
+        ("find_similar", {"observation_id": 5, "limit": 10**30}, "limit must be an integer from 1 to 100, got 1000"),
+        ("search", {"window_days": 10**30}, "window_days must be an integer from 0 to 36500"),
     ]
 
     async def body(client: Client) -> list[CallToolResult]:
@@ -304,6 +314,9 @@ def test_tools_work_with_the_vector_sidecar_down(served: Settings, tmp_path: Any
     assert not any(err for err, _ in got.values()), got
     head = got["search"][1].splitlines()[0]
     assert head.startswith("mode: lexical_fallback (") and "no managed Chroma server" in head
+    # Issue 24: the reason names the data directory without its path.
+    assert "running for the data directory" in head, head
+    assert not any(str(tmp_path) in text for _, text in got.values())
     assert {"#1", "#4"} <= set(refs(got["search"][1]))
     assert "mode: lexical_fallback" in got["similar"][1] and refs(got["similar"][1])
     assert "## #1 " in got["get"][1]
@@ -353,3 +366,24 @@ def test_streamable_http_transport_on_loopback(served: Settings) -> None:
         finally:
             proc.terminate()
             proc.wait(10)
+
+
+def test_an_unexpected_error_gets_a_fixed_message_not_an_empty_one(tmp_path: Any) -> None:
+    """Issue 24: an OverflowError inside a tool reached the agent as an empty error."""
+    from typing import cast
+
+    from memsync.search import Searcher
+    from memsync.servers.mcp_tools import build_server
+
+    class Broken:
+        def similar(self, *args: Any) -> Any:
+            raise OverflowError("Python int too large to convert to SQLite INTEGER")
+
+    settings = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data")
+
+    async def run() -> CallToolResult:
+        async with Client(build_server(settings, cast(Searcher, Broken()))) as client:
+            return await client.call_tool("find_similar", {"observation_id": 5})
+
+    result = asyncio.run(run())
+    assert result.is_error and text_of(result).endswith(": internal error (details are in the server's log)")

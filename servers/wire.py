@@ -1,0 +1,75 @@
+"""The HTTP/1.1 protocol under the HTTP API: uvicorn's own, with its answer to a request it cannot
+parse given in the API's JSON shape (``{"detail": message}``) instead of plain text.
+
+uvicorn answers such a request itself, before the app runs, with ``400 Invalid HTTP request
+received.`` as text. A URL over 64 KB is one (issue 24): httptools' URL parser refuses any longer
+than 65,535 bytes, so the app's own 414 for a query string over ``MAX_QUERY_STRING`` never ran.
+Here a URL is counted as it arrives and one over :data:`MAX_URL` gets that 414 at once, never
+buffered further; any other malformed request gets a JSON 400. httptools when installed (it comes
+with chromadb's ``uvicorn[standard]``), else h11 with room for the longest URL allowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+MAX_QUERY_STRING = 56 * 1024  # bytes; 4,000 emoji percent-encoded (48 KB) plus the other parameters fit
+MAX_URL = (1 << 16) - 1  # httptools' own ceiling (MAX_URL_LENGTH): anything longer it cannot parse
+H11_MAX_HEAD = MAX_URL + 16 * 1024  # h11: the request line (up to MAX_URL) and the headers
+MALFORMED = "malformed HTTP request"
+QUERY_TOO_LONG = f"query string longer than {MAX_QUERY_STRING} bytes"  # the app's 414 (servers.http_api)
+URL_TOO_LONG = f"URL longer than {MAX_URL} bytes; a query string may have at most {MAX_QUERY_STRING}"
+
+
+def error_response(status: int, detail: str, headers: list[tuple[bytes, bytes]]) -> bytes:
+    """A whole HTTP/1.1 response: ``{"detail": detail}`` as JSON, the connection closed after it."""
+    body = json.dumps({"detail": detail}).encode()
+    reason = {400: b"Bad Request", 414: b"URI Too Long"}[status]
+    lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason)]
+    lines += [name + b": " + value + b"\r\n" for name, value in headers]
+    lines += [b"content-type: application/json\r\n", b"content-length: %d\r\n" % len(body),
+              b"connection: close\r\n", b"\r\n", body]
+    return b"".join(lines)
+
+
+class JsonH11Protocol(H11Protocol):
+    """h11's protocol: a request line over MAX_URL gets a JSON 414, a malformed request a JSON 400.
+    Run it with ``h11_max_incomplete_event_size=H11_MAX_HEAD`` (h11's default, 16 KB, is shorter
+    than the query strings the API takes)."""
+
+    def send_400_response(self, msg: str) -> None:
+        # h11 keeps what it could not parse: a first line still longer than MAX_URL is the URL.
+        request_line = bytes(self.conn.trailing_data[0]).split(b"\r\n", 1)[0]
+        status, detail = (414, URL_TOO_LONG) if len(request_line) > MAX_URL else (400, MALFORMED)
+        self.transport.write(error_response(status, detail, self.server_state.default_headers))
+        self.transport.close()
+
+
+def protocol_class() -> type[asyncio.Protocol]:
+    """The protocol for uvicorn's ``http=``: httptools' when it is installed, else h11's."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:
+        return JsonH11Protocol
+
+    class JsonHttpToolsProtocol(HttpToolsProtocol):
+        """httptools' protocol: a URL over MAX_URL gets a JSON 414, a malformed request a JSON 400."""
+
+        url_over_limit = False
+
+        def on_url(self, url: bytes) -> None:
+            super().on_url(url)
+            if len(self.url) > MAX_URL:
+                self.url_over_limit = True
+                # Stops the parser: uvicorn answers through send_400_response, reading no more.
+                raise ValueError("URL too long")
+
+        def send_400_response(self, msg: str) -> None:
+            status, detail = (414, URL_TOO_LONG) if self.url_over_limit else (400, MALFORMED)
+            self.transport.write(error_response(status, detail, self.server_state.default_headers))
+            self.transport.close()
+
+    return JsonHttpToolsProtocol
