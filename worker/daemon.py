@@ -124,7 +124,8 @@ class Worker:
 
     def _request_health(self) -> None:
         self.health_due.set()
-        self.wake.set()
+        if not self.health.status.degraded:  # degraded, the next retry checks; the backoff is not cut short
+            self.wake.set()
 
     def run(self) -> int:
         """Run until stopped. Returns the exit code."""
@@ -156,8 +157,10 @@ class Worker:
                     break
                 if self.wake.wait(delay) and not self.stop.is_set():
                     # Debounce: a burst of file events becomes one step, and the commit that caused
-                    # them has time to become visible.
-                    self.stop.wait(0.05)
+                    # them has time to become visible. Degraded, a write is worth a try before the
+                    # backoff ends (it may be the fix), but no sooner than a poll interval: a file
+                    # written on and on must not make a busy loop of failing steps (issue 24).
+                    self.stop.wait(self.s.poll_interval_s if self.health.status.degraded else 0.05)
                 self.wake.clear()
         finally:
             scheduler.shutdown(wait=False)
@@ -277,7 +280,7 @@ class Worker:
         if isinstance(exc, StoreUnavailable | StoreRefused):
             self._target.close_store()
         if isinstance(exc, SourceUnavailable):
-            self._tail.close()
+            self._tail.lost()
         self.health.degraded(exc)
         self._update_lag()
         self.health.publish(force=True)

@@ -104,6 +104,7 @@ class Health:
         if self.backoff.fail():
             self.log.warning("sync_degraded", reason=str(exc)[:300])
         self.status.degraded, self.status.consecutive_errors = True, self.backoff.failures
+        self.status.retry_in_s = self.backoff.delay
         self.status.last_error = str(exc)[:500]
 
     def recovered(self) -> None:
@@ -111,7 +112,7 @@ class Health:
         ended = self.backoff.succeed()
         if ended:
             self.log.info("sync_recovered", errors=ended)
-        self.status.degraded, self.status.consecutive_errors = False, 0
+        self.status.degraded, self.status.consecutive_errors, self.status.retry_in_s = False, 0, 0.0
         self.status.embedding_reachable = True
         self.status.chroma_refused = None
 

@@ -37,6 +37,7 @@ class WorkerStatus:
     embedding_reachable: bool = True  # False while a remote embedding endpoint fails (the rows wait)
     degraded: bool = False
     consecutive_errors: int = 0
+    retry_in_s: float = 0.0  # degraded: the backoff before the next try (grows to backoff_cap_s)
     last_error: str | None = None
     chroma_refused: str | None = None  # why Chroma refuses us (token, tenant, database, certificate)
     last_sync_ms: int | None = None
