@@ -190,6 +190,7 @@ class Worker:
 
     def _start(self) -> None:
         self._lock.acquire()
+        self.health.started()
         self._state = SyncState(self.s.state_path)
         self._store = EmbeddingStore.open(self.s)
         self._collection = StoreCollection(self._store)
@@ -316,9 +317,11 @@ class Worker:
         assert reader is not None and state is not None and sink is not None
         start_after = None if full else state.watermarks(sink.name)
         self._upstream_level = False  # until the upstream pass after ours is through (it may fail or stop)
+        self.health.pass_started(full)
         syncer = Syncer(reader, sink, state, self._target.embedder, collection=sink.name,
                         read_batch_rows=self.s.read_batch_rows, batch_size=self.s.batch_size, stop=self.stop,
-                        max_row_attempts=self.s.max_row_attempts, copy=self._target.copy, store=self._store)
+                        progress=self.health.pass_progress, max_row_attempts=self.s.max_row_attempts,
+                        copy=self._target.copy, store=self._store)
         result = syncer.run(start_after=start_after)
         if not result.interrupted:
             self._collection.passed(full, result.updated, result.deleted)

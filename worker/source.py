@@ -16,7 +16,6 @@ from memsync.config.claude_mem.connection import decode_text, fetch_all, open_so
 from memsync.config.claude_mem.projects import SQL_FUNCTION as EXCLUDED_SQL
 from memsync.config.claude_mem.projects import ProjectExclusion, exclusion
 from memsync.config.claude_mem.schema import KINDS, SESSIONS_TABLE, TABLES, Kind, SchemaError, SourceSchema, detect
-from memsync.config.errors import SourceUnavailable
 from memsync.config.formats.text_index import fingerprint_hash
 from memsync.config.settings import Settings
 from memsync.worker.documents import EXCLUDED_CELL, SourceRow, row_cells_hash, row_shape

@@ -10,7 +10,6 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-
 # Opening or closing a file without writing it changes nothing, and the worker's own reads make
 # these events: taken as hints, each failed open of a database that cannot be read woke the loop
 # for another try at once, ~18 tries a second instead of the backoff (issue 24).
