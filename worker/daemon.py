@@ -21,7 +21,11 @@ run on this thread:
   every 30 s (``worker.memory``).
 - **Degraded**: Chroma, the database or a remote embedding endpoint unavailable: rows stay pending
   (never counted as failed) and retries back off (``worker.health``, which also checks Chroma's
-  heartbeat and writes ``DATA_DIR/worker.json``).
+  heartbeat and writes ``DATA_DIR/worker.json``). A database damaged or replaced by a file that is
+  no claude-mem database while the worker runs is unavailable too (``worker.tail``). The health
+  job does not cut a backoff short, and a file event no shorter than one poll interval.
+- **Phase**: ``worker.json`` is written as soon as the lock is held (``starting``), during the first
+  full pass (``first pass``, heartbeat and rows done between batches) and after (``following``).
 - **Stop**: first SIGINT/SIGTERM finishes the batch, writes state and stops the managed Chroma
   server it started; a second one exits at once (nothing is lost: records follow acknowledgements).
 One worker per data directory (``DATA_DIR/worker.lock``, held by ``worker.lock``).
