@@ -108,7 +108,7 @@ def test_status_check_calls_a_worker_in_its_long_first_pass_up(settings: Setting
     """Every embedding request answered after 2 s: a first pass of many seconds. worker.json is
     there from the start, says ``first pass`` and its rows done (written between batches), and
     ``status --check`` exits 0 though the rows' age is far over --max-lag."""
-    make_db(settings.db, mixed_records(8))
+    make_db(settings.db, mixed_records(12))  # ~15 requests of 2 s: the check runs well inside the pass
     s = remote(settings, openai_server, embedding_batch_size=4)
     openai_server.faults(delay_s=2.0, count=-1)
     worker = WorkerProcess(s)
