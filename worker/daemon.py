@@ -21,7 +21,12 @@ run on this thread:
   every 30 s (``worker.memory``).
 - **Degraded**: Chroma, the database or a remote embedding endpoint unavailable: rows stay pending
   (never counted as failed) and retries back off (``worker.health``, which also checks Chroma's
-  heartbeat and writes ``DATA_DIR/worker.json``).
+  heartbeat and writes ``DATA_DIR/worker.json``). A database damaged or replaced by a file that is
+  no claude-mem database while the worker runs is unavailable too (``worker.tail``). The health
+  job cuts a backoff short only while Chroma is the cause, and a file event no shorter than one
+  poll interval.
+- **Phase**: ``worker.json`` is written as soon as the lock is held (``starting``), during the first
+  full pass (``first pass``, heartbeat and rows done between batches) and after (``following``).
 - **Stop**: first SIGINT/SIGTERM finishes the batch, writes state and stops the managed Chroma
   server it started; a second one exits at once (nothing is lost: records follow acknowledgements).
 One worker per data directory (``DATA_DIR/worker.lock``, held by ``worker.lock``).
@@ -133,7 +138,11 @@ class Worker:
 
     def _request_health(self) -> None:
         self.health_due.set()
-        self.wake.set()
+        # Chroma's heartbeat is what this job checks: while Chroma is the cause, a step at each health
+        # interval finds its return within that interval (not at the end of a backoff of up to
+        # backoff_cap_s). Degraded for another cause, the backoff is not cut short.
+        if not self.health.status.degraded or not self.health.status.chroma_reachable:
+            self.wake.set()
 
     def run(self) -> int:
         """Run until stopped. Returns the exit code."""
@@ -165,8 +174,10 @@ class Worker:
                     break
                 if self.wake.wait(delay) and not self.stop.is_set():
                     # Debounce: a burst of file events becomes one step, and the commit that caused
-                    # them has time to become visible.
-                    self.stop.wait(0.05)
+                    # them has time to become visible. Degraded, a write is worth a try before the
+                    # backoff ends (it may be the fix), but no sooner than a poll interval: a file
+                    # written on and on must not make a busy loop of failing steps (issue 24).
+                    self.stop.wait(self.s.poll_interval_s if self.health.status.degraded else 0.05)
                 self.wake.clear()
         finally:
             scheduler.shutdown(wait=False)
@@ -201,6 +212,7 @@ class Worker:
 
     def _start(self) -> None:
         self._lock.acquire()
+        self.health.started()
         self._state = SyncState(self.s.state_path)
         self._store = EmbeddingStore.open(self.s)
         self._collection = StoreCollection(self._store)
@@ -318,7 +330,7 @@ class Worker:
         if isinstance(exc, StoreUnavailable | StoreRefused):
             self._target.close_store()
         if isinstance(exc, SourceUnavailable):
-            self._tail.close()
+            self._tail.lost()
         self.health.degraded(exc)
         self._update_lag()
         self.health.publish(force=True)
@@ -354,9 +366,11 @@ class Worker:
         assert reader is not None and state is not None and sink is not None
         start_after = None if full else state.watermarks(sink.name)
         self._upstream_level = False  # until the upstream pass after ours is through (it may fail or stop)
+        self.health.pass_started(full)
         syncer = Syncer(reader, sink, state, self._target.embedder, collection=sink.name,
                         read_batch_rows=self.s.read_batch_rows, batch_size=self.s.batch_size, stop=self.stop,
-                        max_row_attempts=self.s.max_row_attempts, copy=self._target.copy, store=self._store)
+                        progress=self.health.pass_progress, max_row_attempts=self.s.max_row_attempts,
+                        copy=self._target.copy, store=self._store)
         result = syncer.run(start_after=start_after)
         if not result.interrupted:
             self._collection.passed(full, result.updated, result.deleted)

@@ -7,9 +7,11 @@
   (``chroma_refused`` in ``worker.json``: token, tenant, database, certificate). Retries back off
   from the poll interval to ``backoff_cap_s``; one ``sync_degraded`` line when it starts, one
   ``chroma_refused`` per distinct refusal, and one ``sync_recovered`` when it ends.
-- **Published**: after each step, the counters of the passes, the lag (age of the oldest row above
-  the watermarks) and the pending rows go to the metrics, and to ``worker.json`` when a pass ran or
-  as a heartbeat every ``HEARTBEAT_EVERY_S``.
+- **Published**: when the worker takes its lock (``phase`` ``starting``), when its first full pass
+  begins (``first pass``) and after each step, the counters of the passes, the lag (age of the
+  oldest row above the watermarks) and the pending rows go to the metrics, and to ``worker.json``
+  when a pass ran or as a heartbeat every ``HEARTBEAT_EVERY_S``, also between the batches of a
+  long pass (with its rows done so far).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from memsync.config.errors import (
     StoreRefused,
     StoreUnavailable,
 )
-from memsync.config.formats.worker_status import HEARTBEAT_EVERY_S, WorkerStatus
+from memsync.config.formats.worker_status import HEARTBEAT_EVERY_S, PHASE_FIRST_PASS, PHASE_FOLLOWING, WorkerStatus
 from memsync.config.settings import Settings
 from memsync.worker.backoff import Backoff
 from memsync.worker.source import SourceReader
@@ -109,6 +111,7 @@ class Health:
         if self.backoff.fail():
             self.log.warning("sync_degraded", reason=str(exc)[:300])
         self.status.degraded, self.status.consecutive_errors = True, self.backoff.failures
+        self.status.retry_in_s = self.backoff.delay
         self.status.last_error = str(exc)[:500]
 
     def recovered(self) -> None:
@@ -116,13 +119,33 @@ class Health:
         ended = self.backoff.succeed()
         if ended:
             self.log.info("sync_recovered", errors=ended)
-        self.status.degraded, self.status.consecutive_errors = False, 0
+        self.status.degraded, self.status.consecutive_errors, self.status.retry_in_s = False, 0, 0.0
         self.status.embedding_reachable = True
         self.status.chroma_refused = None
+
+    def started(self) -> None:
+        """The worker holds its lock: say so at once (``phase`` ``starting``), before anything
+        slow, so that ``status`` never calls a starting worker down (issue 24)."""
+        self.publish(force=True)
+
+    def pass_started(self, full: bool) -> None:
+        """A pass begins; a full one before any has ended is the ``first pass``."""
+        self.status.pass_rows_done = 0
+        if full and self.status.phase != PHASE_FOLLOWING:
+            self.status.phase = PHASE_FIRST_PASS
+            self.publish(force=True)
+
+    def pass_progress(self, rows: int, embedded: int) -> None:
+        """A batch of the running pass is through (``worker.sync`` ProgressFn): count its rows and
+        keep the heartbeat fresh; a first pass of hours is written every ``HEARTBEAT_EVERY_S``."""
+        self.status.pass_rows_done += rows
+        self.publish()
 
     def record_pass(self, result: SyncResult, full: bool) -> None:
         """Count a sync pass: passes, last sync and reconcile times, document totals, failed rows."""
         now = now_ms()
+        if full and not result.interrupted:
+            self.status.phase = PHASE_FOLLOWING
         self.status.passes += 1
         if result.written or result.failed_rows:
             self.status.last_sync_ms = now

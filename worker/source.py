@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memsync.config.claude_mem.connection import decode_text, fetch_all, open_source_db
+from memsync.config.claude_mem.connection import decode_text, fetch_all, open_source_db, unreadable
 from memsync.config.claude_mem.projects import SQL_FUNCTION as EXCLUDED_SQL
 from memsync.config.claude_mem.projects import ProjectExclusion, exclusion
 from memsync.config.claude_mem.schema import KINDS, SESSIONS_TABLE, TABLES, Kind, SchemaError, SourceSchema, detect
-from memsync.config.errors import SourceUnavailable
 from memsync.config.formats.text_index import fingerprint_hash
 from memsync.config.settings import Settings
 from memsync.worker.documents import EXCLUDED_CELL, SourceRow, row_cells_hash, row_shape
@@ -64,6 +63,9 @@ class SourceReader:
         except SchemaError:
             self._conn.close()
             raise
+        except sqlite3.DatabaseError as exc:  # damaged since it was opened (issue 24)
+            self._conn.close()
+            raise unreadable(path, exc) from exc
 
     @classmethod
     def open(cls, settings: Settings) -> SourceReader:
@@ -143,17 +145,17 @@ class SourceReader:
         args = ", ".join(expr for expr, _ in cols)
         try:
             return self._fetch_tuples(f"SELECT t.id, {ROW_HASH_SQL}(:shape, {args}) {tail}", params)
-        except sqlite3.OperationalError as exc:
+        except sqlite3.DatabaseError as exc:
             if "user-defined function" not in str(exc):
-                raise SourceUnavailable(f"reading {self.path}: {exc}") from exc
+                raise unreadable(self.path, exc) from exc
         # Text that is not UTF-8 cannot become a Python argument: pass such cells as bytes with their
         # type, decoded the way a read batch decodes them (replacement characters).
         args = ", ".join(f"typeof({e}), CASE typeof({e}) WHEN 'text' THEN CAST({e} AS BLOB) ELSE {e} END"
                          for e, _ in cols)
         try:
             return self._fetch_tuples(f"SELECT t.id, {ROW_HASH_TYPED_SQL}(:shape, {args}) {tail}", params)
-        except sqlite3.OperationalError as exc:
-            raise SourceUnavailable(f"reading {self.path}: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise unreadable(self.path, exc) from exc
 
     def _fetch_tuples(self, sql: str, params: Mapping[str, object]) -> list[tuple[int, str]]:
         cur = self._conn.cursor()
@@ -217,5 +219,5 @@ class SourceReader:
     def _fetch(self, sql: str, params: Mapping[str, object]) -> list[sqlite3.Row]:
         try:
             return fetch_all(self._conn, sql, params)
-        except sqlite3.OperationalError as exc:
-            raise SourceUnavailable(f"reading {self.path}: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise unreadable(self.path, exc) from exc

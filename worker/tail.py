@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memsync.config.claude_mem.projects import exclusion
-from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.claude_mem.schema import KINDS, Kind, SchemaError
 from memsync.config.errors import SourceUnavailable
 from memsync.worker import logs
 from memsync.worker.source import SourceReader
@@ -64,12 +64,21 @@ class SourceTail:
         self.log = logs.get_logger(component="worker")
         self._stamp: FileStamp | None = None
         self._max_seen: dict[Kind, int] = {}
+        self._inode: int | None = None  # the identity of the file the reader opened
+        self._known_good = False  # a claude-mem database was read here since start-up
+        self._lost = False  # the file could not be read since the reader was last open
 
     def open(self) -> SourceReader:
-        """The reader, opened when there is none (then the next look starts from no stamp)."""
+        """The reader, opened when there is none (then the next look starts from no stamp).
+
+        Opened again after the file could not be read (the reader was closed by the worker's
+        degraded step), it asks for a reconcile: the file that came back may be another one."""
         if self.reader is None:
-            self.reader = SourceReader(self.db, self.busy_timeout_ms, self.exclusion)
-            self._stamp = None
+            self.reader = self._new_reader()
+            if self._lost:
+                self.log.info("database_readable_again")
+                self.reconcile_due.set()
+            self._stamp, self._lost = None, False
         return self.reader
 
     def close(self) -> None:
@@ -78,18 +87,42 @@ class SourceTail:
             self.reader.close()
             self.reader = None
 
+    def lost(self) -> None:
+        """The file could not be read: close the reader; the next ``open`` reconciles."""
+        self.close()
+        self._lost = self._known_good
+
     def _reopen(self) -> SourceReader:
-        assert self.reader is not None
-        self.reader.close()
-        self.reader = SourceReader(self.db, self.busy_timeout_ms, self.exclusion)
+        self.close()
+        self.reader = self._new_reader()
         return self.reader
+
+    def _new_reader(self) -> SourceReader:
+        """A reader of the file as it is now. Issue 24: a database that stopped being claude-mem's
+        while the worker runs (truncated, or replaced by another program's SQLite file) is a
+        degraded state the worker waits out, not a setup error: a file that was good once is
+        likely to come back (a restore, the agent recreating it). At start-up it stays a
+        ConfigError-like SchemaError (exit 2): the setting names the wrong file."""
+        # The file's identity before it is opened: replaced in between, the next look sees another
+        # inode and reads it again (the other order could keep reading a deleted file unnoticed).
+        before = stamp(self.db)
+        try:
+            reader = SourceReader(self.db, self.busy_timeout_ms, self.exclusion)
+        except SchemaError as exc:
+            if not self._known_good:
+                raise
+            raise SourceUnavailable(f"source database {self.db} changed under the worker: {exc}; "
+                                    "waiting for a claude-mem database there") from exc
+        self._known_good = True
+        self._inode = before.inode if before is not None else None
+        return reader
 
     def replaced(self) -> bool:
         """True when the database file is another one than before (restored from backup, swapped)."""
         current = stamp(self.db)
         if current is None:
             raise SourceUnavailable(f"source database not found: {self.db}")
-        if self._stamp is not None and current.inode != self._stamp.inode:
+        if self._inode is not None and current.inode != self._inode:
             self.log.warning("database_replaced", reason="file identity changed")
             self._reopen()
             self._stamp, self._max_seen = None, {}

@@ -28,6 +28,7 @@ from memsync.commands.options import (
     settings_note,
 )
 from memsync.config.claude_mem.projects import exclusion
+from memsync.config.formats.worker_status import PHASE_FIRST_PASS, PHASE_FOLLOWING
 from memsync.config.settings import DEFAULT_DATABASE, DEFAULT_TENANT, LoadedSettings, Settings, describe
 from memsync.servers.render import utc_stamp
 
@@ -136,7 +137,8 @@ def verify(as_json: bool, **kwargs: Any) -> None:
               help="Seconds of lag that --check tolerates.")
 def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     """Worker state, lag, and per kind and project: rows in SQLite, documents synced, pending and
-    failed rows, last sync. With --check: a health check for scripts (exit 0 healthy, 1 not)."""
+    failed rows, last sync. With --check: a health check for scripts (exit 0 healthy, 1 not);
+    during the worker's first pass the lag is not checked, only that it is up and not degraded."""
     loaded = settings_from(kwargs)
     settings = loaded.settings
     from memsync.worker.status import status as run_status
@@ -147,11 +149,16 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     excluded = exclusion(settings.excluded_projects)
     excluded_json = {"patterns": list(excluded.patterns), "ignored": list(excluded.ignored)}
     w = report.worker
+    # Until its first pass is through, a worker is working off the history it found (issue 24): its
+    # lag is that backlog's age, not a delay, so it is not checked then; a degraded one fails.
+    starting = bool(w.get("up")) and w.get("phase", PHASE_FOLLOWING) != PHASE_FOLLOWING
     problems = []
     if not w.get("up"):
         problems.append(f"worker down ({w.get('reason')})")
-    if report.lag_ms > max_lag * 1000:
+    if report.lag_ms > max_lag * 1000 and not starting:
         problems.append(f"lag {report.lag_ms / 1000:.1f}s > {max_lag:g}s")
+    if starting and w.get("degraded"):
+        problems.append(f"worker degraded in its {w.get('phase')}: {w.get('last_error')}")
     if w.get("up") and w.get("chroma_refused"):
         problems.append(f"Chroma refuses the worker: {w['chroma_refused']}")
     store = report.store
@@ -159,13 +166,15 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
         problems.append(f"the vector store holds {store['documents']} documents, the sync records "
                         f"{store['records']}, for over one reconcile interval")
     if check:
-        text = "unhealthy: " + "; ".join(problems) if problems else f"healthy: lag {report.lag_ms / 1000:.1f}s"
+        text = ("unhealthy: " + "; ".join(problems) if problems else
+                f"healthy: {_phase_text(w)} (lag not checked until it ends)" if starting else
+                f"healthy: lag {report.lag_ms / 1000:.1f}s")
         emit({"healthy": not problems, "problems": problems, "lag_ms": report.lag_ms, "worker": w}, as_json, text)
         sys.exit(EXIT_FAIL if problems else EXIT_OK)
     if as_json:
         emit({**report.as_dict(), "database": database, "excluded_projects": excluded_json}, True, "")
         return
-    state = "up" if w.get("up") else f"down ({w.get('reason')})"
+    state = f"up ({_phase_text(w)})" if w.get("up") else f"down ({w.get('reason')})"
     if w.get("up") and w.get("degraded"):
         state += f", degraded: {w.get('last_error')}"
     embedding = settings.embedding_provider + ("" if w.get("embedding_reachable", True) else " (endpoint unavailable)")
@@ -188,6 +197,15 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     for f in report.failures[:10]:
         lines.append(f"failed: {f['kind']} {f['id']}: {f['reason']}")
     click.echo("\n".join(lines))
+
+
+def _phase_text(w: dict[str, Any]) -> str:
+    """What a running worker is doing, from ``worker.json``: starting, its first pass (with the
+    rows compared so far) or following the database (a file from before phases: following)."""
+    phase = str(w.get("phase", PHASE_FOLLOWING))
+    if phase == PHASE_FIRST_PASS:
+        return f"{phase} in progress, {int(w.get('pass_rows_done') or 0)} rows done"
+    return phase
 
 
 def _upstream_result(result: SyncResult) -> str:

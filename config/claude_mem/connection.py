@@ -81,6 +81,16 @@ def open_source_db(path: Path, busy_timeout_ms: int = 5000) -> SourceConnection:
     return conn
 
 
+def unreadable(path: Path, exc: sqlite3.DatabaseError) -> SourceUnavailable:
+    """The error to raise when a read of the source database failed: SourceUnavailable (retry with
+    backoff) for a file that is locked, damaged (``database disk image is malformed``), replaced by
+    bytes that are not SQLite (``file is not a database``) or missing a table it had. A
+    ProgrammingError is a fault in memsync's own SQL, not the file's: it is re-raised as it is."""
+    if isinstance(exc, sqlite3.ProgrammingError):
+        raise exc
+    return SourceUnavailable(f"cannot read source database {path}: {exc}")
+
+
 def decode_text(raw: bytes) -> str:
     """Text columns may hold bytes that are not UTF-8; keep what is readable instead of failing."""
     return raw.decode("utf-8", errors="replace")

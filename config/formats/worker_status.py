@@ -4,9 +4,11 @@ Written by the worker (``memsync.worker.health``) and read by ``memsync status``
 server's status (``memsync.worker.status``), and by a second worker that finds the lock taken
 (``memsync.worker.lock``, for the pid in its error).
 
-The worker replaces the file atomically (temp file + rename) when a pass ran, and at least every
-``HEARTBEAT_EVERY_S`` as a heartbeat. A reader calls the worker up only while its pid is alive,
-it is not stopping and its heartbeat is younger than ``STALE_MS``.
+The worker writes the file as soon as it holds its lock (``phase`` ``starting``), then replaces it
+atomically (temp file + rename) when a pass ran, and at least every ``HEARTBEAT_EVERY_S`` as a
+heartbeat, during a long first pass too (``phase`` ``first pass``, with ``pass_rows_done``). A
+reader calls the worker up only while its pid is alive, it is not stopping and its heartbeat is
+younger than ``STALE_MS``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ STATUS_FILE = "worker.json"
 HEARTBEAT_EVERY_S = 5.0  # an idle worker rewrites the file this often
 STALE_MS = 30_000  # a heartbeat older than this: the worker is not up (hung, or killed without a word)
 
+# What the worker is doing (issue 24): it took its lock and is opening the stores; its first full
+# pass, which on a large database embeds for a long time; following the database after it.
+PHASE_STARTING = "starting"
+PHASE_FIRST_PASS = "first pass"
+PHASE_FOLLOWING = "following"
+
 
 @dataclass
 class WorkerStatus:
@@ -33,10 +41,13 @@ class WorkerStatus:
     mode: str
     db: str
     heartbeat_ms: int = 0
+    phase: str = PHASE_STARTING
+    pass_rows_done: int = 0  # rows the running (or last) pass has compared so far: the first pass's progress
     chroma_reachable: bool = False
     embedding_reachable: bool = True  # False while a remote embedding endpoint fails (the rows wait)
     degraded: bool = False
     consecutive_errors: int = 0
+    retry_in_s: float = 0.0  # degraded: the backoff before the next try (grows to backoff_cap_s)
     last_error: str | None = None
     chroma_refused: str | None = None  # why Chroma refuses us (token, tenant, database, certificate)
     last_sync_ms: int | None = None
