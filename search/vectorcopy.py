@@ -107,7 +107,7 @@ def _mapped(directory: Path, manifest: Manifest) -> tuple[_Arrays | None, str | 
 
     What is checked when: a new mapping checks the entries appended since the last check (all of
     them the first time); entries rewritten in place (the worker's dead marks, or damage: a
-    changed mtime at the same size) are checked whole again over the same mapping, 3-8 ms at 313k
+    changed mtime at the same size) are checked whole again over the same mapping, 8-9 ms at 313k
     entries; a file of another size is mapped again (a mapping past a truncated file's end would
     kill the process with SIGBUS)."""
     if manifest.count == 0:
