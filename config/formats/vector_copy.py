@@ -171,7 +171,7 @@ def entries_checksum(entries: npt.NDArray[Any], crc: int = 0) -> int:
         part = buf[:min(CHECK_CHUNK, len(raw) - start)]
         np.copyto(part, raw[start:start + len(part)])
         part[:, LIVE_OFFSET] = 0
-        crc = zlib.crc32(memoryview(part).cast("B"), crc)
+        crc = zlib.crc32(part.data, crc)
     return crc
 
 

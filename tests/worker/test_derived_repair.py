@@ -22,9 +22,10 @@ from memsync.search import Filters, Mode, Searcher
 from memsync.search.textindex import TextIndex
 from memsync.search.vectorcopy import VectorCopy
 from memsync.worker import daemon
-from memsync.worker.resync import resync
+from memsync.worker.maintenance import CopyCheck, fill_copy
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.status import status
+from memsync.worker.target import SyncTarget
 from memsync.worker.textsync import TextSync
 from memsync.worker.vectorcopy import VectorCopyWriter
 from memsync.worker.verify import verify
@@ -113,6 +114,28 @@ class TestVectorCopyDamage:
         assert "damaged" not in status(s).vector_copy
         mode, reason, n = _search(s)
         assert mode is Mode.HYBRID and "vector copy" not in reason and n
+
+    @pytest.mark.parametrize("how", ["truncate_entries", "garbage_entries"])
+    def test_the_running_workers_check_discards_a_copy_damaged_under_it_and_reopens_a_closed_one(
+            self, synced: Settings, how: str) -> None:
+        s = synced
+        target = SyncTarget(s, FakeEmbedder())
+        try:
+            with SyncState(s.state_path) as state:
+                assert target.open(state) and target.copy is not None and target.copy.complete
+                _damage_copy(s, how)
+                if how == "truncate_entries":
+                    target.close_copy()  # as after a write that failed on the short file (worker.sync)
+                with capture_logs() as logged:
+                    CopyCheck().run(target, state)
+                assert [e for e in logged if e["event"] == "vector_copy_damaged"]
+                assert target.copy is not None and not target.copy.complete
+                fill_copy(target, state, budget=None)
+                assert target.copy.complete
+        finally:
+            target.close()
+        report = verify(s)
+        assert report.clean and report.copy_drift == 0, report
 
     def test_a_copy_damaged_under_its_running_writer_is_found_by_the_check_and_discarded(self,
                                                                                         tmp_path: Path) -> None:
