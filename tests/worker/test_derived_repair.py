@@ -12,15 +12,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from structlog.testing import capture_logs
 
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.formats.text_index import index_path, unreadable
 from memsync.config.formats.vector_copy import ENTRIES_FILE, MANIFEST_FILE, VECTORS_FILE, Manifest, copy_dir
 from memsync.config.settings import Settings
+from memsync.main import main
 from memsync.search import Filters, Mode, Searcher
 from memsync.search.textindex import TextIndex
 from memsync.search.vectorcopy import VectorCopy
+from memsync.servers.render import header
 from memsync.worker import daemon
 from memsync.worker.maintenance import CopyCheck, fill_copy
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState
@@ -244,3 +247,28 @@ class TestTextIndexDamage:
         assert TextIndex.open(s) is not None
         shutil.rmtree(index_path(s))
         assert TextIndex.open_checked(s) == (None, None)  # never built: no damage to report
+
+
+def test_the_command_line_and_the_json_name_what_answered_and_what_is_damaged(synced: Settings) -> None:
+    s = synced
+    _damage_copy(s, "garbage_entries")
+    _damage_index(s, "garble_segment")
+    engine = Searcher(s, embedder=FakeEmbedder())
+    try:
+        resp = engine.search("caching", filters=Filters(project="alpha"), window_days=0)
+    finally:
+        engine.close()
+    assert resp.mode is Mode.HYBRID and resp.results
+    shown = header(resp, 0)
+    assert shown.startswith("mode: hybrid (") and "lexical: FTS5 (text index unreadable, rebuilding" in shown
+    assert "semantic: Chroma (vector copy damaged" in shown
+    assert resp.to_json()["reason"] == resp.reason
+    opts = ["--db", str(s.db), "--data-dir", str(s.data_dir), "--chroma-mode", "embedded"]
+    st = CliRunner().invoke(main, ["status", *opts], catch_exceptions=False)
+    assert "text index: damaged (" in st.stdout and "lexical searches use FTS5 meanwhile" in st.stdout
+    assert "vector copy: damaged (entries.bin" in st.stdout and "the worker rebuilds it" in st.stdout
+    out = CliRunner().invoke(main, ["status", "--json", *opts], catch_exceptions=False)
+    text_index = json.loads(out.stdout)["text_index"]
+    assert text_index["answers"] == "FTS5" and text_index["damaged"]
+    ver = CliRunner().invoke(main, ["verify", *opts], catch_exceptions=False)
+    assert ver.exit_code == 1 and "vector copy damaged (entries.bin" in ver.stdout and "differ" not in ver.stdout
