@@ -14,8 +14,12 @@ For the given duration, in one run:
   again; kills the Chroma server (the worker restarts it); holds a write lock on the database for a
   few seconds; writes a batch of hostile rows (2 MB text, invalid JSON, bytes that are not UTF-8);
   wipes the store (worker and Chroma killed, the Chroma directory deleted, the worker started
-  again: it must find the empty store and re-drive every document, as after a lost volume).
-At the end the writer stops, the worker catches up and reconciles (SIGUSR1), stops (SIGTERM), and:
+  again: it must find the empty store and re-drive every document, as after a lost volume);
+  damages the vector copy (``vectors.i8`` or ``entries.bin`` truncated, or ``entries.bin``
+  overwritten with garbage) or the text index (tantivy's ``meta.json`` garbled, a segment file
+  deleted or garbled) under the running worker: searches must go on, the worker must rebuild both.
+At the end the writer stops, the worker catches up and reconciles (SIGUSR1), the vector copy is
+complete and the text index readable again (``memsync status``), the worker stops (SIGTERM), and:
 ``memsync verify`` must report 0 missing / orphan / stale, no duplicates, and a vector copy that
 matches Chroma; no process of the run may be left; the Chroma directory is compared with a fresh
 rebuild of the same database. Prints a
@@ -43,13 +47,17 @@ from typing import Any
 
 from memsync.config.chroma import collections as stores
 from memsync.config.chroma.server import ServerInfo, pid_alive
+from memsync.config.formats.text_index import INDEX_DIR as TEXT_INDEX_DIR
+from memsync.config.formats.vector_copy import DIR as COPY_DIR
+from memsync.config.formats.vector_copy import ENTRIES_FILE, VECTORS_FILE
 from memsync.config.settings import Settings
 from memsync.search import Searcher
 from memsync.worker.importer import import_records, init_db
 from scripts.benchlib import ROOT, free_port, print_table, settings_env, size_mb, worker_status, write_json
 
 MEMSYNC = [sys.executable, "-m", "memsync"]
-FAULTS = ("kill_worker", "kill_chroma", "write_lock", "hostile_rows", "wipe_store")
+FAULTS = ("kill_worker", "kill_chroma", "write_lock", "hostile_rows", "wipe_store", "damage_copy",
+          "damage_text_index")
 
 
 @dataclass
@@ -71,6 +79,7 @@ class Run:
     lags_ms: list[float] = field(default_factory=list)
     probe_queue: list[tuple[int, float]] = field(default_factory=list)  # (prompt id, commit time)
     hostile: Counter[str] = field(default_factory=Counter)
+    damages: Counter[str] = field(default_factory=Counter)  # how the derived files were damaged
     errors: list[str] = field(default_factory=list)
 
 
@@ -217,6 +226,48 @@ def hold_write_lock(db: Path, seconds: float) -> None:
         conn.execute("COMMIT")
     finally:
         conn.close()
+
+
+def damage_copy(settings: Settings, rng: random.Random) -> str:
+    """Damage every vector copy on disk as a bad disk or a stray process would; returns what was done."""
+    how = rng.choice(("truncate_vectors", "truncate_entries", "garbage_entries"))
+    for directory in (settings.data_dir / COPY_DIR).glob("*"):
+        target = directory / (VECTORS_FILE if how == "truncate_vectors" else ENTRIES_FILE)
+        try:
+            size = target.stat().st_size
+            if how == "garbage_entries":
+                with open(target, "r+b") as fh:  # in place: readers that mapped the file see it too
+                    fh.write(rng.randbytes(size))
+            else:
+                os.truncate(target, size // 3)
+        except OSError:
+            continue  # a copy being replaced (a compaction, a rewrite): the next one is damaged instead
+    return how
+
+
+def damage_text_index(settings: Settings, rng: random.Random) -> str:
+    """Damage the text index (tantivy's meta.json, or one segment file deleted or garbled)."""
+    path = settings.data_dir / TEXT_INDEX_DIR
+    segments = sorted(p for p in path.glob("*.*") if p.suffix in (".idx", ".term", ".store", ".fast", ".pos"))
+    how = rng.choice(("meta_json", "delete_segment", "garble_segment")) if segments else "meta_json"
+    try:
+        if how == "meta_json":
+            (path / "meta.json").write_text("{damaged")
+        elif how == "delete_segment":
+            rng.choice(segments).unlink()
+        else:
+            victim = rng.choice(segments)
+            victim.write_bytes(rng.randbytes(victim.stat().st_size))
+    except OSError:
+        pass  # a segment merged away meanwhile
+    return how
+
+
+def derived_repaired(settings: Settings) -> bool:
+    """The vector copy is complete and undamaged and the text index answers lexical searches."""
+    st = memsync_json(settings, "status")
+    copy, text = st.get("vector_copy", {}), st.get("text_index", {})
+    return bool(copy.get("complete")) and not copy.get("damaged") and text.get("answers") == "text index"
 
 
 def searcher_loop(run: Run, findable_after: float) -> None:
@@ -402,6 +453,10 @@ def main(argv: list[str] | None = None) -> int:
             worker.start()
         elif fault == "write_lock":
             hold_write_lock(settings.db, fault_rng.uniform(2, 6))
+        elif fault == "damage_copy":
+            run.damages[damage_copy(settings, fault_rng)] += 1
+        elif fault == "damage_text_index":
+            run.damages[damage_text_index(settings, fault_rng)] += 1
         else:
             hostile_requests.append("batch")
 
@@ -416,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
     before = int(worker_status(settings.data_dir).get("reconciles", 0))
     os.kill(worker.proc.pid, signal.SIGUSR1)  # type: ignore[union-attr]
     reconciled = wait_for(lambda: int(worker_status(settings.data_dir).get("reconciles", 0)) > before, 600)
+    # A copy damaged late is found by the check after that reconcile and filled at the idle steps
+    # after it; a text index by the reconcile's full refresh.
+    repaired = wait_for(lambda: derived_repaired(settings), 300)
     worker_exit = worker.stop()
     report = memsync_json(settings, "verify")
     status = memsync_json(settings, "status")
@@ -427,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     leaked += chroma_processes(fresh.chroma_dir)
 
     compactions = log_events(settings.data_dir / "worker.log", ("compacted", "space_reclaimed"))
+    rebuilds = log_events(settings.data_dir / "worker.log", ("vector_copy_damaged", "text_index_rebuilding"))
     lags = sorted(run.lags_ms)
     pct = (lambda q: round(lags[min(len(lags) - 1, int(q * len(lags)))], 1)) if lags else (lambda q: None)
     failed_rows = sum(v.get("failed", 0) for v in status.get("totals", {}).values()) if "totals" in status else None
@@ -437,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         "every row findable": not run.misses,
         "no search raised": not [e for e in run.errors if e.startswith("search")],
         "caught up and reconciled": caught_up and reconciled,
+        "vector copy and text index rebuilt": repaired,
         "worker exit 0": worker_exit == 0,
         "no leaked process": not leaked,
         f"chroma dir <= {args.disk_margin}x a fresh rebuild": fresh_size > 0 and size <= args.disk_margin * fresh_size,
@@ -454,12 +514,16 @@ def main(argv: list[str] | None = None) -> int:
         "compactions": len(compactions["compacted"]),
         "compacted": [{k: e.get(k) for k in ("copied", "churn", "seconds")} for e in compactions["compacted"]],
         "reclaimed_mb": round(sum(float(e.get("freed_mb") or 0) for e in compactions["space_reclaimed"]), 1),
+        "damages": dict(run.damages), "rebuilds": {k: len(v) for k, v in rebuilds.items()},
         "chroma_mb": round(size, 1), "fresh_rebuild_mb": round(fresh_size, 1), "fresh_rebuild": rebuilt,
         "checks": checks, "passed": all(checks.values()), "work": str(work),
     }
     rows = [{"figure": "rows written", "value": sum(v for k, v in run.written.items() if k not in ("edit", "delete"))},
             {"figure": "edits / deletes", "value": f"{run.written['edit']} / {run.written['delete']}"},
             {"figure": "hostile rows", "value": run.hostile["rows"]},
+            {"figure": "derived files damaged (rebuilds logged)",
+             "value": ", ".join(f"{k} {v}" for k, v in sorted(run.damages.items()))
+             + f" ({', '.join(f'{k} {len(v)}' for k, v in rebuilds.items())})"},
             {"figure": "faults", "value": ", ".join(f"{k} {v}" for k, v in sorted(run.faults.items()))},
             {"figure": "lag p50 / p95 / max ms", "value": f"{pct(0.5)} / {pct(0.95)} / {pct(1.0)}"},
             {"figure": "queries (misses)", "value": f"{run.queries} ({len(run.misses)})"},

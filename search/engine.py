@@ -138,6 +138,8 @@ class Searcher(Lookups):
                     self._lexical(rows, lexical, kinds, filters, window, depth, linked, got)
                 except QueryTimeout as exc:  # keep what was gathered; say that the rest is missing
                     notes.append(f"full-text search incomplete: {exc}")
+            if lexical.note:  # the text index could not be read: FTS5 ranked alone
+                notes.append(lexical.note)
             timings["lexical"] = _ms(t0)
             # How many matches the window hides depends on the lexical side only: counted while
             # the semantic side (the longer one) is still at work.
@@ -152,6 +154,8 @@ class Searcher(Lookups):
                     sem = sem_future.result()
                     got.semantic, got.similarity, got.context = sem.hits, sem.similarity, sem.context
                     got.copy = sem.copy
+                    if sem.note:
+                        notes.append(sem.note)
                     got.evidence_semantic = [[key for key in sem.evidence if key[0] is k] for k in EVIDENCE_KINDS]
                     timings.update(sem.timings)
                 except VectorUnavailable as exc:

@@ -101,6 +101,7 @@ class LexicalSide:
         self._feedback = settings.lexical_feedback
         self._index: TextIndex | None = None
         self._index_opened = False
+        self.note: str | None = None  # for the response's reason: FTS5 ranked in the text index's place
 
     def close(self) -> None:
         """Release what the side opened (the rows' connection belongs to the caller)."""
@@ -111,9 +112,18 @@ class LexicalSide:
         """memsync's text index, when there is one for this database and this search may use it
         (opened on first use: a query without words needs none)."""
         if not self._index_opened:
-            self._index = TextIndex.open(self.settings) if self._use_text_index else None
+            if self._use_text_index:
+                self._index, damaged = TextIndex.open_checked(self.settings)
+                if damaged:
+                    self._unreadable(damaged)
             self._index_opened = True
         return self._index
+
+    def _unreadable(self, why: str) -> None:
+        """The text index cannot be read: FTS5 answers this search alone, and its reason says so
+        (the worker rebuilds the index, ``worker.textsync``)."""
+        self._index = None
+        self.note = f"lexical: FTS5 (text index unreadable, rebuilding: {why})"
 
     def _watermark(self, kind: Kind, filters: Filters) -> int | None:
         """The text index's watermark for ``kind`` when it can answer this search, else None."""
@@ -152,12 +162,16 @@ class LexicalSide:
         index, mark = self.index, self._watermark(kind, filters)
         if index is None or mark is None:
             return conn.ranked(kind, filters, window, depth)
-        if self._feedback:
-            columns = text_columns(kind)
-            ranked = [i for i, _ in index.expanded(kind, self.text, filters, window, depth,
-                                                   lambda ids: conn.rows.texts(kind, ids, columns))]
-        else:
-            ranked = [i for i, _ in index.search(kind, self.text, filters, window, depth)]
+        try:
+            if self._feedback:
+                columns = text_columns(kind)
+                ranked = [i for i, _ in index.expanded(kind, self.text, filters, window, depth,
+                                                       lambda ids: conn.rows.texts(kind, ids, columns))]
+            else:
+                ranked = [i for i, _ in index.search(kind, self.text, filters, window, depth)]
+        except (OSError, ValueError, RuntimeError) as exc:  # a segment damaged since the index opened
+            self._unreadable(f"{type(exc).__name__}: {exc}"[:120])
+            return conn.ranked(kind, filters, window, depth)
         tail = conn.ranked(kind, filters, window, depth, after_id=mark) if conn.rows.max_id(kind) > mark else []
         return merge_tail(ranked, tail, depth)
 
@@ -183,8 +197,13 @@ class LexicalSide:
                 continue
             mark = self._watermark(kind, filters)
             if index is not None and mark is not None:
-                n += index.count(kind, self.text, filters, outside)
-                if self._main.rows.max_id(kind) <= mark:
-                    continue
+                try:
+                    n += index.count(kind, self.text, filters, outside)
+                except (OSError, ValueError, RuntimeError) as exc:
+                    self._unreadable(f"{type(exc).__name__}: {exc}"[:120])
+                    index, mark = None, None
+                else:
+                    if self._main.rows.max_id(kind) <= mark:
+                        continue
             n += self._main.count(kind, filters, outside, EXCLUDED_CAP, after_id=mark or 0)
         return min(n, EXCLUDED_CAP)

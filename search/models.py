@@ -145,7 +145,7 @@ class Response:
     results: list[Result]
     window: Window
     excluded_by_window: int = 0
-    reason: str | None = None  # why the mode is degraded (lexical_fallback)
+    reason: str | None = None  # why the mode is degraded (lexical_fallback), or what stood in for a damaged index
     total: int | None = None  # matches known before offset/limit (a lower bound for relevance order)
     timings_ms: dict[str, float] = field(default_factory=dict)
     query: str = ""

@@ -56,6 +56,7 @@ class SemanticAnswer:
     context: list[int] = field(default_factory=list)  # prompts ranked in their neighbours' context
     copy: VectorCopy | None = None  # the vector copy this search read, for the linked evidence
     timings: dict[str, float] = field(default_factory=dict)
+    note: str | None = None  # what the response's reason should say (a damaged vector copy)
 
 
 class SemanticSide:
@@ -64,6 +65,7 @@ class SemanticSide:
     def __init__(self, settings: Settings, store: VectorStore) -> None:
         self.settings = settings
         self.store = store
+        self.copy_damaged: str | None = None  # why the vector copy was not used, when it is damaged
 
     def search(self, query: str, kinds: Sequence[Kind], filters: Filters, window: Window, need: int, depth: int,
                linked: bool, context: bool = False) -> SemanticAnswer:
@@ -100,7 +102,14 @@ class SemanticSide:
             else None
         if copy is not None:
             # Exact over the documents that pass, from the local copy: no over-fetch, no loss.
-            hits = self._copy_scan(rows, copy, vec, kinds, wanted, filters, window, need, depth, timings)
+            try:
+                hits = self._copy_scan(rows, copy, vec, kinds, wanted, filters, window, need, depth, timings)
+            except (IndexError, ValueError) as exc:
+                # Trigger: the copy was damaged in place after this process checked it. Why: a
+                # search never raises for a derived file. Outcome: Chroma answers, the worker's
+                # next check of the copy rebuilds it.
+                self.copy_damaged, copy = f"{type(exc).__name__}: {exc}"[:120], None
+        if copy is not None:
             timings["vector_copy"] = _ms(t) - timings["embed"]
             restricted = False
         else:
@@ -129,7 +138,8 @@ class SemanticSide:
         if linked_kinds:
             answer.evidence = [(h.kind, h.id) for h in hits if h.kind in linked_kinds]
         if (context and Kind.PROMPT in kinds) or linked_kinds:
-            copy = copy or self.vector_copy()  # opened once: the context list and linked evidence share it
+            # Opened once: the context list and linked evidence share it (never a copy found damaged).
+            copy = copy or (None if self.copy_damaged else self.vector_copy())
             answer.copy = copy
         if context and Kind.PROMPT in kinds:
             t = time.perf_counter()
@@ -137,12 +147,17 @@ class SemanticSide:
                 prompts = [h.id for h in answer.hits if h.kind is Kind.PROMPT][:depth]
                 answer.context = prompt_context.ranking(rows, copy, vec, prompts, filters, window)
             timings["context"] = _ms(t)
+        if self.copy_damaged:
+            answer.note = f"semantic: Chroma (vector copy damaged, the worker rebuilds it: {self.copy_damaged})"
         return answer
 
     def vector_copy(self) -> VectorCopy | None:
-        """The local vector copy of the active generation, when this data directory has a complete one."""
-        return VectorCopy.open(self.settings, self.store.collection_name(), self.store.embedder.model_id,
-                               self.store.embedder.dimension)
+        """The local vector copy of the active generation, when this data directory has a complete
+        and undamaged one (a damaged one's reason is kept in ``copy_damaged``)."""
+        copy, damaged = VectorCopy.open_checked(self.settings, self.store.collection_name(),
+                                                self.store.embedder.model_id, self.store.embedder.dimension)
+        self.copy_damaged = self.copy_damaged or damaged
+        return copy
 
     @staticmethod
     def _copy_scan(rows: SourceRows, copy: VectorCopy, vec: Vector, kinds: Sequence[Kind], wanted: set[Kind],

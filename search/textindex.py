@@ -30,6 +30,7 @@ from memsync.config.formats.text_index import (
     KIND_TERM,
     analyzed,
     index_path,
+    meta_unreadable,
     open_index,
     read_meta,
     source_id,
@@ -60,20 +61,27 @@ class TextIndex:
     @classmethod
     def open(cls, settings: Settings) -> TextIndex | None:
         """The index when there is one for this database, else None (searches then use FTS5)."""
+        return cls.open_checked(settings)[0]
+
+    @classmethod
+    def open_checked(cls, settings: Settings) -> tuple[TextIndex | None, str | None]:
+        """:meth:`open`, and when the index is there but cannot be read (damaged files), why: the
+        worker rebuilds it, and the search says that FTS5 ranked in its place."""
         path = index_path(settings)
         meta = read_meta(path)
         if meta is None or meta.get("db") != source_id(settings.db):
-            return None
+            return None, "its meta file is unreadable" if meta_unreadable(path) else None
         key = str(path)
         try:
             with _readers_lock:
                 index = _readers.get(key) or open_index(path, create=False)
                 index.reload()  # the worker's latest commit
                 _readers[key] = index
-            return cls(index, meta)
-        except (OSError, ValueError):  # half-written or foreign files: FTS5 answers
-            _readers.pop(key, None)
-            return None
+            return cls(index, meta), None
+        except (OSError, ValueError, RuntimeError) as exc:  # half-written, foreign or damaged files: FTS5 answers
+            with _readers_lock:
+                _readers.pop(key, None)
+            return None, f"{type(exc).__name__}: {exc}"[:120]
 
     def watermark(self, kind: Kind) -> int | None:
         """The highest row id of ``kind`` the index holds (None: the kind is not indexed)."""

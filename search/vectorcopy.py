@@ -25,7 +25,15 @@ import numpy as np
 import numpy.typing as npt
 
 from memsync.config.claude_mem.schema import KINDS, Kind
-from memsync.config.formats.vector_copy import KIND_BYTE, Manifest, copy_dir, entries_file, open_arrays, vectors_file
+from memsync.config.formats.vector_copy import (
+    KIND_BYTE,
+    Manifest,
+    copy_dir,
+    damage,
+    entries_file,
+    open_arrays,
+    vectors_file,
+)
 from memsync.config.settings import Settings
 from memsync.search.models import Filters, Window
 from memsync.search.vectorstore import RowHit
@@ -83,31 +91,60 @@ def _in_parts(work: Callable[[int, int], None], lo: int, hi: int) -> None:
 # fresh mapping faults its pages in again, ~3 ms of a 90-day window's scan at 77k documents. Safe
 # to keep: the writer only appends, marks in place (seen through the shared mapping) and rewrites
 # into new files (a new inode here); one entry per directory, so a replaced file is let go.
-_maps: dict[Path, tuple[tuple[object, ...], tuple[npt.NDArray[np.int8], npt.NDArray[np.void]]]] = {}
+# With it, what checking its files against the manifest found (issue 24: a damaged copy is never
+# used), and how far its entries were checked with which checksum: the copy only appends, so a
+# grown one is checked from there (its new entries only).
+_Arrays = tuple[npt.NDArray[np.int8], npt.NDArray[np.void]]
+# directory -> (identity, mtime of the entries, arrays or None, why they are not used)
+_maps: dict[Path, tuple[tuple[object, ...], int, _Arrays | None, str | None]] = {}
+_checked: dict[Path, tuple[tuple[object, ...], int, int]] = {}  # (file identity, entries checked, checksum)
 _maps_lock = threading.Lock()
 
 
-def _mapped(directory: Path, manifest: Manifest) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.void]] | None:
-    """The copy's arrays for ``manifest``: the cached mapping when nothing changed, else a new one."""
+def _mapped(directory: Path, manifest: Manifest) -> tuple[_Arrays | None, str | None]:
+    """The copy's arrays for ``manifest`` (the cached mapping when nothing changed, else a new one,
+    checked), or None and why the files disagree with the manifest (None: mid-rewrite, try again).
+
+    What is checked when: a new mapping checks the entries appended since the last check (all of
+    them the first time); entries rewritten in place (the worker's dead marks, or damage: a
+    changed mtime at the same size) are checked whole again over the same mapping, 8-9 ms at 313k
+    entries; a file of another size is mapped again (a mapping past a truncated file's end would
+    kill the process with SIGBUS)."""
     if manifest.count == 0:
-        return open_arrays(directory, manifest)  # nothing to map (the files may not exist yet)
+        return open_arrays(directory, manifest), None  # nothing to map (the files may not exist yet)
     try:
         vectors = (directory / vectors_file(manifest.layout)).stat()
         entries = (directory / entries_file(manifest.layout)).stat()
     except OSError:
-        return None
+        reason, _ = damage(directory, manifest)
+        return None, reason if Manifest.read(directory) == manifest else None  # a rewrite's switch: again
     # The model too: a copy replaced for another model reuses its file names, and a freed inode
     # number can come back for the new file.
-    identity = (manifest.layout, manifest.count, manifest.model, vectors.st_ino, vectors.st_dev, entries.st_ino)
+    files = (manifest.layout, manifest.model, vectors.st_ino, vectors.st_dev, entries.st_ino)
+    identity = (*files, vectors.st_size, entries.st_size, manifest.count, manifest.crc)
     with _maps_lock:
         cached = _maps.get(directory)
-        if cached is not None and cached[0] == identity:
-            return cached[1]
-    arrays = open_arrays(directory, manifest)
-    if arrays is not None:
-        with _maps_lock:
-            _maps[directory] = (identity, arrays)
-    return arrays
+        checked = _checked.get(directory)
+    if cached is not None and cached[0] == identity:
+        if cached[1] == entries.st_mtime_ns or cached[2] is None:
+            return cached[2], cached[3]
+        arrays: _Arrays | None = cached[2]
+        start, crc = 0, 0  # written in place: every entry again
+    else:
+        arrays = open_arrays(directory, manifest)
+        start, crc = (checked[1], checked[2]) if checked is not None and checked[0] == files \
+            and checked[1] <= manifest.count else (0, 0)
+    if arrays is None:
+        reason, _ = damage(directory, manifest)
+    else:
+        reason, crc = damage(directory, manifest, arrays[1], start, crc)
+        if reason is not None and start:
+            reason, crc = damage(directory, manifest, arrays[1])  # a refilled copy that got the same inode
+    with _maps_lock:
+        if reason is None:
+            _checked[directory] = (files, manifest.count, crc)
+        _maps[directory] = (identity, entries.st_mtime_ns, arrays if reason is None else None, reason)
+    return (arrays, None) if reason is None else (None, reason)
 
 
 class VectorCopy:
@@ -123,18 +160,26 @@ class VectorCopy:
 
     @classmethod
     def open(cls, settings: Settings, collection: str, model: str, dim: int) -> VectorCopy | None:
-        """The copy of ``collection`` when it is complete and of this model, else None."""
+        """The copy of ``collection`` when it is complete, of this model and undamaged, else None."""
+        return cls.open_checked(settings, collection, model, dim)[0]
+
+    @classmethod
+    def open_checked(cls, settings: Settings, collection: str, model: str, dim: int
+                     ) -> tuple[VectorCopy | None, str | None]:
+        """:meth:`open`, and when the copy is damaged, why (its files disagree with its manifest:
+        the search uses Chroma, as for an incomplete copy, and the worker rebuilds it)."""
         if not settings.vector_copy:
-            return None
+            return None, None
         directory = copy_dir(settings, collection)
+        reason = None
         for _ in range(2):  # a rewrite may switch the files between reading the manifest and mapping them
             manifest = Manifest.read(directory)
             if manifest is None or not manifest.complete or manifest.model != model or manifest.dim != dim:
-                return None
-            arrays = _mapped(directory, manifest)
+                return None, None
+            arrays, reason = _mapped(directory, manifest)
             if arrays is not None:
-                return cls(manifest, *arrays, directory=f"{directory}#{manifest.layout}")
-        return None
+                return cls(manifest, *arrays, directory=f"{directory}#{manifest.layout}"), None
+        return None, reason
 
     def __len__(self) -> int:
         return self.manifest.count

@@ -58,7 +58,7 @@ from memsync.worker import logs
 from memsync.worker.embedstore import EmbeddingStore
 from memsync.worker.health import Degrading, Health
 from memsync.worker.lock import WorkerLock
-from memsync.worker.maintenance import Compaction, CopyOrder, StoreCollection, fill_copy
+from memsync.worker.maintenance import Compaction, CopyCheck, CopyOrder, StoreCollection, fill_copy
 from memsync.worker.memory import Trimmer
 from memsync.worker.signals import SignalRelay
 from memsync.worker.state import SyncState
@@ -89,6 +89,7 @@ class Worker:
                                 settings.excluded_projects)
         self._compaction = Compaction(settings, self.stop, self.log)
         self._copy_order = CopyOrder()
+        self._copy_check = CopyCheck()
         self._serving = False  # the loop runs (not --once): worth warming the server's index for searches
         self._trimmer = Trimmer()
         self._text = TextSync(settings, self.stop)
@@ -200,6 +201,8 @@ class Worker:
                 state = self._ensure_open()
                 self._check_store(state)
             result = self._pass(full=True)
+            if not result.interrupted:
+                self._copy_check.run(self._target, state)  # a damaged copy is discarded, then filled here
             if not result.interrupted and self._target.copy is not None and not self._target.copy.complete:
                 fill_copy(self._target, state, budget=None)
             if not result.interrupted and self._copy_order.due(self._target):
@@ -256,6 +259,7 @@ class Worker:
             if full:
                 self.reconcile_due.clear()
                 self._pass(full=True)
+                self._copy_check.soon()
             elif self._tail.changed(state, collection, pending=bool(self.health.status.pending_rows)) or \
                     self._upstream_behind(state, collection):
                 self._pass(full=False)
@@ -269,6 +273,8 @@ class Worker:
                 self.health.status.compactions += 0 if result.interrupted else 1
             else:
                 idle = indexed is None
+            if self._copy_check.due(self._target):
+                self._copy_check.run(self._target, state)
             if self._copy_order.due(self._target):
                 # Busy or idle (issue 16): a worker that gets rows every second is never idle, and
                 # its copy would keep every dead entry and grow in a corpus of constant size.

@@ -3,6 +3,10 @@
 - **Vector copy fill**: a generation synced without a local vector copy (by an older memsync, or
   with the copy deleted) gets one filled from Chroma, ``COPY_FILL_BUDGET`` documents per idle step,
   so that new rows keep arriving within a second meanwhile (``worker.vectorcopy``).
+- **Vector copy check** (issue 24): the copy's files are checked against its manifest (sizes,
+  codes, the entries' checksum: ``VectorCopyWriter.check``) once a minute and after every full
+  pass; a damaged copy is discarded (``vector_copy_damaged``) and filled again like a missing one.
+  A copy closed after a failed write is opened again here (its open checks it too).
 - **Vector copy order**: the copy is rewritten without its dead entries and in date order when
   enough of it is dead or appended out of order (``VectorCopyWriter.needs_reorder``), looked at
   once a minute at most: a second or two at 313k documents, and a window then reads one slice.
@@ -37,6 +41,7 @@ COMPACT_CHECK_S = 60.0  # how often an idle worker looks at the churn (one COUNT
 COPY_FILL_BUDGET = 5000  # documents per idle step when filling a vector copy from Chroma (~0.5 s)
 REORDER_CHECK_S = 60.0  # how often the worker asks whether its vector copy needs a rewrite
 REORDER_RETRY_S = 3600.0  # after a failed rewrite (its half-written files are deleted by the next)
+COPY_CHECK_S = 60.0  # how often the worker checks its vector copy's files (a whole read: ~2 ms per 100k)
 
 
 def fill_copy(target: SyncTarget, state: SyncState, budget: int | None = COPY_FILL_BUDGET) -> None:
@@ -49,6 +54,38 @@ def fill_copy(target: SyncTarget, state: SyncState, budget: int | None = COPY_FI
     except (OSError, ValueError) as exc:
         logs.get_logger(component="worker").warning(logs.VECTOR_COPY_FAILED, op="fill", error=str(exc)[:200])
         target.close_copy()
+
+
+class CopyCheck:
+    """When to check the vector copy's files (see the module docstring), and the check."""
+
+    def __init__(self) -> None:
+        self._next_check = time.monotonic() + COPY_CHECK_S  # the writer checked the files when it opened
+
+    def soon(self) -> None:
+        """Check at the next step (after a full pass: the end of a reconcile leaves the copy checked)."""
+        self._next_check = 0.0
+
+    def due(self, target: SyncTarget) -> bool:
+        """Whether a check is due (connected, the copy on in settings)."""
+        return target.sink is not None and target.s.vector_copy and time.monotonic() >= self._next_check
+
+    def run(self, target: SyncTarget, state: SyncState) -> None:
+        """Check the copy; discard a damaged one (the fill rebuilds it). A copy closed after a failed
+        write is opened again (its writer checks the files as it opens them)."""
+        self._next_check = time.monotonic() + COPY_CHECK_S
+        if not target.s.vector_copy:
+            return
+        if target.copy is None:
+            target.reopen_copy(state)
+            return
+        try:
+            reason = target.copy.check()
+            if reason is not None:
+                target.copy.discard(reason)
+        except (OSError, ValueError) as exc:
+            logs.get_logger(component="worker").warning(logs.VECTOR_COPY_FAILED, op="check", error=str(exc)[:200])
+            target.close_copy()
 
 
 class CopyOrder:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memsync.config.claude_mem.schema import KINDS, Kind
-from memsync.config.formats.text_index import index_path, read_meta, source_id
-from memsync.config.formats.vector_copy import Manifest, copy_dir, open_arrays
+from memsync.config.formats.text_index import index_path, meta_unreadable, read_meta, source_id, unreadable
+from memsync.config.formats.vector_copy import Manifest, copy_dir, damage, open_arrays
 from memsync.config.formats.worker_status import worker_state
 from memsync.config.records import KIND_PLURALS
 from memsync.config.settings import Settings
@@ -88,28 +88,44 @@ class StatusReport:
 
 
 def text_index_state(settings: Settings, max_ids: dict[Kind, int]) -> dict[str, Any]:
-    """memsync's text index: whether it is on and built for this database, and how many rows
-    (by id) it trails the database; search reads those trailing rows from FTS5 meanwhile."""
+    """memsync's text index: whether it is on and built for this database, how many rows (by id)
+    it trails the database (search reads those trailing rows from FTS5 meanwhile), and which index
+    answers lexical searches (``answers``) and why (``why``): FTS5 while it is not built or cannot
+    be read (``damaged``: the worker rebuilds it)."""
     if not settings.text_index:
-        return {"enabled": False}
-    meta = read_meta(index_path(settings))
+        return {"enabled": False, "answers": "FTS5", "why": "the text index is off"}
+    path = index_path(settings)
+    meta = read_meta(path)
     if meta is None or meta.get("db") != source_id(settings.db):
-        return {"enabled": True, "built": False}
+        if meta_unreadable(path):
+            return {"enabled": True, "built": False, "damaged": "its meta file is unreadable", "answers": "FTS5",
+                    "why": "the text index is damaged; the worker rebuilds it"}
+        return {"enabled": True, "built": False, "answers": "FTS5", "why": "the text index is not built yet"}
     marks = {k: int(meta.get("kinds", {}).get(k.value, {}).get("max_id", 0)) for k in KINDS}
-    return {"enabled": True, "built": True, "max_ids": {k.value: marks[k] for k in KINDS},
-            "pending_rows": sum(max(0, max_ids[k] - marks[k]) for k in KINDS)}
+    out: dict[str, Any] = {"enabled": True, "built": True, "max_ids": {k.value: marks[k] for k in KINDS},
+                           "pending_rows": sum(max(0, max_ids[k] - marks[k]) for k in KINDS),
+                           "answers": "text index", "why": None}
+    damaged = unreadable(path)
+    if damaged is not None:
+        out.update(damaged=damaged, answers="FTS5", why="the text index cannot be read; the worker rebuilds it")
+    return out
 
 
 def vector_copy_state(settings: Settings, collection: str | None) -> dict[str, Any]:
     """The worker's vector copy of the active collection: live documents and whether it is
-    complete (only a complete copy answers searches; an incomplete one is being filled)."""
+    complete (only a complete copy answers searches; an incomplete one is being filled) or
+    ``damaged`` (its files disagree with its manifest: not used, the worker rebuilds it)."""
     if not settings.vector_copy:
         return {"enabled": False}
     directory = copy_dir(settings, collection) if collection else None
     manifest = Manifest.read(directory) if directory else None
-    arrays = open_arrays(directory, manifest) if directory and manifest else None
-    if manifest is None or arrays is None:
+    if directory is None or manifest is None:
         return {"enabled": True, "present": False}
+    reason, _ = damage(directory, manifest)
+    arrays = open_arrays(directory, manifest) if reason is None else None
+    if reason is not None or arrays is None:
+        return {"enabled": True, "present": True, "complete": False, "documents": 0,
+                "damaged": reason or "its files cannot be mapped"}
     live = int(arrays[1]["live"].sum())
     return {"enabled": True, "present": True, "complete": manifest.complete, "documents": live}
 

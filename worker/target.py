@@ -311,6 +311,11 @@ class SyncTarget:
                 self.handle.close()
         self.handle, self.sink, self.upstream = None, None, None
 
+    def reopen_copy(self, state: SyncState) -> None:
+        """Open the copy writer again after it was closed (a failed write or fill), while connected."""
+        if self.copy is None and self.sink is not None:
+            self.copy = open_writer(self.s, state, self.sink.name, self.embedder.model_id, self.embedder.dimension)
+
     def close_copy(self) -> None:
         """Close the vector copy writer (a failed copy is not used again until the next open)."""
         if self.copy is not None:

@@ -8,6 +8,10 @@ table's fingerprint (row count, sum of per-row text hashes) is compared at start
 reconcile interval, and a kind whose older rows were edited or deleted is rebuilt. The index is an
 accelerator, so nothing about it may stop the sync: failures are logged (once per distinct
 message) and retried at the next change.
+
+A damaged index (issue 24: a ``meta.json`` or a segment that tantivy cannot open or read) is
+checked for when the writer opens and at every full refresh; it is deleted and rebuilt from the
+database (``text_index_rebuilding`` with the reason), while searches rank with FTS5 and say so.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import tantivy
@@ -28,10 +33,12 @@ from memsync.config.formats.text_index import (
     META_FILE,
     VERSION,
     index_path,
+    meta_unreadable,
     open_index,
     read_meta,
     source_id,
     text_columns,
+    unreadable,
     write_meta,
 )
 from memsync.config.settings import Settings
@@ -41,6 +48,7 @@ from memsync.worker.tail import FileStamp, stamp
 
 TEXT_INDEX_UPDATED = "text_index_updated"
 TEXT_INDEX_FAILED = "text_index_failed"
+TEXT_INDEX_REBUILDING = "text_index_rebuilding"  # the index could not be read: deleted, built again
 READ_BATCH = 2000  # rows per read while (re)indexing; the stop flag is checked between batches
 
 
@@ -66,12 +74,13 @@ class TextIndexWriter:
         self.settings = settings
         self.path = index_path(settings)
         self._meta = read_meta(self.path)
-        if self._meta is None or self._meta.get("db") != source_id(settings.db):
-            # Another database, an older layout or a half-built index: start from nothing. The meta
-            # file goes first, so a crash in between leaves an index no search trusts.
-            (self.path / META_FILE).unlink(missing_ok=True)
-            if self.path.exists():
-                shutil.rmtree(self.path)
+        ours = self._meta is not None and self._meta.get("db") == source_id(settings.db)
+        why = _damaged(self.path) if ours else "its meta file is unreadable" if meta_unreadable(self.path) else None
+        if why is not None:
+            logs.get_logger(component="text_index").warning(TEXT_INDEX_REBUILDING, reason=why)
+        if not ours or why is not None:
+            # Another database, an older layout, a half-built or a damaged index: start from nothing.
+            discard(settings)
             self._meta = {"version": VERSION, "db": source_id(settings.db), "kinds": {}}
         self._index = open_index(self.path, create=True)
         self._writer: Any = self._index.writer(heap_size=15_000_000, num_threads=1)
@@ -188,6 +197,11 @@ class TextSync:
             # through FTS5's tail meanwhile.
             return None
         try:
+            if full and self._writer is not None and (why := _damaged(self._writer.path)) is not None:
+                # Damaged under the running writer (the writer opened it whole): start over.
+                self.close()
+                self.log.warning(TEXT_INDEX_REBUILDING, reason=why)
+                discard(self.s)
             if self._writer is None:
                 self._writer = TextIndexWriter(self.s)
             with SourceReader.open(self.s) as reader:
@@ -221,3 +235,18 @@ class TextSync:
         self._writer = None
         if writer is not None:
             writer.close()
+
+
+def discard(settings: Settings) -> None:
+    """Delete the index (the meta file first: a crash in between leaves an index no search trusts)."""
+    path = index_path(settings)
+    (path / META_FILE).unlink(missing_ok=True)
+    if path.exists():
+        shutil.rmtree(path)
+
+
+def _damaged(path: Path) -> str | None:
+    """Why the index cannot be read, when a second look agrees (a read that raced another writer's
+    clean-up of old segments must not cost a rebuild)."""
+    why = unreadable(path)
+    return None if why is None or unreadable(path) is None else why

@@ -6,7 +6,11 @@ between replays the batch, and writing a document again only supersedes its entr
 an exclusive lock on the directory for each step (a resync may run beside the worker).
 
 A copy that does not yet hold a generation's documents (made by an older memsync, or deleted) is
-filled from Chroma itself (:func:`fill_from_store`) and only then marked complete.
+filled from Chroma itself (:func:`fill_from_store`) and only then marked complete. So is a damaged
+one (issue 24: truncated, or entries that do not match the manifest's codes or checksum,
+``config.formats.vector_copy`` :func:`damage`): the writer checks the files when it opens them and
+when the worker asks (:meth:`VectorCopyWriter.check`), and discards a damaged copy
+(``vector_copy_damaged``) so that the fill rebuilds it.
 
 Appending leaves dead entries behind and puts edited old rows after new ones; :meth:`reorder`
 rewrites the copy without its dead entries, sorted by date (layout: ``config.formats.vector_copy``),
@@ -39,6 +43,8 @@ from memsync.config.formats.vector_copy import (
     MANIFEST_FILE,
     Manifest,
     copy_dir,
+    damage,
+    entries_checksum,
     entries_file,
     open_arrays,
     quantize,
@@ -85,8 +91,16 @@ class VectorCopyWriter:
         self.absent: set[str] = set()  # acknowledged ids a fill found missing in Chroma
         with self._locked():
             manifest = Manifest.read(self.dir)
-            if manifest is None or manifest.model != model or manifest.dim != dim:
-                manifest = Manifest(model, dim, complete=fresh)
+            reason = None
+            if manifest is not None and manifest.model == model and manifest.dim == dim:
+                reason, crc = damage(self.dir, manifest)
+                if reason is None and manifest.crc is None:
+                    manifest.crc = crc  # a version 2 manifest: sizes and codes checked, checksum recorded
+                    manifest.write(self.dir)
+            if manifest is None or manifest.model != model or manifest.dim != dim or reason is not None:
+                if reason is not None:
+                    logs.get_logger().warning(logs.VECTOR_COPY_DAMAGED, collection=collection, reason=reason)
+                manifest = Manifest(model, dim, complete=fresh, crc=0)
                 self._remove_files(keep=None)
                 manifest.write(self.dir)
             self.manifest = manifest
@@ -221,6 +235,29 @@ class VectorCopyWriter:
                     dead.append(pos)
             self._mark_dead(dead)
 
+    def check(self) -> str | None:
+        """Why the files on disk disagree with the manifest (None: they agree); a whole read of the
+        entries (``config.formats.vector_copy`` :func:`damage`), asked by the worker now and then."""
+        with self._locked():
+            try:
+                self._refresh()
+            except OSError as exc:
+                return str(exc)[:200]
+            return damage(self.dir, self.manifest)[0]
+
+    def discard(self, reason: str) -> None:
+        """Drop a damaged copy's files and start an empty, incomplete one: the worker's fill
+        (:func:`fill_from_store`) rebuilds it from Chroma, and searches use Chroma meanwhile."""
+        logs.get_logger().warning(logs.VECTOR_COPY_DAMAGED, collection=self.collection, reason=reason)
+        with self._locked():
+            self._remove_files(keep=None)
+            self.manifest = Manifest(self.model, self.dim, complete=False, crc=0)
+            self.manifest.write(self.dir)
+            self._keys.clear()
+            self._loaded = 0
+            self._codes = {name: {} for name in CODE_TABLES}
+            self.absent = set()
+
     def invalidate(self) -> None:
         """Declare the copy incomplete (a write failed); never raises."""
         with contextlib.suppress(OSError):
@@ -273,12 +310,15 @@ class VectorCopyWriter:
             order = live[np.argsort(np.asarray(entries["epoch"])[live], kind="stable")]
             layout = old.layout + 1
             new = Manifest(old.model, old.dim, len(order), old.complete, old.fields, old.projects, old.types,
-                           layout=layout, ordered=len(order))
+                           layout=layout, ordered=len(order), crc=0)
             try:
                 for name, source in ((vectors_file(layout), vecs), (entries_file(layout), entries)):
                     with open(self.dir / name, "wb") as fh:
                         for start in range(0, len(order), REWRITE_CHUNK):
-                            fh.write(np.ascontiguousarray(source[order[start:start + REWRITE_CHUNK]]).tobytes())
+                            chunk = np.ascontiguousarray(source[order[start:start + REWRITE_CHUNK]])
+                            fh.write(chunk.tobytes())
+                            if source is entries:
+                                new.crc = entries_checksum(chunk, new.crc or 0)
                         fh.flush()
                         os.fsync(fh.fileno())
                 new.write(self.dir)
@@ -321,6 +361,8 @@ class VectorCopyWriter:
             finally:
                 os.close(fd)
         m.count = start + len(doc_ids)
+        if m.crc is not None:  # None: a manifest an older memsync wrote meanwhile (no checksum kept)
+            m.crc = entries_checksum(rows, m.crc)
         m.write(self.dir)
         self._loaded = m.count
         dead: list[int] = []

@@ -14,7 +14,7 @@ import numpy as np
 from memsync.config.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.docids import format_doc_id
-from memsync.config.formats.vector_copy import Manifest, copy_dir, open_arrays
+from memsync.config.formats.vector_copy import Manifest, copy_dir, damage, open_arrays
 from memsync.config.settings import Settings
 from memsync.worker.documents import RowError, build_documents
 from memsync.worker.sink import ChromaSink
@@ -37,12 +37,14 @@ class VerifyReport:
     unusable_rows: int
     examples: dict[str, list[str]] = field(default_factory=dict)
     copy_drift: int | None = None  # documents the vector copy has wrong; None without a complete copy
+    copy_damaged: str | None = None  # why the copy's files disagree with its manifest (the worker rebuilds it)
 
     @property
     def clean(self) -> bool:
-        """True when Chroma holds exactly what SQLite implies (and the vector copy what Chroma holds)."""
+        """True when Chroma holds exactly what SQLite implies (and the vector copy, undamaged, what
+        Chroma holds)."""
         return self.missing == 0 and self.orphan == 0 and self.stale == 0 and self.duplicates == 0 and \
-            not self.copy_drift
+            not self.copy_drift and self.copy_damaged is None
 
 
 def expected_documents(reader: SourceReader, batch: int = 2000) -> tuple[dict[str, str], int]:
@@ -70,7 +72,8 @@ def verify(settings: Settings, client: Any | None = None) -> VerifyReport:
             name, held, seen, count, labels = _held(handle.client, settings)
     else:
         name, held, seen, count, labels = _held(client, settings)
-    drift = None if name is None else copy_drift(settings, name, labels)
+    damaged = None if name is None else copy_damage(settings, name)
+    drift = None if name is None or damaged is not None else copy_drift(settings, name, labels)
     missing = sorted(expected.keys() - held.keys())
     orphan = sorted(held.keys() - expected.keys())
     stale = sorted(k for k in expected.keys() & held.keys() if expected[k] != held[k])
@@ -79,7 +82,7 @@ def verify(settings: Settings, client: Any | None = None) -> VerifyReport:
         stale=len(stale), duplicates=max(0, count - len(held)) + (seen - len(held)), unusable_rows=unusable,
         examples={"missing": missing[:SAMPLE], "orphan": orphan[:SAMPLE], "stale": stale[:SAMPLE],
                   "copy_drift": (drift or [])[:SAMPLE]},
-        copy_drift=None if drift is None else len(drift),
+        copy_drift=None if drift is None else len(drift), copy_damaged=damaged,
     )
 
 
@@ -89,6 +92,13 @@ Label = tuple[str, str, int, str]  # project, merged_into_project, created_at_ep
 def _label(meta: dict[str, Any]) -> Label:
     return (str(meta.get("project") or ""), str(meta.get("merged_into_project") or ""),
             int(meta.get("created_at_epoch") or 0), str(meta.get("type") or ""))
+
+
+def copy_damage(settings: Settings, collection: str) -> str | None:
+    """Why the generation's vector copy disagrees with its manifest (None: it agrees, or there is none)."""
+    directory = copy_dir(settings, collection)
+    manifest = Manifest.read(directory)
+    return None if manifest is None else damage(directory, manifest)[0]
 
 
 def copy_drift(settings: Settings, collection: str, labels: dict[str, Label]) -> list[str] | None:

@@ -123,7 +123,9 @@ def verify(as_json: bool, **kwargs: Any) -> None:
             f"({report.expected} expected, {report.in_chroma} in Chroma, {report.duplicates} duplicates)")
     if report.unusable_rows:
         text += f"; {report.unusable_rows} unusable rows"
-    if report.copy_drift is not None:
+    if report.copy_damaged is not None:
+        text += f"; vector copy damaged ({report.copy_damaged}): the worker discards and rebuilds it"
+    elif report.copy_drift is not None:
         text += f"; vector copy: {report.copy_drift} documents differ from Chroma"
     emit({**asdict(report), "clean": report.clean}, as_json, text)
     sys.exit(EXIT_OK if report.clean else EXIT_FAIL)
@@ -247,9 +249,11 @@ def _store_line(store: dict[str, Any]) -> str:
 
 def _text_index_line(state: dict[str, Any]) -> str:
     if not state.get("enabled"):
-        return "off"
+        return "off (lexical searches: FTS5)"
+    if state.get("damaged"):
+        return f"damaged ({state['damaged']}); the worker rebuilds it; lexical searches use FTS5 meanwhile"
     if not state.get("built"):
-        return "not built yet (the worker builds it)"
+        return "not built yet (the worker builds it); lexical searches use FTS5 meanwhile"
     behind = state["pending_rows"]
     return "up to date" if behind == 0 else f"{behind} rows behind (searched through FTS5 meanwhile)"
 
@@ -257,6 +261,8 @@ def _text_index_line(state: dict[str, Any]) -> str:
 def _copy_line(state: dict[str, Any]) -> str:
     if not state.get("enabled"):
         return "off"
+    if state.get("damaged"):
+        return f"damaged ({state['damaged']}); not used, the worker rebuilds it from Chroma"
     if not state.get("present"):
         return "none yet (the worker fills it)"
     done = "complete" if state["complete"] else "filling, not used until complete"

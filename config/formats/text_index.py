@@ -12,6 +12,10 @@ Layout: one document per row with ``kind`` (o/s/p), ``row`` (the row id, a fast 
 ``body``: the app's FTS columns of the table (the text FTS5 sees), tokenized on letters and digits,
 lower-cased, English Snowball stems. ``memsync-meta.json`` says which database the index is of and,
 per kind, the highest row id it holds (the watermark) with a fingerprint of the rows up to it.
+
+Checked, never trusted (issue 24): an index whose files tantivy cannot open or read (a damaged
+``meta.json``, a segment file missing or garbled: :func:`unreadable`) is rebuilt by the worker from
+the database, and searches rank with FTS5 meanwhile and say so in their reason.
 """
 
 from __future__ import annotations
@@ -103,6 +107,31 @@ def open_index(path: Path, create: bool) -> Any:
     index = tantivy.Index(schema(), path=str(path), reuse=True)
     index.register_tokenizer(ANALYZER, analyzer())
     return index
+
+
+def unreadable(path: Path) -> str | None:
+    """Why the tantivy index at ``path`` cannot be read (None: it opens and answers a query over
+    every segment). Costs an open of the index, a few ms: tantivy reads every segment's footer."""
+    try:
+        index = open_index(path, create=False)
+        index.reload()
+        searcher = index.searcher()
+        hits = searcher.search(tantivy.Query.all_query(), 1).hits
+        searcher.fast_field_values("row", [addr for _, addr in hits])
+    except (OSError, ValueError, RuntimeError) as exc:
+        return f"{type(exc).__name__}: {exc}"[:200]
+    return None
+
+
+def meta_unreadable(path: Path) -> bool:
+    """Whether the index's meta file is there but cannot be parsed (a damaged file, not a missing one)."""
+    try:
+        json.loads((path / META_FILE).read_text())
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
+    return False
 
 
 def read_meta(path: Path) -> dict[str, Any] | None:

@@ -15,7 +15,19 @@ Layout, one directory per collection generation, ``DATA_DIR/vectors/<collection>
 - ``entries.bin``: ``count`` records of :data:`ENTRY` (kind, row id, field, project, the project
   it was merged into, observation type, created_at_epoch, scale, live);
 - ``manifest.json``: version, model, dimension, ``count``, ``complete``, ``layout``, ``ordered``,
-  and the code tables of fields, projects and types (an entry stores indexes into them).
+  the code tables of fields, projects and types (an entry stores indexes into them), and
+  ``entries_crc``: the crc32 of the first ``count`` entries with their ``live`` byte zeroed.
+
+Checked, never trusted (issue 24): a copy whose files are shorter than its manifest counts, whose
+entries name codes its tables lack, or whose entries' checksum differs (:func:`damage`) is damaged.
+Searches then use Chroma as for an incomplete copy, and the worker discards it and fills it again
+(``worker.vectorcopy``). The checksum leaves out the ``live`` byte so that marking an entry dead in
+place changes nothing, and appending only continues it (crc32 runs on): a writer never reads the
+file again to keep it. Checking the whole entries file costs a copy and a crc32 of 32 bytes an
+entry: 2 ms at 100k entries, 8-9 ms at 313k (measured on two busy cores); readers check only the
+entries appended since their last look.
+A version 2 manifest has no checksum: its sizes and codes are checked, and the next writer records
+the checksum of what it finds (no rebuild).
 
 Append-only between rewrites: a document written again gets a new entry and its old one is marked
 dead (``live`` = 0, written in place); a deleted document is marked dead. The manifest is replaced
@@ -37,6 +49,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,8 +65,9 @@ VECTORS_FILE = "vectors.i8"
 ENTRIES_FILE = "entries.bin"
 MANIFEST_FILE = "manifest.json"
 LOCK_FILE = "lock"
-VERSION = 2
-READ_VERSIONS = (1, 2)  # version 1: no layout or order (layout 0, nothing ordered)
+VERSION = 3
+READ_VERSIONS = (1, 2, 3)  # 1: no layout or order (layout 0, nothing ordered); 2: no entries_crc
+CHECK_CHUNK = 16384  # entries copied per crc32 call (512 kB: stays in cache; bounded memory)
 
 ENTRY = np.dtype([
     ("row", "<i8"), ("epoch", "<i8"), ("scale", "<f4"), ("project", "<i4"), ("merged", "<i4"),
@@ -99,6 +113,7 @@ class Manifest:
     types: list[str] = field(default_factory=list)
     layout: int = 0  # which files hold the entries (a rewrite writes new ones)
     ordered: int = 0  # entries [0, ordered) are sorted by epoch
+    crc: int | None = None  # entries_checksum of the first `count` entries; None: a version 2 manifest
 
     @classmethod
     def read(cls, directory: Path) -> Manifest | None:
@@ -112,7 +127,8 @@ class Manifest:
         try:
             return cls(str(data["model"]), int(data["dim"]), int(data["count"]), bool(data["complete"]),
                        list(data["fields"]), list(data["projects"]), list(data["types"]),
-                       int(data.get("layout", 0)), min(int(data.get("ordered", 0)), int(data["count"])))
+                       int(data.get("layout", 0)), min(int(data.get("ordered", 0)), int(data["count"])),
+                       None if data.get("entries_crc") is None else int(data["entries_crc"]))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -121,7 +137,7 @@ class Manifest:
         tmp = directory / (MANIFEST_FILE + ".tmp")
         payload = {"version": VERSION, "model": self.model, "dim": self.dim, "count": self.count,
                    "complete": self.complete, "fields": self.fields, "projects": self.projects,
-                   "types": self.types, "layout": self.layout, "ordered": self.ordered}
+                   "types": self.types, "layout": self.layout, "ordered": self.ordered, "entries_crc": self.crc}
         with open(tmp, "w") as fh:
             json.dump(payload, fh)
             fh.flush()
@@ -142,3 +158,53 @@ def open_arrays(directory: Path, manifest: Manifest) -> tuple[npt.NDArray[np.int
     except (OSError, ValueError):
         return None
     return vectors, entries
+
+
+def entries_checksum(entries: npt.NDArray[Any], crc: int = 0) -> int:
+    """crc32 of ``entries`` with their ``live`` byte zeroed, continuing ``crc`` (the checksum of
+    the entries before them): marking an entry dead leaves it as it was. Copied as plain bytes
+    into one reused buffer (a structured copy costs five times as much: 313k entries 3.5 ms
+    against 19 ms, measured)."""
+    raw = np.asarray(entries).view(np.uint8).reshape(-1, ENTRY.itemsize)
+    buf = np.empty((min(CHECK_CHUNK, len(raw)), ENTRY.itemsize), np.uint8)
+    for start in range(0, len(raw), CHECK_CHUNK):
+        part = buf[:min(CHECK_CHUNK, len(raw) - start)]
+        np.copyto(part, raw[start:start + len(part)])
+        part[:, LIVE_OFFSET] = 0
+        crc = zlib.crc32(part.data, crc)
+    return crc
+
+
+def damage(directory: Path, manifest: Manifest, entries: npt.NDArray[Any] | None = None,
+           start: int = 0, crc: int = 0) -> tuple[str | None, int]:
+    """Why the copy's files disagree with ``manifest`` (None: they agree), and the checksum of its
+    entries. ``entries`` (mapped already) from ``start`` on are checked, continuing ``crc``, the
+    checksum of the ones before (a reader that checked them earlier); else the files are mapped and
+    checked whole."""
+    if manifest.count == 0:
+        return None, 0
+    for name, per in ((vectors_file(manifest.layout), manifest.dim), (entries_file(manifest.layout), ENTRY.itemsize)):
+        try:
+            size = (directory / name).stat().st_size
+        except OSError:
+            return f"{name} is missing", 0
+        if size < manifest.count * per:  # longer is a crashed append: the bytes past `count` are unused
+            return f"{name} holds {size} bytes, the manifest counts {manifest.count * per}", 0
+    if entries is None:
+        arrays = open_arrays(directory, manifest)
+        if arrays is None:
+            return f"{entries_file(manifest.layout)} cannot be mapped", 0
+        entries, start, crc = arrays[1], 0, 0
+    name = entries_file(manifest.layout)
+    e = np.asarray(entries[start:manifest.count])
+    if len(e):
+        # The codes first: an entry naming a code its table lacks made every reader raise. Code 0
+        # of an empty table is let pass: an entry that is not a document (written dead) has zeros.
+        tables = (("kind", len(KINDS)), ("live", 2), ("field", len(manifest.fields)), ("type", len(manifest.types)),
+                  ("project", len(manifest.projects)), ("merged", len(manifest.projects)))
+        if any(int(e[f].min()) < 0 or int(e[f].max()) >= max(n, 1) for f, n in tables):
+            return f"{name} holds entries with codes its manifest lacks", 0
+        crc = entries_checksum(e, crc)
+    if manifest.crc is not None and crc != manifest.crc:
+        return f"{name} does not match its checksum", 0
+    return None, crc

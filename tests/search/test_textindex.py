@@ -72,7 +72,8 @@ def test_rows_newer_than_the_index_come_from_fts5_until_it_catches_up(tmp_path: 
     s = _settings(tmp_path)
     make_db(s.db, mixed_records(4))
     with SourceReader(s.db, 1000) as reader:
-        assert text_index_state(s, reader.max_ids()) == {"enabled": True, "built": False}
+        assert text_index_state(s, reader.max_ids()) == {"enabled": True, "built": False, "answers": "FTS5",
+                                                         "why": "the text index is not built yet"}
     _refresh(s)
     assert _status_pending(s) == 0
     import_records(s.db, [obs(50, narrative="quokka sighting near the build server")])

@@ -1,6 +1,7 @@
 """The short soak: scripts/soak.py for two minutes with a fault every ~15 s (worker SIGKILL, Chroma
-killed, a held write lock, hostile rows), then every end check: verify clean, no duplicates, every
-row findable, no leaked process, disk within the margin. The long run is the same script."""
+killed, a held write lock, hostile rows, the store wiped, the vector copy and the text index
+damaged), then every end check: verify clean, no duplicates, every row findable, the derived files
+rebuilt, no leaked process, disk within the margin. The long run is the same script."""
 
 from __future__ import annotations
 

@@ -1,0 +1,274 @@
+"""Derived files damaged on disk (issue 24, point 5): the vector copy (vectors.i8 / entries.bin
+truncated, entries.bin garbage) and the text index (tantivy's meta.json, a segment file deleted or
+garbled). After each: nothing raises, searches answer and say honestly what answered, status and
+verify report the damage, one ``worker --once`` pass repairs it, and verify is clean again."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from structlog.testing import capture_logs
+
+from memsync.config.claude_mem.schema import Kind
+from memsync.config.formats.text_index import index_path, unreadable
+from memsync.config.formats.vector_copy import ENTRIES_FILE, MANIFEST_FILE, VECTORS_FILE, Manifest, copy_dir
+from memsync.config.settings import Settings
+from memsync.main import main
+from memsync.search import Filters, Mode, Searcher
+from memsync.search.textindex import TextIndex
+from memsync.search.vectorcopy import VectorCopy
+from memsync.servers.render import header
+from memsync.worker import daemon
+from memsync.worker.maintenance import CopyCheck, fill_copy
+from memsync.worker.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.status import status
+from memsync.worker.target import SyncTarget
+from memsync.worker.textsync import TextSync
+from memsync.worker.vectorcopy import VectorCopyWriter
+from memsync.worker.verify import verify
+from tests.conftest import FakeEmbedder, make_db, mixed_records
+
+ROWS = 8  # per kind
+MODEL, DIM = FakeEmbedder.model_id, FakeEmbedder.dimension
+
+
+def _active(s: Settings) -> str:
+    with SyncState(s.state_path) as state:
+        name = state.get_meta(ACTIVE_COLLECTION)
+    assert name
+    return name
+
+
+@pytest.fixture
+def synced(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """A database synced by the worker's own pass: Chroma, the vector copy and the text index."""
+    make_db(settings.db, mixed_records(ROWS))
+    embedder = FakeEmbedder()
+    monkeypatch.setattr(daemon, "make_embedder", lambda *a, **k: embedder)
+    daemon.Worker(settings).once()
+    report = verify(settings)
+    assert report.clean and report.copy_drift == 0 and report.copy_damaged is None
+    return settings
+
+
+def _search(s: Settings, mode: Mode = Mode.HYBRID) -> tuple[Mode, str, int]:
+    """A search that reads both derived files: a project filter (the vector copy answers it)."""
+    engine = Searcher(s, embedder=FakeEmbedder())
+    try:
+        resp = engine.search("caching", filters=Filters(project="alpha"), window_days=0, mode=mode)
+        return resp.mode, resp.reason or "", len(resp.results)
+    finally:
+        engine.close()
+
+
+def _once(s: Settings) -> list[dict[str, object]]:
+    with capture_logs() as logged:
+        daemon.Worker(s).once()
+    return logged
+
+
+def _damage_copy(s: Settings, how: str) -> None:
+    directory = copy_dir(s, _active(s))
+    manifest = Manifest.read(directory)
+    assert manifest is not None and manifest.count > 10 and manifest.crc is not None
+    if how == "truncate_vectors":
+        with open(directory / VECTORS_FILE, "r+b") as fh:
+            fh.truncate(manifest.dim * (manifest.count // 2))
+    elif how == "truncate_entries":
+        with open(directory / ENTRIES_FILE, "r+b") as fh:
+            fh.truncate(32 * 3 + 5)
+    else:  # garbage in place of every entry, the same size
+        size = (directory / ENTRIES_FILE).stat().st_size
+        (directory / ENTRIES_FILE).write_bytes(np.random.default_rng(7).bytes(size))
+
+
+class TestVectorCopyDamage:
+    @pytest.mark.parametrize("how", ["truncate_vectors", "truncate_entries", "garbage_entries"])
+    def test_damaged_copy_is_reported_unused_and_rebuilt_by_one_pass(self, synced: Settings, how: str) -> None:
+        s = synced
+        mode, reason, n = _search(s)
+        assert mode is Mode.HYBRID and "vector copy" not in reason and n
+        _damage_copy(s, how)
+        copy, why = VectorCopy.open_checked(s, _active(s), MODEL, DIM)
+        assert copy is None and why
+        # Search: Chroma answers the filtered side, and the reason says why.
+        mode, reason, n = _search(s)
+        assert mode is Mode.HYBRID and n and "semantic: Chroma (vector copy damaged" in reason
+        # Status and verify name the damage (not "documents differ").
+        st = status(s).vector_copy
+        assert st["damaged"] and st["complete"] is False
+        report = verify(s)
+        assert not report.clean and report.copy_damaged and report.copy_drift is None
+        assert report.missing == report.orphan == report.stale == 0
+        # One worker pass discards the copy (logged) and fills it again from Chroma.
+        logged = _once(s)
+        assert [e for e in logged if e["event"] == "vector_copy_damaged"]
+        assert [e for e in logged if e["event"] == "vector_copy_filled"]
+        report = verify(s)
+        assert report.clean and report.copy_drift == 0 and report.copy_damaged is None, report
+        copy, why = VectorCopy.open_checked(s, _active(s), MODEL, DIM)
+        assert copy is not None and why is None and len(copy) >= 7 * ROWS
+        assert "damaged" not in status(s).vector_copy
+        mode, reason, n = _search(s)
+        assert mode is Mode.HYBRID and "vector copy" not in reason and n
+
+    @pytest.mark.parametrize("how", ["truncate_entries", "garbage_entries"])
+    def test_the_running_workers_check_discards_a_copy_damaged_under_it_and_reopens_a_closed_one(
+            self, synced: Settings, how: str) -> None:
+        s = synced
+        target = SyncTarget(s, FakeEmbedder())
+        try:
+            with SyncState(s.state_path) as state:
+                assert target.open(state) and target.copy is not None and target.copy.complete
+                _damage_copy(s, how)
+                if how == "truncate_entries":
+                    target.close_copy()  # as after a write that failed on the short file (worker.sync)
+                with capture_logs() as logged:
+                    CopyCheck().run(target, state)
+                assert [e for e in logged if e["event"] == "vector_copy_damaged"]
+                assert target.copy is not None and not target.copy.complete
+                fill_copy(target, state, budget=None)
+                assert target.copy.complete
+        finally:
+            target.close()
+        report = verify(s)
+        assert report.clean and report.copy_drift == 0, report
+
+    def test_a_copy_damaged_under_its_running_writer_is_found_by_the_check_and_discarded(self,
+                                                                                        tmp_path: Path) -> None:
+        s = Settings(data_dir=tmp_path)
+        w = VectorCopyWriter(s, "gen1", "m", 4, fresh=True)
+        try:
+            rng = np.random.default_rng(3)
+            w.put([f"prompt_{i}" for i in range(50)], rng.standard_normal((50, 4)).astype(np.float32),
+                  [{"project": "alpha", "created_at_epoch": i} for i in range(50)])
+            w.delete(["prompt_3"])  # marking dead in place keeps the checksum
+            assert w.check() is None and VectorCopy.open(s, "gen1", "m", 4) is not None
+            entries = copy_dir(s, "gen1") / ENTRIES_FILE
+            data = bytearray(entries.read_bytes())
+            data[40] ^= 0xFF  # one byte of the second entry's epoch: its codes are still valid
+            entries.write_bytes(bytes(data))
+            assert w.check() == "entries.bin does not match its checksum"
+            assert VectorCopy.open(s, "gen1", "m", 4) is None
+            w.discard("test")
+            assert not w.complete and w.doc_ids() == [] and w.check() is None
+        finally:
+            w.close()
+
+    def test_a_version_2_manifest_is_checked_by_size_and_codes_and_gets_its_checksum(self, tmp_path: Path) -> None:
+        s = Settings(data_dir=tmp_path)
+        w = VectorCopyWriter(s, "gen1", "m", 4, fresh=True)
+        w.put([f"prompt_{i}" for i in range(20)], np.ones((20, 4), np.float32), [{"project": "a"}] * 20)
+        w.close()
+        path = copy_dir(s, "gen1") / MANIFEST_FILE
+        old = json.loads(path.read_text())
+        path.write_text(json.dumps({**{k: v for k, v in old.items() if k != "entries_crc"}, "version": 2}))
+        v2 = Manifest.read(copy_dir(s, "gen1"))
+        assert v2 is not None and v2.crc is None
+        assert VectorCopy.open(s, "gen1", "m", 4) is not None  # no checksum to compare: sizes and codes
+        w = VectorCopyWriter(s, "gen1", "m", 4, fresh=False)  # records it, no rebuild
+        w.close()
+        again = Manifest.read(copy_dir(s, "gen1"))
+        assert again is not None and again.crc == old["entries_crc"] and again.count == 20 and again.complete
+
+
+def _damage_index(s: Settings, how: str) -> None:
+    path = index_path(s)
+    segments = sorted(p for p in path.iterdir() if p.suffix in (".idx", ".term", ".store"))
+    assert segments
+    if how == "meta_json":
+        (path / "meta.json").write_text("{garbage")
+    elif how == "delete_segment":
+        segments[0].unlink()
+    else:
+        segments[0].write_bytes(os.urandom(segments[0].stat().st_size))
+
+
+class TestTextIndexDamage:
+    @pytest.mark.parametrize("how", ["meta_json", "delete_segment", "garble_segment"])
+    def test_damaged_index_is_named_in_search_and_status_and_rebuilt_by_one_pass(self, synced: Settings,
+                                                                                 how: str) -> None:
+        s = synced
+        assert status(s).text_index["answers"] == "text index"
+        _damage_index(s, how)
+        index, why = TextIndex.open_checked(s)
+        assert index is None and why
+        for mode in (Mode.HYBRID, Mode.LEXICAL):
+            answered, reason, n = _search(s, mode)
+            assert answered is mode and n and "lexical: FTS5 (text index unreadable, rebuilding" in reason
+        st = status(s).text_index
+        assert st["answers"] == "FTS5" and st["damaged"] and "rebuilds" in st["why"]
+        logged = _once(s)
+        rebuilding = [e for e in logged if e["event"] == "text_index_rebuilding"]
+        assert len(rebuilding) == 1 and rebuilding[0]["reason"]
+        assert not [e for e in logged if e["event"] == "text_index_failed"]
+        assert unreadable(index_path(s)) is None
+        st = status(s).text_index
+        assert st["answers"] == "text index" and st["pending_rows"] == 0 and "damaged" not in st
+        answered, reason, n = _search(s)
+        assert answered is Mode.HYBRID and n and "FTS5" not in reason
+        assert verify(s).clean
+
+    def test_an_index_damaged_under_the_running_writer_is_rebuilt_at_its_full_refresh(self, tmp_path: Path) -> None:
+        s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http", chroma_port=9,
+                     text_index_append_s=0)
+        make_db(s.db, mixed_records(3))
+        text = TextSync(s)
+        try:
+            assert text.step(force_full=True) is not None
+            _damage_index(s, "delete_segment")
+            with capture_logs() as logged:
+                result = text.step(force_full=True)
+            assert result is not None and set(result.rebuilt) == {k.value for k in Kind}
+            assert [e["event"] for e in logged if e["event"].startswith("text_index")][0] == "text_index_rebuilding"
+        finally:
+            text.close()
+        index, why = TextIndex.open_checked(s)
+        assert index is not None and why is None
+
+    def test_a_garbled_memsync_meta_file_is_reported_and_rebuilt(self, tmp_path: Path) -> None:
+        s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http", chroma_port=9,
+                     text_index_append_s=0)
+        make_db(s.db, mixed_records(3))
+        TextSync(s).step(force_full=True)
+        (index_path(s) / "memsync-meta.json").write_text("{not json")
+        assert TextIndex.open_checked(s) == (None, "its meta file is unreadable")
+        text = TextSync(s)
+        with capture_logs() as logged:
+            assert text.step(force_full=True) is not None
+        text.close()
+        assert [e for e in logged if e["event"] == "text_index_rebuilding"]
+        assert TextIndex.open(s) is not None
+        shutil.rmtree(index_path(s))
+        assert TextIndex.open_checked(s) == (None, None)  # never built: no damage to report
+
+
+def test_the_command_line_and_the_json_name_what_answered_and_what_is_damaged(synced: Settings) -> None:
+    s = synced
+    _damage_copy(s, "garbage_entries")
+    _damage_index(s, "garble_segment")
+    engine = Searcher(s, embedder=FakeEmbedder())
+    try:
+        resp = engine.search("caching", filters=Filters(project="alpha"), window_days=0)
+    finally:
+        engine.close()
+    assert resp.mode is Mode.HYBRID and resp.results
+    shown = header(resp, 0)
+    assert shown.startswith("mode: hybrid (") and "lexical: FTS5 (text index unreadable, rebuilding" in shown
+    assert "semantic: Chroma (vector copy damaged" in shown
+    assert resp.to_json()["reason"] == resp.reason
+    opts = ["--db", str(s.db), "--data-dir", str(s.data_dir), "--chroma-mode", "embedded"]
+    st = CliRunner().invoke(main, ["status", *opts], catch_exceptions=False)
+    assert "text index: damaged (" in st.stdout and "lexical searches use FTS5 meanwhile" in st.stdout
+    assert "vector copy: damaged (entries.bin" in st.stdout and "the worker rebuilds it" in st.stdout
+    out = CliRunner().invoke(main, ["status", "--json", *opts], catch_exceptions=False)
+    text_index = json.loads(out.stdout)["text_index"]
+    assert text_index["answers"] == "FTS5" and text_index["damaged"]
+    ver = CliRunner().invoke(main, ["verify", *opts], catch_exceptions=False)
+    assert ver.exit_code == 1 and "vector copy damaged (entries.bin" in ver.stdout and "differ" not in ver.stdout
