@@ -178,14 +178,17 @@ def fake_chroma_run(store: Path, port: int, host: str = "127.0.0.1") -> Iterator
     """A live process whose command line is a `chroma run --path STORE --host HOST --port PORT`
     (python sleeping, with those arguments): what the process table shows of a managed server,
     without a server's cost. Killed at the end."""
-    argv = [sys.executable, "-c", "import time; time.sleep(300)", str(Path(sys.executable).parent / "chroma"),
-            "run", "--path", str(store), "--host", host, "--port", str(port)]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
-    try:
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
+    argv = [sys.executable, "-c", "import time; print(flush=True); time.sleep(300)",
+            str(Path(sys.executable).parent / "chroma"), "run", "--path", str(store), "--host", host,
+            "--port", str(port)]
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE) as proc:  # closes, waits
+        try:
+            # Popen returns while the kernel may still be setting up the new program (an empty
+            # /proc/PID/cmdline for a moment); its first line says it runs.
+            assert proc.stdout is not None and proc.stdout.readline() == b"\n"
+            yield proc
+        finally:
+            proc.kill()
 
 
 @pytest.fixture

@@ -355,9 +355,7 @@ class ManagedServer:
         finally:
             log.close()
         self._proc = proc
-        identity = chroma_process(proc.pid)  # Popen returns after the exec: its command line is chroma's
-        info = ServerInfo(proc.pid, s.chroma_host, port, str(s.chroma_dir), owner=os.getpid(),
-                          started=identity.started if identity else "")
+        info = ServerInfo(proc.pid, s.chroma_host, port, str(s.chroma_dir), owner=os.getpid())
         if not self._wait_healthy(info, proc):
             exited = proc.poll() is not None
             _terminate(proc.pid, proc)
@@ -365,6 +363,10 @@ class ManagedServer:
             tail = _tail(s.data_dir / LOG_FILE)
             error = _ServerExited if exited else StoreUnavailable
             raise error(f"managed Chroma server did not become healthy on port {port}: {tail}")
+        # Read once it answers: right after Popen the kernel may still be loading the program
+        # (an empty command line for a moment).
+        identity = chroma_process(proc.pid)
+        info = replace(info, started=identity.started if identity else "")
         try:
             self._record(info)
         except StoreUnavailable:
