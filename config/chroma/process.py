@@ -103,6 +103,8 @@ def chroma_process(pid: int) -> ChromaProcess | None:
 
 def chroma_processes(store: Path) -> list[ChromaProcess]:
     """Every ``chroma run`` serving ``store``, oldest first (the process table, not the record)."""
+    if not os.path.isdir(store):  # a server makes its store when it starts: none, no server to find
+        return []
     if sys.platform.startswith("linux"):
         found = []
         for entry in _proc_pids():

@@ -304,7 +304,9 @@ class ManagedServer:
             info = replace(info, owner=os.getpid())
         if orphan or not recorded:
             self._record(info)
-        self.started = self.started or bool(orphan)
+        # Still this handle's to stop: the server it started (adopted again after a lost
+        # connection) or the one it took over; never another process's server adopted later.
+        self.started = bool(orphan) or (self.started and self.info is not None and self.info.pid == info.pid)
         self.info = info
         return info
 
@@ -413,16 +415,19 @@ class ManagedServer:
 
     def _terminate_server(self, info: ServerInfo, proc: subprocess.Popen[bytes] | None = None) -> None:
         """Stop ``info``'s server, only while its pid is still that server (issue 24: a stale
-        record's pid may belong to any program now)."""
+        record's pid may belong to any program now). Our own child (``proc``) is ours while the
+        Popen has not reaped it: its pid cannot be reused before that."""
+        if proc is not None:
+            if proc.poll() is None:
+                _terminate(proc.pid, proc)
+            return
         store = self.settings.chroma_dir
 
         def still_ours() -> bool:
             return info.running(store)
 
         if still_ours():
-            _terminate(info.pid, proc, still=still_ours)
-        elif proc is not None:
-            proc.poll()  # exited (and perhaps reaped by pid_alive): let the Popen know
+            _terminate(info.pid, None, still=still_ours)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
