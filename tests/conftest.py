@@ -178,6 +178,7 @@ def fake_chroma_run(store: Path, port: int, host: str = "127.0.0.1") -> Iterator
     """A live process whose command line is a `chroma run --path STORE --host HOST --port PORT`
     (python sleeping, with those arguments): what the process table shows of a managed server,
     without a server's cost. Killed at the end."""
+    store.mkdir(parents=True, exist_ok=True)  # as `chroma run` makes it
     argv = [sys.executable, "-c", "import time; print(flush=True); time.sleep(300)",
             str(Path(sys.executable).parent / "chroma"), "run", "--path", str(store), "--host", host,
             "--port", str(port)]
