@@ -3,11 +3,14 @@ schema DDL, a deterministic fake embedder for logic tests (the real model is use
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
 import socket
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -154,13 +157,39 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def kill_managed_server(data_dir: Path) -> None:
-    """Never leave a managed Chroma server behind, even when a test failed before stopping it."""
-    from memsync.config.chroma.server import ServerInfo, pid_alive
+def kill_managed_server(data_dir: Path, store: Path | None = None) -> None:
+    """Never leave a managed Chroma server behind, even when a test failed before stopping it: the
+    recorded one while its pid is still that server, and every `chroma run` on the store
+    (``DATA_DIR/chroma`` unless given) that the process table shows (the record may be gone)."""
+    from memsync.config.chroma.process import chroma_processes
+    from memsync.config.chroma.server import ServerInfo
 
     info = ServerInfo.read(data_dir)
-    if info and pid_alive(info.pid):
-        os.kill(info.pid, signal.SIGKILL)
+    pids = {p.pid for p in chroma_processes(store or data_dir / "chroma")}
+    if info and info.running(Path(info.path)):
+        pids.add(info.pid)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def fake_chroma_run(store: Path, port: int, host: str = "127.0.0.1") -> Iterator[subprocess.Popen[bytes]]:
+    """A live process whose command line is a `chroma run --path STORE --host HOST --port PORT`
+    (python sleeping, with those arguments): what the process table shows of a managed server,
+    without a server's cost. Killed at the end."""
+    store.mkdir(parents=True, exist_ok=True)  # as `chroma run` makes it
+    argv = [sys.executable, "-c", "import time; print(flush=True); time.sleep(300)",
+            str(Path(sys.executable).parent / "chroma"), "run", "--path", str(store), "--host", host,
+            "--port", str(port)]
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE) as proc:  # closes, waits
+        try:
+            # Popen returns while the kernel may still be setting up the new program (an empty
+            # /proc/PID/cmdline for a moment); its first line says it runs.
+            assert proc.stdout is not None and proc.stdout.readline() == b"\n"
+            yield proc
+        finally:
+            proc.kill()
 
 
 @pytest.fixture

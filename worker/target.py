@@ -19,8 +19,6 @@ what differs and deletes what no row implies; every other document is left alone
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -331,6 +329,5 @@ class SyncTarget:
 
     def kill_server(self) -> None:
         """SIGTERM to the managed server this worker started, without waiting (an exit right now)."""
-        if self.server is not None and self.server.started and self.server.info:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.server.info.pid, signal.SIGTERM)
+        if self.server is not None:
+            self.server.kill_now()

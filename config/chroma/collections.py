@@ -18,7 +18,6 @@ import contextlib
 import fcntl
 import functools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 import httpx
@@ -31,7 +30,7 @@ from memsync.config.chroma.remote import (
     refused,
     tls_failure,
 )
-from memsync.config.chroma.server import ManagedServer, ServerInfo, heartbeat_failure, pid_alive
+from memsync.config.chroma.server import ManagedServer, heartbeat_failure, live_server
 from memsync.config.embedding import Identity, provider_of
 from memsync.config.errors import ConfigError, ModelMismatchError, StoreUnavailable
 from memsync.config.settings import HTTP_DEFAULT_PORT, Settings, generation_number
@@ -132,8 +131,8 @@ def _refuse(ep: Endpoint, response: httpx.Response) -> None:
 
 def _embedded_lock(settings: Settings) -> IO[str]:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    info = ServerInfo.read(settings.data_dir)
-    if info and pid_alive(info.pid) and Path(info.path) == settings.chroma_dir:
+    info = live_server(settings)
+    if info is not None:
         raise ConfigError(
             f"a managed Chroma server (pid {info.pid}) owns {settings.chroma_dir}; "
             "use chroma_mode=managed or stop it first"
@@ -186,14 +185,14 @@ def connect(settings: Settings, server: ManagedServer | None = None) -> ChromaHa
 
 def reader_address(settings: Settings) -> tuple[str, int] | None:
     """The server a reader talks to, without starting anything: http mode's configured one, managed
-    mode's running server on its recorded port (StoreUnavailable at once when none is recorded or
-    its process is gone); None in embedded mode."""
+    mode's running server on its recorded port, or found in the process table when the record is
+    damaged or missing (StoreUnavailable at once when none runs); None in embedded mode."""
     if settings.chroma_mode == "embedded":
         return None
     if settings.chroma_mode == "http":
         return settings.chroma_host, settings.chroma_port or HTTP_DEFAULT_PORT
-    info = ServerInfo.read(settings.data_dir)
-    if info is None or not pid_alive(info.pid):
+    info = live_server(settings)
+    if info is None:
         raise StoreUnavailable(f"no managed Chroma server running for {settings.data_dir} (is `memsync worker` up?)")
     return info.host, info.port
 

@@ -1,10 +1,16 @@
 """The managed Chroma server: exactly one ``chroma run`` per data directory.
 
 Design decision 1: one process owns a Chroma store, so every memsync process talks to one local
-server over HTTP. The server is recorded in ``DATA_DIR/chroma-server.json`` (pid, port, path);
-starting is serialised by an exclusive ``flock`` on ``DATA_DIR/chroma-server.lock``. A healthy
-recorded server is adopted (on its recorded port); a dead one is replaced. Whoever started a server
-stops it.
+server over HTTP. The server is recorded in ``DATA_DIR/chroma-server.json`` (pid, its start time,
+port, path); starting is serialised by an exclusive ``flock`` on ``DATA_DIR/chroma-server.lock``. A
+healthy recorded server is adopted (on its recorded port); a dead one is replaced. Whoever started a
+server stops it.
+
+The record is a hint, checked against the process table (``process``, issue 24): a recorded pid
+that is no longer a ``chroma run`` on this store, started when recorded, is stale and never
+signalled; a live server the record does not name (record damaged or missing) is found by its
+command line and adopted, never doubled. A record that cannot be written (disk full) stops the
+server just started: no unrecorded server is left behind.
 
 Ports: an explicit ``chroma_port`` is used as given (8000, claude-mem's, when unset while the
 upstream-readable store is on: ``Settings.server_port``); a running server recorded on another
@@ -17,6 +23,7 @@ readers find it in the record; so two data directories run two workers side by s
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -26,12 +33,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
 
+from memsync.config.chroma.process import ChromaProcess, chroma_process, chroma_processes
 from memsync.config.chroma.remote import REFUSED_STATUSES, Endpoint, refused, tls_failure
 from memsync.config.errors import ConfigError, StoreUnavailable
 from memsync.config.settings import Settings
@@ -150,6 +158,7 @@ class ServerInfo:
     port: int
     path: str
     owner: int = 0  # pid of the memsync process responsible for stopping it
+    started: str = ""  # the process's start time (process.ChromaProcess.started); "" in old records
 
     @staticmethod
     def read(data_dir: Path) -> ServerInfo | None:
@@ -157,16 +166,62 @@ class ServerInfo:
         try:
             raw = json.loads((data_dir / INFO_FILE).read_text())
             return ServerInfo(int(raw["pid"]), str(raw["host"]), int(raw["port"]), str(raw["path"]),
-                              int(raw.get("owner", 0)))
-        except (OSError, ValueError, KeyError, TypeError):
+                              int(raw.get("owner", 0)), str(raw.get("started", "")))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
+    @staticmethod
+    def of(proc: ChromaProcess, owner: int) -> ServerInfo:
+        """The record of a server found in the process table."""
+        return ServerInfo(proc.pid, proc.host, proc.port, proc.path, owner, proc.started)
+
     def write(self, data_dir: Path) -> None:
-        """Record atomically (temp file + rename)."""
+        """Record atomically (temp file + rename); OSError when the disk refuses."""
         tmp = data_dir / (INFO_FILE + ".tmp")
-        tmp.write_text(json.dumps({"pid": self.pid, "host": self.host, "port": self.port, "path": self.path,
-                                   "owner": self.owner}))
-        os.replace(tmp, data_dir / INFO_FILE)
+        try:
+            tmp.write_text(json.dumps({"pid": self.pid, "host": self.host, "port": self.port, "path": self.path,
+                                       "owner": self.owner, "started": self.started}))
+            os.replace(tmp, data_dir / INFO_FILE)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+
+    def running(self, store: Path) -> bool:
+        """True when the recorded pid is still this server: a ``chroma run`` whose ``--path`` is
+        ``store``, started when recorded (an old record without a start time: the command line
+        only). False means a stale record: whatever runs under that pid now is never signalled."""
+        proc = chroma_process(self.pid)
+        return proc is not None and proc.serves(store) and (not self.started or proc.started == self.started)
+
+
+def recorded_server(settings: Settings) -> ServerInfo | None:
+    """The record when it names a running server on this store (see :meth:`ServerInfo.running`)."""
+    info = ServerInfo.read(settings.data_dir)
+    return info if info is not None and info.running(settings.chroma_dir) else None
+
+
+def unrecorded_server(settings: Settings) -> ServerInfo | None:
+    """A ``chroma run`` on this store found in the process table (the oldest), whatever the record
+    says; its owner is the process that started it while that one lives, else 0."""
+    found = chroma_processes(settings.chroma_dir)
+    if not found:
+        return None
+    proc = found[0]
+    return ServerInfo.of(proc, proc.parent if proc.parent > 1 and pid_alive(proc.parent) else 0)
+
+
+def live_server(settings: Settings) -> ServerInfo | None:
+    """The data directory's running server: the record when it checks out, else one found in the
+    process table (the record damaged, missing or stale while a server runs); None when none runs."""
+    return recorded_server(settings) or unrecorded_server(settings)
+
+
+def write_failure(data_dir: Path, exc: OSError, what: str) -> str:
+    """One line for a write the disk refused: ``no space left on DATA_DIR: what`` (or the error's
+    own words, ``read-only file system on DATA_DIR: what``)."""
+    reason = "no space left" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc)).lower()
+    return f"{reason} on {data_dir}: {what}"
 
 
 class _ServerExited(StoreUnavailable):
@@ -183,27 +238,48 @@ class ManagedServer:
         self._proc: subprocess.Popen[bytes] | None = None
 
     def ensure(self) -> ServerInfo:
-        """Adopt the recorded healthy server or start one; raises StoreUnavailable/ConfigError."""
+        """Adopt the running healthy server (recorded, or found in the process table) or start one;
+        raises StoreUnavailable/ConfigError (a disk that refuses the lock, log or record:
+        StoreUnavailable, one line)."""
         s = self.settings
-        with _start_lock(s.data_dir):
-            info = ServerInfo.read(s.data_dir)
-            if info and pid_alive(info.pid) and s.server_port and info.port != s.server_port:
-                self._move_to_fixed_port(info)
-                info = None
-            if info and pid_alive(info.pid) and (heartbeat(info.host, info.port) or self._wait_healthy(info, None)):
-                return self._adopt(info)
-            if info and pid_alive(info.pid):
-                _terminate(info.pid)  # recorded, alive, but not answering within the start timeout: hung
-            if s.server_port and not port_free(s.chroma_host, s.server_port):
-                held = ("already has a Chroma server that memsync did not start for " + str(s.data_dir)
-                        if heartbeat(s.chroma_host, s.server_port) else "is taken by another program")
-                also = (", and claude-mem's CLAUDE_MEM_CHROMA_PORT to match (upstream_store is on)"
-                        if s.upstream_store else ", unset it for a free port, or use chroma_mode=http")
-                raise ConfigError(f"port {s.server_port} on {s.chroma_host} {held}; set another chroma_port "
-                                  f"(MEMSYNC_CHROMA_PORT){also}")
-            self.info = self._start(info.port if info and info.host == s.chroma_host else None)
-            self.started = True
-            return self.info
+        try:
+            with _start_lock(s.data_dir):
+                return self._ensure_locked()
+        except OSError as exc:  # the lock file or the log on a full or read-only disk
+            raise StoreUnavailable(write_failure(s.data_dir, exc, f"cannot start the managed Chroma server ({exc})")
+                                   ) from exc
+
+    def _ensure_locked(self) -> ServerInfo:
+        s = self.settings
+        record = ServerInfo.read(s.data_dir)
+        info = record if record is not None and record.running(s.chroma_dir) else None
+        recorded = info is not None
+        if info is None:
+            # Trigger: no record, a damaged one, or one whose pid is no longer our server. Why: a
+            # server may run on the store all the same (the record lost while a worker runs).
+            # Outcome: adopt it rather than start a second `chroma run` on the same store.
+            info = unrecorded_server(s)
+        if info and s.server_port and info.port != s.server_port:
+            self._move_to_fixed_port(info)
+            info = None
+        if info and (heartbeat(info.host, info.port) or self._wait_healthy(info, None)):
+            return self._adopt(info, recorded)
+        if info and not recorded:
+            raise StoreUnavailable(
+                f"a Chroma server (pid {info.pid}) runs on {s.chroma_dir} without a record in {INFO_FILE} and does "
+                f"not answer on {info.host}:{info.port}; stop it (kill {info.pid}) and try again")
+        if info:
+            self._terminate_server(info)  # recorded, ours, but not answering within the start timeout: hung
+        if s.server_port and not port_free(s.chroma_host, s.server_port):
+            held = ("already has a Chroma server that memsync did not start for " + str(s.data_dir)
+                    if heartbeat(s.chroma_host, s.server_port) else "is taken by another program")
+            also = (", and claude-mem's CLAUDE_MEM_CHROMA_PORT to match (upstream_store is on)"
+                    if s.upstream_store else ", unset it for a free port, or use chroma_mode=http")
+            raise ConfigError(f"port {s.server_port} on {s.chroma_host} {held}; set another chroma_port "
+                              f"(MEMSYNC_CHROMA_PORT){also}")
+        self.info = self._start(record.port if record and record.host == s.chroma_host else None)
+        self.started = True
+        return self.info
 
     def _move_to_fixed_port(self, info: ServerInfo) -> None:
         """A running server recorded on another port than the fixed one (started before
@@ -217,17 +293,29 @@ class ManagedServer:
                 f"by memsync process {info.owner}, but the port is now fixed at {s.server_port} (chroma_port, or "
                 "claude-mem's 8000 while upstream_store is on): stop that process, then start again"
             )
-        _terminate(info.pid)
+        self._terminate_server(info)
 
-    def _adopt(self, info: ServerInfo) -> ServerInfo:
+    def _adopt(self, info: ServerInfo, recorded: bool) -> ServerInfo:
         """Use a running server. If the process that started it is gone (killed before it could stop
-        it), take over the duty of stopping it, so a server never outlives every memsync process."""
-        if info.owner and not pid_alive(info.owner):
-            info = ServerInfo(info.pid, info.host, info.port, info.path, owner=os.getpid())
-            info.write(self.settings.data_dir)
-            self.started = True
+        it), take over the duty of stopping it, so a server never outlives every memsync process.
+        One found in the process table is recorded again, for the readers."""
+        orphan = (info.owner and not pid_alive(info.owner)) or (not recorded and not info.owner)
+        if orphan:
+            info = replace(info, owner=os.getpid())
+        if orphan or not recorded:
+            self._record(info)
+        # Still this handle's to stop: the server it started (adopted again after a lost
+        # connection) or the one it took over; never another process's server adopted later.
+        self.started = bool(orphan) or (self.started and self.info is not None and self.info.pid == info.pid)
         self.info = info
         return info
+
+    def _record(self, info: ServerInfo) -> None:
+        try:
+            info.write(self.settings.data_dir)
+        except OSError as exc:
+            raise StoreUnavailable(write_failure(self.settings.data_dir, exc,
+                                                 f"cannot record the managed Chroma server in {INFO_FILE}")) from exc
 
     def _start(self, previous: int | None) -> ServerInfo:
         """Start on the explicit port, else on a free one (``previous``, the dead server's, first)."""
@@ -277,7 +365,18 @@ class ManagedServer:
             tail = _tail(s.data_dir / LOG_FILE)
             error = _ServerExited if exited else StoreUnavailable
             raise error(f"managed Chroma server did not become healthy on port {port}: {tail}")
-        info.write(s.data_dir)
+        # Read once it answers: right after Popen the kernel may still be loading the program
+        # (an empty command line for a moment).
+        identity = chroma_process(proc.pid)
+        info = replace(info, started=identity.started if identity else "")
+        try:
+            self._record(info)
+        except StoreUnavailable:
+            # Trigger: the record cannot be written (disk full). Why: nobody would find, adopt or
+            # stop the server, and every retry would start another. Outcome: stop it, then report.
+            _terminate(proc.pid, proc)
+            self._proc = None
+            raise
         return info
 
     def _wait_healthy(self, info: ServerInfo, proc: subprocess.Popen[bytes] | None) -> bool:
@@ -299,12 +398,36 @@ class ManagedServer:
 
     def _stop_locked(self) -> None:
         assert self.info is not None
-        _terminate(self.info.pid, self._proc)
+        self._terminate_server(self.info, self._proc)
+        self._proc = None
         current = ServerInfo.read(self.settings.data_dir)
         if current and current.pid == self.info.pid:
             with contextlib.suppress(FileNotFoundError):
                 (self.settings.data_dir / INFO_FILE).unlink()
         self.started = False
+
+    def kill_now(self) -> None:
+        """SIGTERM to the server this handle started (or took over), without waiting (an exit right
+        now); nothing when its pid is no longer that server."""
+        if self.started and self.info is not None and self.info.running(self.settings.chroma_dir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.info.pid, signal.SIGTERM)
+
+    def _terminate_server(self, info: ServerInfo, proc: subprocess.Popen[bytes] | None = None) -> None:
+        """Stop ``info``'s server, only while its pid is still that server (issue 24: a stale
+        record's pid may belong to any program now). Our own child (``proc``) is ours while the
+        Popen has not reaped it: its pid cannot be reused before that."""
+        if proc is not None:
+            if proc.poll() is None:
+                _terminate(proc.pid, proc)
+            return
+        store = self.settings.chroma_dir
+
+        def still_ours() -> bool:
+            return info.running(store)
+
+        if still_ours():
+            _terminate(info.pid, None, still=still_ours)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -317,8 +440,9 @@ class ManagedServer:
             yield
 
 
-def _terminate(pid: int, proc: subprocess.Popen[bytes] | None = None, grace_s: float = 10.0) -> None:
-    """SIGTERM, wait up to ``grace_s``, then SIGKILL."""
+def _terminate(pid: int, proc: subprocess.Popen[bytes] | None = None, grace_s: float = 10.0,
+               still: Callable[[], bool] = lambda: True) -> None:
+    """SIGTERM, wait up to ``grace_s``, then SIGKILL (a pid not our child: only if ``still()``)."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -336,7 +460,7 @@ def _terminate(pid: int, proc: subprocess.Popen[bytes] | None = None, grace_s: f
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.05)
-    if pid_alive(pid):
+    if pid_alive(pid) and still():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
