@@ -121,7 +121,9 @@ def explain(exc: StoreUnavailable, settings: Settings) -> StoreUnavailable | NoS
     """``exc`` as a NoSpace when one of memsync's directories is low on space, else ``exc``: a
     local Chroma server reports a full disk as an internal error, and one that cannot write its
     log or store exits before it answers; neither names the cause, so the free space decides."""
+    if settings.chroma_mode == "http" or isinstance(exc, StoreDamaged):
+        return exc  # a remote server's disk is not ours to measure
     low = [p for p in _places(settings) if low_on_space(p, settings)]
-    if not low or isinstance(exc, StoreDamaged):
+    if not low:
         return exc
     return no_space_at(min(low, key=lambda p: free_bytes(p) or 0), settings, str(exc))

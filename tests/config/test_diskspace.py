@@ -78,3 +78,5 @@ class TestNoSpace:
         assert str(diskspace.explain(down, low)).startswith("no space left on ")
         damaged = StoreDamaged("cannot read", "memsync-g1")
         assert diskspace.explain(damaged, low) is damaged
+        remote = low.model_copy(update={"chroma_mode": "http"})
+        assert diskspace.explain(down, remote) is down  # a remote server's disk is not measured here

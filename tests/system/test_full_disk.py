@@ -106,44 +106,37 @@ def test_resync_and_verify_on_a_full_data_dir_say_so_in_one_line_and_leave_no_se
     assert_clean(s, 7 * ROWS)
 
 
-def test_worker_degrades_on_a_full_data_dir_and_recovers_when_space_returns(small_data_dir: Settings) -> None:
-    s = small_data_dir
+def fill_under_a_worker(s: Settings, full: Path, new_rows: int, reason: str) -> None:
+    """A worker that caught up; then ``full`` filled while ``new_rows`` prompts arrive: it must
+    degrade with ``reason`` (a prefix) and stay up, then recover and catch up once the filler is
+    deleted."""
     make_db(s.db, mixed_records(ROWS))
     worker = WorkerProcess(s)
     try:
         worker.wait_reconciles(1)
-        filler = fill(s.data_dir)
-        import_records(s.db, [prompt(100 + i) for i in range(40)])
+        filler = fill(full)
+        import_records(s.db, [prompt(100 + i) for i in range(new_rows)])
         degraded = wait_for(lambda: worker.events("sync_degraded"), 120, "the worker to degrade")
-        assert degraded[0]["reason"].startswith(f"no space left on {s.data_dir} "), degraded
+        assert degraded[0]["reason"].startswith(reason), degraded
         assert worker.proc.poll() is None, "the worker exited on a full disk"
-        filler.unlink()
-        wait_for(lambda: worker.events("sync_recovered"), 120, "the worker to recover")
-        worker.wait_caught_up()
-        assert worker.stop() == 0
-    finally:
-        worker.kill()
-    assert not [e for e in worker.lines if e.get("event") == "text" and "Traceback" in e.get("text", "")]
-    assert_clean(s, 7 * ROWS + 40)
-
-
-def test_worker_on_a_full_chroma_disk_names_it_recovers_and_any_damage_is_repaired(small_chroma: Settings) -> None:
-    s = small_chroma
-    make_db(s.db, mixed_records(ROWS))
-    worker = WorkerProcess(s)
-    try:
-        worker.wait_reconciles(1)
-        filler = fill(s.chroma_dir)
-        import_records(s.db, [prompt(100 + i) for i in range(400)])
-        degraded = wait_for(lambda: worker.events("sync_degraded"), 120, "the worker to degrade")
-        assert degraded[0]["reason"].startswith(f"no space left on {s.chroma_dir} (the Chroma path"), degraded
-        assert worker.proc.poll() is None
         filler.unlink()
         wait_for(lambda: worker.events("sync_recovered"), 180, "the worker to recover")
         worker.wait_caught_up()
         assert worker.stop() == 0
     finally:
         worker.kill()
+    assert not [e for e in worker.lines if e.get("event") == "text" and "Traceback" in e.get("text", "")]
+
+
+def test_worker_degrades_on_a_full_data_dir_and_recovers_when_space_returns(small_data_dir: Settings) -> None:
+    s = small_data_dir
+    fill_under_a_worker(s, s.data_dir, 40, f"no space left on {s.data_dir} (DATA_DIR, ")
+    assert_clean(s, 7 * ROWS + 40)
+
+
+def test_worker_on_a_full_chroma_disk_names_it_recovers_and_any_damage_is_repaired(small_chroma: Settings) -> None:
+    s = small_chroma
+    fill_under_a_worker(s, s.chroma_dir, 400, f"no space left on {s.chroma_dir} (the Chroma path, ")
     # What the full disk left on disk is read by a new server: a store it cannot read is repaired
     # by the next pass (store_damaged, then store_aligned), never left failing.
     once = memsync(s, "worker", "--once")
