@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # within 1.x (pip then warns about the pin; the tools chroma-mcp registers are unchanged).
 CHROMA_MCP_VENV ?= .venv-chroma-mcp
 
-.PHONY: run test test-fast bench lint
+.PHONY: run test test-fast bench lint docs
 
 $(BIN)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "memsync needs Python 3.11+ (set PYTHON=python3.11)")'
@@ -42,3 +42,7 @@ lint: $(BIN)/.installed
 
 bench: $(BIN)/.installed
 	$(BIN)/python scripts/bench_sync.py
+
+# Regenerate docs/cli.md and docs/settings.md from the code (tests/test_docs.py fails when they differ).
+docs: $(BIN)/.installed
+	$(BIN)/python -m scripts.docs

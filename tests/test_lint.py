@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,22 +50,3 @@ def test_mypy_sees_types_across_packages(tmp_path: Path, annotation: str, fails:
     if fails:
         assert "probe.py:3: error: Incompatible types in assignment" in result.stdout, result.stdout
 
-
-def test_readme_settings_table_lists_every_setting() -> None:
-    """The README's settings table is the user's reference: a setting missing there is invisible."""
-    from memsync.config.settings import Settings
-
-    readme = (ROOT / "README.md").read_text()
-    missing = [n for n in Settings.model_fields if f"| `{n}` | `MEMSYNC_{n.upper()}` |" not in readme]
-    assert not missing, f"README settings table lacks: {missing}"
-
-
-def test_readme_layout_names_every_module() -> None:
-    """The README's layout is the newcomer's map: a module missing there, or a name that is gone, is a lie."""
-    readme = (ROOT / "README.md").read_text()
-    layout = readme.split("### Layout", 1)[1].split("```\ncli/", 1)[1].split("```", 1)[0]
-    modules = {p.name for f in FOLDERS[:5] for p in (ROOT / f).rglob("*.py") if p.name != "__init__.py"}
-    missing = sorted(m for m in modules - {"__main__.py"} if m not in layout)
-    assert not missing, f"README layout lacks: {missing}"
-    named = set(re.findall(r"\b([a-z_]+\.py)\b", layout))
-    assert not named - modules, f"README layout names modules that do not exist: {sorted(named - modules)}"
