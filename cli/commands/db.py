@@ -54,7 +54,7 @@ def db_import(path: Path, file: Path) -> None:
     """Append observations, summaries and prompts from a JSON-lines FILE to the database at PATH.
 
     One JSON object per line with "kind" (observation | summary | prompt), "project", "session",
-    "created_at" (ISO) or "created_at_epoch" (ms), and the kind's fields. See the README.
+    "created_at" (ISO) or "created_at_epoch" (ms), and the kind's fields: docs/operations.md.
     """
     from memsync.worker.importer import RecordError, import_records, read_jsonl
 
