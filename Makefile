@@ -52,7 +52,7 @@ test-fast: $(BIN)/.installed
 lint: $(BIN)/.installed
 	$(BIN)/ruff check
 	$(BIN)/mypy
-	$(BIN)/pyright $$($(BIN)/python scripts/pkgmap.py folders)
+	$(BIN)/pyright --pythonpath $(BIN)/python $$($(BIN)/python scripts/pkgmap.py folders)
 
 bench: $(BIN)/.installed
 	$(BIN)/python scripts/bench_sync.py
