@@ -15,12 +15,13 @@ CHROMA_MCP_VENV ?= .venv-chroma-mcp
 # of links to the files the package map (pyproject.toml) names, which mypy, pyright and editors
 # follow like any installed package. A file is linked when it is installed, so a module added or
 # removed needs a reinstall: the stamp depends on the list of the package's files, which this rule
-# rewrites only when it changes (an edit to an existing file needs nothing).
+# rewrites only when it changes or when memsync no longer imports (build/ removed); an edit to an
+# existing file needs nothing.
 $(VENV)/package-files: FORCE
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "memsync needs Python 3.11+ (set PYTHON=python3.11)")'
 	@mkdir -p $(VENV)
 	@$(PYTHON) scripts/pkgmap.py files > $@.new
-	@if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
+	@if cmp -s $@.new $@ && $(BIN)/python -c 'import memsync' 2>/dev/null; then rm $@.new; else mv $@.new $@; fi
 
 $(BIN)/.installed: pyproject.toml setup.py $(VENV)/package-files
 	$(PYTHON) -m venv $(VENV)
