@@ -9,14 +9,27 @@ BIN := $(VENV)/bin
 # within 1.x (pip then warns about the pin; the tools chroma-mcp registers are unchanged).
 CHROMA_MCP_VENV ?= .venv-chroma-mcp
 
-.PHONY: run test test-fast bench lint docs
+.PHONY: run test test-fast bench lint docs FORCE
 
-$(BIN)/.installed: pyproject.toml
+# memsync is installed in setuptools' strict editable mode: build/__editable__.*/memsync/ is a tree
+# of links to the files the package map (pyproject.toml) names, which mypy, pyright and editors
+# follow like any installed package. A file is linked when it is installed, so a module added or
+# removed needs a reinstall: the stamp depends on the list of the package's files, which this rule
+# rewrites only when it changes or when memsync no longer imports (build/ removed); an edit to an
+# existing file needs nothing.
+$(VENV)/package-files: FORCE
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "memsync needs Python 3.11+ (set PYTHON=python3.11)")'
+	@mkdir -p $(VENV)
+	@$(PYTHON) scripts/pkgmap.py files > $@.new
+	@if cmp -s $@.new $@ && $(BIN)/python -c 'import memsync' 2>/dev/null; then rm $@.new; else mv $@.new $@; fi
+
+$(BIN)/.installed: pyproject.toml setup.py $(VENV)/package-files
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test]" --config-settings editable_mode=strict
 	@touch $@
+
+FORCE:
 
 $(CHROMA_MCP_VENV)/.installed:
 	$(PYTHON) -m venv $(CHROMA_MCP_VENV)
@@ -35,10 +48,12 @@ test: $(BIN)/.installed $(CHROMA_MCP_VENV)/.installed
 test-fast: $(BIN)/.installed
 	$(BIN)/python -m pytest -m "not slow"
 
+# ruff on every Python file of the checkout (it skips what .gitignore names: .venv, build/); mypy
+# strict on the installed package; pyright over the source folders, for imports that do not resolve.
 lint: $(BIN)/.installed
-	$(BIN)/ruff check cli config worker search servers scripts tests
-	$(BIN)/python -m scripts.lint_tree
+	$(BIN)/ruff check
 	$(BIN)/mypy
+	$(BIN)/pyright --pythonpath $(BIN)/python $$($(BIN)/python scripts/pkgmap.py folders)
 
 bench: $(BIN)/.installed
 	$(BIN)/python scripts/bench_sync.py

@@ -148,10 +148,10 @@ def run_pass(spec: PassSpec) -> PassResult:
     from importlib.metadata import version
 
     from chromadb.config import Settings as ChromaSettings
-    from langchain_chroma import Chroma
-    from langchain_classic.indexes import SQLRecordManager, index
-    from langchain_core.documents import Document as LCDocument
-    from langchain_core.embeddings import Embeddings
+    from langchain_chroma import Chroma  # pyright: ignore[reportMissingImports]  (the peer's own extra)
+    from langchain_classic.indexes import SQLRecordManager, index  # pyright: ignore[reportMissingImports]  (the peer's own extra)
+    from langchain_core.documents import Document as LCDocument  # pyright: ignore[reportMissingImports]  (the peer's own extra)
+    from langchain_core.embeddings import Embeddings  # pyright: ignore[reportMissingImports]  (the peer's own extra)
 
     from memsync.config.embedding import get_embedder
 

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from scripts.pkgmap import NOT_INSTALLED, package_dir
+
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = {"config": "config", "worker": "worker", "search": "search", "servers": "servers", "cli": "cli"}
-# Sub-packages of ``memsync`` that live in cli/ (the package root): the command.
-CLI_MODULES = {"main", "commands", "__main__"}
+PACKAGE_DIR = package_dir()  # import name -> folder: a module's layer is the folder it lives in
+FOLDERS = list(PACKAGE_DIR.values())
 CHROMA_ADAPTERS = {"config/chroma/collections.py", "worker/sink.py"}
 
 
@@ -34,13 +35,10 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def layer_of(module: str) -> str | None:
-    """The layer a ``memsync.*`` module belongs to: the segment after ``memsync.`` (cli for the root)."""
+    """The layer (folder) of a ``memsync.*`` module: its longest prefix in the package map (cli for the root)."""
     parts = module.split(".")
-    if parts[0] != "memsync":
-        return None
-    if len(parts) == 1 or parts[1] in CLI_MODULES:
-        return "cli"
-    return parts[1] if parts[1] in FOLDERS else None
+    prefixes = (".".join(parts[:n]) for n in range(len(parts), 0, -1))
+    return next((PACKAGE_DIR[p] for p in prefixes if p in PACKAGE_DIR), None)
 
 
 def layers_imported(path: Path) -> set[str]:
@@ -67,27 +65,29 @@ def test_dependencies_point_one_way(folder: str, forbidden: set[str]) -> None:
 
 
 def test_the_checker_sees_memsync_imports() -> None:
-    """Guard against a vacuous pass: the layers are read from the segment after ``memsync.``."""
+    """Guard against a vacuous pass: the layers are read from the package map."""
     assert layer_of("memsync.search.engine") == "search"
     assert layer_of("memsync.main") == "cli"
     assert layer_of("memsync") == "cli"
+    assert layer_of("memsync.commands.search") == "cli"
+    assert layer_of("memsync.config.chroma.process") == "config"
     assert layer_of("search.engine") is None
     assert "search" in layers_imported(ROOT / "servers" / "params.py")
     assert "config" in layers_imported(ROOT / "worker" / "sync.py")
 
 
-@pytest.mark.parametrize("folder", [*FOLDERS, "scripts", "tests"])
+@pytest.mark.parametrize("folder", [*FOLDERS, *NOT_INSTALLED])
 def test_nothing_imports_a_bare_folder_name_or_scripts(folder: str) -> None:
-    bare = {"config", "worker", "search", "servers", "cli"}
+    bare = set(FOLDERS)
     for path in files(folder):
         roots = {m.split(".")[0] for m in imported_modules(path)}
         assert not roots & bare, f"{path.relative_to(ROOT)} imports {roots & bare} (use memsync.*)"
-        if folder not in ("scripts", "tests"):
+        if folder not in NOT_INSTALLED:
             assert "scripts" not in roots, f"{path.relative_to(ROOT)} imports scripts"
 
 
 def test_only_adapters_import_chromadb() -> None:
-    for folder in ("config", "worker", "search", "servers", "cli"):
+    for folder in FOLDERS:
         for path in files(folder):
             rel = str(path.relative_to(ROOT))
             if any(m.split(".")[0] == "chromadb" for m in imported_modules(path)):

@@ -4,7 +4,6 @@ links between the pages resolve."""
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -12,18 +11,12 @@ import pytest
 from memsync.config.settings import Settings
 from memsync.main import main as cli_main
 from scripts import docs
+from scripts.pkgmap import package_folders
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _FENCE = re.compile(r"^```.*?^```", re.M | re.S)
-
-
-def installed_folders() -> list[str]:
-    """The repository folders the package is installed from (the package map in pyproject.toml)."""
-    with (ROOT / "pyproject.toml").open("rb") as fh:
-        package_dir: dict[str, str] = tomllib.load(fh)["tool"]["setuptools"]["package-dir"]
-    return sorted(set(package_dir.values()))
 
 
 def anchors(page: Path) -> set[str]:
@@ -81,7 +74,7 @@ def test_layout_names_every_module() -> None:
     that is gone, is a lie."""
     text = (ROOT / "docs/development.md").read_text()
     layout = text.split("## Layout", 1)[1].split("```\ncli/", 1)[1].split("```", 1)[0]
-    modules = {p.name for f in installed_folders() for p in (ROOT / f).rglob("*.py") if p.name != "__init__.py"}
+    modules = {p.name for f in package_folders() for p in (ROOT / f).rglob("*.py") if p.name != "__init__.py"}
     missing = sorted(m for m in modules - {"__main__.py"} if m not in layout)
     assert not missing, f"docs/development.md layout lacks: {missing}"
     named = set(re.findall(r"\b([a-z_]+\.py)\b", layout))

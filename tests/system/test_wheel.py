@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from scripts.pkgmap import package_dir
+
 ROOT = Path(__file__).resolve().parents[2]
-# Folder at the repository root -> its place in the wheel.
-PACKAGE_DIRS = {"cli": "memsync", "config": "memsync/config", "worker": "memsync/worker",
-                "search": "memsync/search", "servers": "memsync/servers"}
+# Folder at the repository root -> its place in the wheel (cli -> memsync, config -> memsync/config, ...).
+PACKAGE_DIRS = {folder: name.replace(".", "/") for name, folder in package_dir().items()}
 # "SetuptoolsDeprecationWarning:", "BuildBackendWarning:" ... (distutils' lowercase "warning: ... byte-compiling
 # is disabled" lines are information, not warnings about the project).
 WARNING = re.compile(r"\b\w*Warning:")
@@ -58,12 +59,13 @@ def test_build_prints_no_warning(wheel: tuple[Path, str]) -> None:
 def test_the_wheel_holds_the_memsync_package_only(wheel: tuple[Path, str]) -> None:
     names = zipfile.ZipFile(wheel[0]).namelist()
     assert {n.split("/")[0] for n in names} == {"memsync", "memsync-0.1.0.dist-info"}
-    # Every module of the package folders is in it (a sub-package missing from pyproject's list
-    # would be left out silently), and nothing of scripts/ or tests/.
+    # Every module of the package folders is in it (setup.py derives the sub-packages from the
+    # package map: a new sub-folder cannot be left out), and nothing of scripts/ or tests/.
     expected = {f"{PACKAGE_DIRS[p.relative_to(ROOT).parts[0]]}/{'/'.join(p.relative_to(ROOT).parts[1:])}"
                 for folder in PACKAGE_DIRS for p in (ROOT / folder).rglob("*.py")}
     assert expected <= set(names), sorted(expected - set(names))
-    assert {"memsync/config/data/minilm-tokenizer.json", "memsync/servers/page/index.html"} <= set(names)
+    assert {"memsync/config/data/minilm-tokenizer.json", "memsync/servers/page/index.html",
+            "memsync/py.typed"} <= set(names)
     assert not [n for n in names if "bench" in n or "soak" in n or "/tests/" in n]
     entry_points = zipfile.ZipFile(wheel[0]).read("memsync-0.1.0.dist-info/entry_points.txt").decode()
     assert "memsync = memsync.main:main" in entry_points
