@@ -1,6 +1,6 @@
 """Weighted reciprocal-rank fusion of ranked lists of rows, with a score normalised to 0..1.
 
-The weights and k were chosen on the LoCoMo dev set (scripts/bench_quality.py; the README has the
+The weights and k were chosen on the LoCoMo dev set (scripts/bench_quality.py; docs/benchmarks.md has the
 table of what was tried). Lexical ranks count fully, semantic ranks half: BM25 alone is the
 strongest single signal on conversational memory, and equal-weight RRF with k=60 is worse than
 BM25 alone. A small k (10) lets a first place in one list outweigh middling places in several.

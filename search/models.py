@@ -124,7 +124,7 @@ class Result:
         return (self.kind, self.id)
 
     def to_json(self) -> dict[str, Any]:
-        """The stable JSON shape of a result (see README, "search --json")."""
+        """The stable JSON shape of a result (see docs/search.md, "The --json contract")."""
         out = {k: v for k, v in asdict(self).items() if v is not None or k in ("score", "similarity")}
         out["kind"] = self.kind.value
         out["signals"] = self.signals.value

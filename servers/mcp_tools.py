@@ -123,7 +123,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
 
     # Off (mcp_structured=false), tools declare no output schema and send the markdown only: Claude
     # Code, opencode and Codex give the model the JSON of structuredContent instead of the text when
-    # both are present, about twice the tokens (README, "What a call costs").
+    # both are present, about twice the tokens (docs/benchmarks.md, "MCP answers in tokens").
     structured = settings.mcp_structured
 
     def tool(title: str) -> Callable[[F], F]:

@@ -6,7 +6,7 @@ Two forms, different on purpose, built from the same pieces (the printed id from
 - plain text for the ``memsync`` command: a header line, then one line per result
   (:func:`result_line`, :func:`response_text`);
 - compact markdown for the MCP tools. The ``index`` form is one table row per result (printed id,
-  type, date, score and signals, title), about 30-60 tokens each (measured: README), under a
+  type, date, score and signals, title), about 30-60 tokens each (measured: docs/benchmarks.md), under a
   header that says how the answer was produced: the mode (and why it is degraded), the window and
   how many matches it excluded. The ``full`` form renders each record's fields as a short section.
 """

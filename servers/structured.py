@@ -11,7 +11,7 @@ local minutes), score and signals on searches, the project, the title as the tex
 the marks (anchor, near-duplicate). Keys are short and absent values are left out rather than
 sent as ``null``: some clients (Claude Code, opencode, Codex) give the model the JSON of
 ``structuredContent`` instead of the text when both are present, so its size is measured too
-(``scripts/bench_tokens.py``, README).
+(``scripts/bench_tokens.py``, docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ damaged or missing, the same table finds the live server on the store, so no sec
 
 Linux reads ``/proc/<pid>/cmdline`` (the exact argv) and ``/proc/<pid>/stat`` (field 4 the parent,
 field 22 the start time in clock ticks since boot, qualified by the boot id); elsewhere (macOS,
-which the README documents under launchd) ``ps -o ppid=,lstart=,command=``, whose command line is
+which docs/operations.md documents under launchd) ``ps -o ppid=,lstart=,command=``, whose command line is
 argv joined by spaces, so there only memsync's own argument order is recognised.
 """
 

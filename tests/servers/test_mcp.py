@@ -29,7 +29,7 @@ TOOLS = {"search", "search_observations", "search_sessions", "search_user_prompt
 
 def session(settings: Settings, body: Callable[[Client], Awaitable[T]]) -> T:
     """Start `memsync mcp` over stdio, run ``body`` with a connected client, stop the server."""
-    # Structured content on unless the test's settings say (it is off by default: see the README).
+    # Structured content on unless the test's settings say (it is off by default: see docs/servers.md).
     on = {} if "mcp_structured" in settings.model_fields_set else {"MEMSYNC_MCP_STRUCTURED": "true"}
     params = StdioServerParameters(command=MEMSYNC, args=["mcp"], env=server_env(settings, **on), cwd=ROOT)
 
