@@ -132,6 +132,7 @@ def test_memsync_reads_what_claude_mem_wrote_and_never_writes_it(on_written: Set
 
     shown = memsync(on_written, "status")
     assert shown.returncode == 0, shown.stderr
+    assert "claude-mem schema version 52" in shown.stdout.splitlines()[0], shown.stdout
     assert "alpha" in shown.stdout and "beta" in shown.stdout, shown.stdout
 
     assert fingerprint(db) == before
