@@ -8,6 +8,14 @@ BIN := $(VENV)/bin
 # being memsync's. Its pinned mcp 1.6.0 no longer imports with today's pydantic, so mcp is raised
 # within 1.x (pip then warns about the pin; the tools chroma-mcp registers are unchanged).
 CHROMA_MCP_VENV ?= .venv-chroma-mcp
+# The real claude-mem (its bundled worker, one file) and the Bun runtime it runs on, for the system
+# tests that have claude-mem write the database memsync reads (tests/upstream/harness.py). The two
+# versions have one owner, tests/upstream/versions.json, which the harness reads too.
+UPSTREAM := .upstream
+CLAUDE_MEM_VERSION := $(shell $(PYTHON) -c 'import json; print(json.load(open("tests/upstream/versions.json"))["claude-mem"])')
+BUN_VERSION := $(shell $(PYTHON) -c 'import json; print(json.load(open("tests/upstream/versions.json"))["bun"])')
+CLAUDE_MEM_DIR := $(UPSTREAM)/claude-mem-$(CLAUDE_MEM_VERSION)
+BUN_DIR := $(UPSTREAM)/bun-$(BUN_VERSION)
 
 .PHONY: run test test-fast bench lint docs FORCE
 
@@ -38,10 +46,22 @@ $(CHROMA_MCP_VENV)/.installed:
 	$(CHROMA_MCP_VENV)/bin/chroma-mcp --help >/dev/null
 	@touch $@
 
+# npm pack fetches the published package without installing its dependencies (the worker is
+# bundled); bun comes as an npm package whose binary sits in the platform package @oven/bun-*.
+$(CLAUDE_MEM_DIR)/.installed: tests/upstream/versions.json
+	rm -rf $(CLAUDE_MEM_DIR) && mkdir -p $(CLAUDE_MEM_DIR)
+	cd $(CLAUDE_MEM_DIR) && npm pack --silent claude-mem@$(CLAUDE_MEM_VERSION) >/dev/null \
+		&& tar xzf claude-mem-$(CLAUDE_MEM_VERSION).tgz && rm claude-mem-$(CLAUDE_MEM_VERSION).tgz
+	test -f $(CLAUDE_MEM_DIR)/package/plugin/scripts/worker-service.cjs
+	rm -rf $(BUN_DIR)
+	npm install --silent --no-audit --no-fund --prefix $(BUN_DIR) bun@$(BUN_VERSION)
+	$(BUN_DIR)/node_modules/.bin/bun --version
+	@touch $@
+
 run: $(BIN)/.installed
 	$(BIN)/memsync worker
 
-test: $(BIN)/.installed $(CHROMA_MCP_VENV)/.installed
+test: $(BIN)/.installed $(CHROMA_MCP_VENV)/.installed $(CLAUDE_MEM_DIR)/.installed
 	$(BIN)/python -m pytest
 
 # The unit tests only (no real subprocesses or servers): about a minute.

@@ -209,6 +209,15 @@ class SourceReader:
         """The highest id per kind (0 when empty): a cheap change check."""
         return {k: int(self._fetch(f"SELECT COALESCE(MAX(id), 0) AS m FROM {TABLES[k]}", {})[0]["m"]) for k in KINDS}
 
+    def schema_version(self) -> int | None:
+        """The highest migration claude-mem recorded in its ``schema_versions`` table (52 for
+        13.25.3); None for a file without that table (older files, or ones other tools wrote)."""
+        has = self._fetch("SELECT 1 AS t FROM sqlite_master WHERE type = 'table' AND name = 'schema_versions'", {})
+        if not has:
+            return None
+        value = self._fetch("SELECT MAX(version) AS v FROM schema_versions", {})[0]["v"]
+        return int(value) if isinstance(value, int) else None
+
     def oldest_after(self, kind: Kind, after_id: int) -> int | None:
         """created_at_epoch of the oldest row of ``kind`` with id > ``after_id`` (None when none)."""
         rows = self._fetch(f"SELECT MIN(created_at_epoch) AS m FROM {TABLES[kind]} WHERE id > :after",

@@ -46,6 +46,7 @@ class StatusReport:
     """Status of every kind and project, plus the failures and the last run."""
 
     collection: str | None
+    schema_version: int | None = None  # claude-mem's recorded migration level of the database
     buckets: dict[str, dict[str, Bucket]] = field(default_factory=dict)
     failures: list[dict[str, Any]] = field(default_factory=list)
     last_run: dict[str, Any] | None = None
@@ -61,6 +62,7 @@ class StatusReport:
         """JSON-ready form."""
         return {
             "collection": self.collection,
+            "schema_version": self.schema_version,
             "kinds": {k: {p: vars(b) for p, b in sorted(projects.items())} for k, projects in self.buckets.items()},
             "totals": {k: vars(self.total(k)) for k in self.buckets},
             "failures": self.failures,
@@ -182,6 +184,7 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
     row_by_key = {(k, sid): (st, reason, attempts, ts) for k, sid, st, reason, attempts, ts in rows}
     report = StatusReport(collection=collection, upstream=upstream)
     with SourceReader.open(settings) as reader:
+        report.schema_version = reader.schema_version()
         for kind in KINDS:
             per_project: dict[str, Bucket] = defaultdict(Bucket)
             for ref in reader.row_refs(kind):

@@ -180,7 +180,8 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     if w.get("up") and w.get("degraded"):
         state += f", degraded: {w.get('last_error')}"
     embedding = settings.embedding_provider + ("" if w.get("embedding_reachable", True) else " (endpoint unavailable)")
-    lines = [f"database: {database['path']} (chosen by {database['chosen_by']})"]
+    version = "" if report.schema_version is None else f"; claude-mem schema version {report.schema_version}"
+    lines = [f"database: {database['path']} (chosen by {database['chosen_by']}{version})"]
     if excluded.patterns:
         lines.append("excluded projects: " + ", ".join(excluded.patterns) + (
             f" (ignored, a directory and not a name: {', '.join(excluded.ignored)})" if excluded.ignored else ""))
