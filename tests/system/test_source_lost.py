@@ -4,9 +4,11 @@ worker never writes it. Waits are deadlines on worker.json, never fixed sleeps."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,32 +55,38 @@ def retries_per_second_at_cap(worker: WorkerProcess, retries: int = 3) -> float:
     return retries / (time.monotonic() - t0)
 
 
-def test_a_database_truncated_in_place_degrades_the_worker_until_a_good_copy_is_back(
-        settings: Settings, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def worker_on_a_good_copy(settings: Settings, tmp_path: Path,
+                          degradations: int) -> Iterator[tuple[WorkerProcess, Path]]:
+    """A worker caught up on a small database, and a good copy of that database to put back. On
+    exit: exactly ``degradations`` degraded runs each ended by one recovery, a clean stop, and
+    ``verify`` clean."""
     make_db(settings.db, mixed_records(5))
-    good = shutil.copy(settings.db, tmp_path / "good.db")
+    good = Path(shutil.copy(settings.db, tmp_path / "good.db"))
     worker = WorkerProcess(settings)
     try:
         worker.wait_reconciles(1)
-        os.truncate(settings.db, 0)
-        degraded_with(worker, "not a claude-mem database")  # after "malformed" from the open reader
-        assert worker.proc.poll() is None
-        replace_with(settings.db, Path(good))
-        recovered(worker, reconciles=2)
-        assert len(worker.events("sync_degraded")) == 1 and len(worker.events("sync_recovered")) == 1
+        yield worker, good
+        assert len(worker.events("sync_degraded")) == len(worker.events("sync_recovered")) == degradations
         assert worker.stop() == 0
     finally:
         worker.kill()
     assert verify(settings).clean
 
 
+def test_a_database_truncated_in_place_degrades_the_worker_until_a_good_copy_is_back(
+        settings: Settings, tmp_path: Path) -> None:
+    with worker_on_a_good_copy(settings, tmp_path, degradations=1) as (worker, good):
+        os.truncate(settings.db, 0)
+        degraded_with(worker, "not a claude-mem database")  # after "malformed" from the open reader
+        assert worker.proc.poll() is None
+        replace_with(settings.db, good)
+        recovered(worker, reconciles=2)
+
+
 def test_garbage_then_a_foreign_sqlite_file_degrade_with_backoff_and_recover(
         settings: Settings, tmp_path: Path) -> None:
-    make_db(settings.db, mixed_records(5))
-    good = Path(shutil.copy(settings.db, tmp_path / "good.db"))
-    worker = WorkerProcess(settings)
-    try:
-        worker.wait_reconciles(1)
+    with worker_on_a_good_copy(settings, tmp_path, degradations=2) as (worker, good):
         (tmp_path / "garbage").write_bytes(os.urandom(16384))
         replace_with(settings.db, tmp_path / "garbage")
         first = degraded_with(worker, "file is not a database")
@@ -97,11 +105,6 @@ def test_garbage_then_a_foreign_sqlite_file_degrade_with_backoff_and_recover(
         assert worker.proc.poll() is None  # degraded, not exited (it exited 2 before)
         replace_with(settings.db, good)
         recovered(worker, reconciles=3)
-        assert len(worker.events("sync_degraded")) == 2 and len(worker.events("sync_recovered")) == 2
-        assert worker.stop() == 0
-    finally:
-        worker.kill()
-    assert verify(settings).clean
 
 
 def test_status_check_calls_a_worker_in_its_long_first_pass_up(settings: Settings, openai_server: Any) -> None:
