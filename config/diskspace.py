@@ -83,8 +83,14 @@ def _where(exc: BaseException, settings: Settings) -> Path | None:
             if failed == place or place in failed.parents:
                 return place
         return failed.parent
-    low = [p for p in places if low_on_space(p, settings)]
-    return min(low, key=lambda p: free_bytes(p) or 0) if low else None
+    return _lowest_low(settings)
+
+
+def _lowest_low(settings: Settings) -> Path | None:
+    """Of memsync's directories below ``low_space_mb`` free, the one with the least (None: none)."""
+    free = {p: f for p in _places(settings) if (f := free_bytes(p)) is not None}
+    low = [p for p, f in free.items() if f < settings.low_space_mb * 1024 * 1024]
+    return min(low, key=free.__getitem__) if low else None
 
 
 def _places(settings: Settings) -> list[Path]:
@@ -123,7 +129,5 @@ def explain(exc: StoreUnavailable, settings: Settings) -> StoreUnavailable | NoS
     log or store exits before it answers; neither names the cause, so the free space decides."""
     if settings.chroma_mode == "http" or isinstance(exc, StoreDamaged):
         return exc  # a remote server's disk is not ours to measure
-    low = [p for p in _places(settings) if low_on_space(p, settings)]
-    if not low:
-        return exc
-    return no_space_at(min(low, key=lambda p: free_bytes(p) or 0), settings, str(exc))
+    lowest = _lowest_low(settings)
+    return exc if lowest is None else no_space_at(lowest, settings, str(exc))

@@ -58,9 +58,13 @@ class StoreDamaged(StoreUnavailable):
     help; the collection is a derived copy of the database, so the cure is to drop and re-derive
     it (the worker and ``resync`` do that for a local store; ``resync --rebuild`` anywhere)."""
 
-    def __init__(self, message: str, collection: str) -> None:
-        super().__init__(message)
-        self.collection = collection
+    # What the user can do, when the raiser knows better than the default (a remote server).
+    DEFAULT_CURE = ("`memsync resync` (or a running worker) recreates it from the database; "
+                    "`memsync resync --rebuild` builds a new one beside it")
+
+    def __init__(self, problem: str, collection: str, cure: str = DEFAULT_CURE) -> None:
+        super().__init__(f"{problem}: {cure}")  # every place that shows it names the cure
+        self.problem, self.collection, self.cure = problem, collection, cure
 
 
 class NoSpace(MemsyncError):

@@ -326,15 +326,14 @@ class Worker:
             self._degrade(failed)
             return self.health.backoff.delay
         self._store_due = True
-        self._degrade(StoreUnavailable(f"{exc}; recreated it empty, re-deriving it from the database"))
+        self._degrade(StoreUnavailable(f"{exc.problem}: recreated it empty, re-deriving it from the database"))
         return self.health.backoff.delay
 
     def _degrade(self, exc: Degrading) -> None:
-        if isinstance(exc, StoreUnavailable):
-            self._target.close_store()
-            exc = explain(exc, self.s)  # a local server says nothing of a full disk: name it
         if isinstance(exc, StoreUnavailable | StoreRefused):
             self._target.close_store()
+        if isinstance(exc, StoreUnavailable):
+            exc = explain(exc, self.s)  # a local server says nothing of a full disk: name it
         if isinstance(exc, SourceUnavailable):
             self._tail.lost()
         self.health.degraded(exc)

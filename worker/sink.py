@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from memsync.config.chroma.collections import server_failed
 from memsync.config.errors import MemsyncError, StoreDamaged, StoreUnavailable
 
 
@@ -52,11 +53,11 @@ READS = frozenset({"count", "get"})  # calls that write nothing: an internal err
 
 def _translate(what: str, exc: Exception, collection: str) -> Exception:
     import httpx
-    from chromadb.errors import InternalError, InvalidArgumentError
+    from chromadb.errors import InvalidArgumentError
 
     if isinstance(exc, (InvalidArgumentError, ValueError, TypeError)) and not isinstance(exc, httpx.HTTPError):
         return RejectedBatch(f"Chroma rejected {what}: {exc}")
-    if what in READS and isinstance(exc, InternalError):
+    if what in READS and server_failed(exc):
         # The server answered (a connection problem is another class) and failed to read the
         # collection: a segment it cannot load (a disk that filled up mid-write leaves one). Every
         # later call fails the same way, so retrying is no cure (issue 24).

@@ -193,12 +193,12 @@ def repair_damaged(settings: Settings, client: Any, exc: StoreDamaged, model_id:
         cure = ("run `memsync resync --rebuild` to rebuild it from the database" if exc.collection !=
                 settings.upstream_collection else f"delete collection {exc.collection} on the server, then run "
                 "`memsync resync`")
-        log.error(logs.STORE_DAMAGED, collection=exc.collection, error=str(exc)[:300], cure=cure)
-        raise StoreDamaged(f"{exc}: {cure}", exc.collection) from exc
+        log.error(logs.STORE_DAMAGED, collection=exc.collection, error=exc.problem[:300], cure=cure)
+        raise StoreDamaged(exc.problem, exc.collection, cure) from exc
     if low_on_space(settings.chroma_dir, settings):
         raise no_space_at(settings.chroma_dir, settings, str(exc)) from exc
     stores.recreate_damaged(client, settings, exc.collection, model_id, dimension, endpoint)
-    log.warning(logs.STORE_DAMAGED, collection=exc.collection, error=str(exc)[:300],
+    log.warning(logs.STORE_DAMAGED, collection=exc.collection, error=exc.problem[:300],
                 action="recreated empty; re-deriving it from the database")
 
 

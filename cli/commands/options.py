@@ -23,7 +23,7 @@ import click
 from memsync.config.claude_mem.schema import SchemaError
 from memsync.config.claude_mem.user_settings import DEFAULT_DIR_RULE, data_dir_choice
 from memsync.config.diskspace import explain, no_space
-from memsync.config.errors import ConfigError, MemsyncError, StoreDamaged, StoreUnavailable
+from memsync.config.errors import ConfigError, MemsyncError, StoreUnavailable
 from memsync.config.settings import (
     DEFAULT_CONFIG_FILE,
     ENV_PREFIX,
@@ -120,11 +120,6 @@ def errors_as_exit(settings: Settings | None = None) -> Iterator[None]:
         yield
     except (ConfigError, SchemaError, SettingsError) as exc:
         fail(str(exc), EXIT_USAGE)
-    except StoreDamaged as exc:
-        cure = "" if "memsync resync" in str(exc) else (
-            ": `memsync resync` (or a running worker) recreates it from the database; "
-            "`memsync resync --rebuild` builds a new one beside it")
-        fail(f"{exc}{cure}", EXIT_FAIL)
     except StoreUnavailable as exc:
         fail(str(explain(exc, settings) if settings is not None else exc), EXIT_FAIL)
     except MemsyncError as exc:

@@ -23,7 +23,6 @@ readers find it in the record; so two data directories run two workers side by s
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -41,6 +40,7 @@ import httpx
 
 from memsync.config.chroma.process import ChromaProcess, chroma_process, chroma_processes
 from memsync.config.chroma.remote import REFUSED_STATUSES, Endpoint, refused, tls_failure
+from memsync.config.diskspace import no_space, no_space_at
 from memsync.config.errors import ConfigError, StoreUnavailable
 from memsync.config.settings import Settings
 
@@ -217,11 +217,14 @@ def live_server(settings: Settings) -> ServerInfo | None:
     return recorded_server(settings) or unrecorded_server(settings)
 
 
-def write_failure(data_dir: Path, exc: OSError, what: str) -> str:
-    """One line for a write the disk refused: ``no space left on DATA_DIR: what`` (or the error's
-    own words, ``read-only file system on DATA_DIR: what``)."""
-    reason = "no space left" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc)).lower()
-    return f"{reason} on {data_dir}: {what}"
+def write_failure(settings: Settings, exc: OSError, what: str) -> StoreUnavailable:
+    """One line for a write the disk refused: a full disk worded as every command words it
+    (``config.diskspace``: ``no space left on DATA_DIR (…): free space there … [what]``), any other
+    refusal in the error's own words (``read-only file system on DATA_DIR: what``)."""
+    full = no_space(exc, settings)
+    if full is not None:
+        return StoreUnavailable(str(no_space_at(settings.data_dir, settings, what)))
+    return StoreUnavailable(f"{(exc.strerror or str(exc)).lower()} on {settings.data_dir}: {what}")
 
 
 class _ServerExited(StoreUnavailable):
@@ -246,8 +249,7 @@ class ManagedServer:
             with _start_lock(s.data_dir):
                 return self._ensure_locked()
         except OSError as exc:  # the lock file or the log on a full or read-only disk
-            raise StoreUnavailable(write_failure(s.data_dir, exc, f"cannot start the managed Chroma server ({exc})")
-                                   ) from exc
+            raise write_failure(s, exc, f"cannot start the managed Chroma server ({exc})") from exc
 
     def _ensure_locked(self) -> ServerInfo:
         s = self.settings
@@ -314,8 +316,7 @@ class ManagedServer:
         try:
             info.write(self.settings.data_dir)
         except OSError as exc:
-            raise StoreUnavailable(write_failure(self.settings.data_dir, exc,
-                                                 f"cannot record the managed Chroma server in {INFO_FILE}")) from exc
+            raise write_failure(self.settings, exc, f"cannot record the managed Chroma server in {INFO_FILE}") from exc
 
     def _start(self, previous: int | None) -> ServerInfo:
         """Start on the explicit port, else on a free one (``previous``, the dead server's, first)."""
