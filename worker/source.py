@@ -217,8 +217,9 @@ class SourceReader:
         return {k: int(self._fetch(f"SELECT COALESCE(MAX(id), 0) AS m FROM {TABLES[k]}", {})[0]["m"]) for k in KINDS}
 
     def schema_version(self) -> int | None:
-        """The highest migration claude-mem recorded in its ``schema_versions`` table (52 for
-        13.25.3); None for a file without that table (older files, or ones other tools wrote)."""
+        """The highest migration claude-mem recorded in its ``schema_versions`` table (for the tested
+        release: ``config.claude_mem.version.TESTED_SCHEMA_VERSION``); None for a file without that
+        table (older files, or ones other tools wrote)."""
         has = self._fetch("SELECT 1 AS t FROM sqlite_master WHERE type = 'table' AND name = 'schema_versions'", {})
         if not has:
             return None
