@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from memsync.config.claude_mem.schema import FTS_TABLES, KINDS, Kind
-from memsync.config.records import KIND_PLURALS
 from memsync.config.formats.text_index import text_columns
+from memsync.config.records import KIND_PLURALS
 from memsync.config.settings import Settings
 from memsync.search.app_fts import AppFts
 from memsync.search.lexical_index import LexicalIndex

@@ -75,7 +75,8 @@ def test_nothing_installed_nor_running_is_unknown(tmp_path: Path) -> None:
     text = CliRunner().invoke(main, ["status"], env={"MEMSYNC_DB": str(db), "MEMSYNC_DATA_DIR": str(tmp_path / "d"),
                                                      "MEMSYNC_CHROMA_MODE": "embedded",
                                                      "CLAUDE_MEM_WORKER_PORT": str(port)})
-    assert text.stdout.splitlines()[1] == f"claude-mem: unknown (from no plugin installed, no worker on 127.0.0.1:{port})"
+    assert text.stdout.splitlines()[1] == \
+        f"claude-mem: unknown (from no plugin installed, no worker on 127.0.0.1:{port})"
 
 
 def test_the_worker_port_follows_claude_mem_s_own_rule(tmp_path: Path) -> None:
@@ -100,6 +101,7 @@ def test_a_schema_newer_than_tested_is_warned_of(tmp_path: Path, version: int, w
         assert got["schema_warning"] == (
             f"the database's claude-mem schema version 64 is newer than the newest memsync is tested with "
             f"({TESTED_SCHEMA_VERSION}, claude-mem 13.25.3); check memsync's release notes")
-        assert [line for line in err.splitlines() if line.startswith("warning:")] == [f"warning: {got['schema_warning']}"]
+        warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+        assert warnings == [f"warning: {got['schema_warning']}"]
     else:
         assert got["schema_warning"] is None and "warning" not in err

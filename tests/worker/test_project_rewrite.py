@@ -106,8 +106,8 @@ def test_a_merge_reaches_the_text_index_too(tmp_path: Path, fake_embedder: FakeE
     resync(settings, embedder=fake_embedder)
     conn = sqlite3.connect(settings.db)
     with conn:
-        conn.execute("UPDATE observations SET merged_into_project = ? WHERE project = ? AND merged_into_project IS NULL",
-                     ("alpha", OLD))
+        conn.execute("UPDATE observations SET merged_into_project = ? WHERE project = ? "
+                     "AND merged_into_project IS NULL", ("alpha", OLD))
     conn.close()
     resync(settings, embedder=fake_embedder)
     index, _ = TextIndex.open_checked(settings)
