@@ -6,8 +6,7 @@ directory (``CLAUDE_CONFIG_DIR``, else ``~/.claude``), each ``plugins/cache/thed
 directory (a name starting with a digit, not stamped ``.orphaned_at``) and the marketplace clone
 ``plugins/marketplaces/thedotmack`` are candidates when their worker script exists
 (``plugin/scripts/worker-service.cjs``, or ``scripts/worker-service.cjs`` in a cache directory);
-the highest version wins, read from the candidate's ``package.json`` (a cache directory's name
-when it has none). Without one, the running worker is asked (``GET /api/health`` on loopback, its
+the highest version wins: a cache directory's name, the marketplace clone's ``package.json``. Without one, the running worker is asked (``GET /api/health`` on loopback, its
 ``version``) on claude-mem's port: ``CLAUDE_MEM_WORKER_PORT`` in the environment, else in
 claude-mem's ``settings.json``, else upstream's default ``37700 + uid % 100``. Else ``unknown``.
 
@@ -88,8 +87,7 @@ def installed_version(environ: Mapping[str, str] | None = None) -> ClaudeMemVers
         entries = []
     for entry in entries:
         if entry.name[:1].isdigit() and entry.is_dir() and not (entry / ".orphaned_at").exists() and _has_worker(entry):
-            package = entry / "package.json"
-            candidates.append((_package_version(package) or entry.name, package if package.exists() else entry))
+            candidates.append((entry.name, entry))  # upstream names a cache install by its directory
     marketplace = plugins / "marketplaces" / "thedotmack"
     version = _package_version(marketplace / "package.json")
     if version is not None and _has_worker(marketplace / "plugin"):

@@ -48,7 +48,7 @@ class TestInstalledPlugin:
         cache = plugins / "cache" / "thedotmack" / "claude-mem"
         plugin(cache / "13.24.0", "13.24.0", nested=False)
         plugin(cache / "13.30.0", "13.30.0", nested=False, orphaned=True)  # superseded: never the live one
-        plugin(cache / "13.29.0-beta.1", None, nested=False)  # no package.json: its directory's name
+        plugin(cache / "13.29.0-beta.1", None, nested=False)  # a cache install is named by its directory
         (cache / "13.99.0").mkdir()  # no worker script: not installed
         db = make_db(tmp_path / "claude-mem.db", [obs(1)])
         got, _ = status_json(db, tmp_path)
