@@ -6,7 +6,8 @@ directory (``CLAUDE_CONFIG_DIR``, else ``~/.claude``), each ``plugins/cache/thed
 directory (a name starting with a digit, not stamped ``.orphaned_at``) and the marketplace clone
 ``plugins/marketplaces/thedotmack`` are candidates when their worker script exists
 (``plugin/scripts/worker-service.cjs``, or ``scripts/worker-service.cjs`` in a cache directory);
-the highest version wins: a cache directory's name, the marketplace clone's ``package.json``. Without one, the running worker is asked (``GET /api/health`` on loopback, its
+the highest version wins: a cache directory's name, the marketplace clone's ``package.json``.
+Without one, the running worker is asked (``GET /api/health`` on loopback, its
 ``version``) on claude-mem's port: ``CLAUDE_MEM_WORKER_PORT`` in the environment, else in
 claude-mem's ``settings.json``, else upstream's default ``37700 + uid % 100``. Else ``unknown``.
 
