@@ -185,6 +185,10 @@ class Settings(BaseSettings):
         description="Source rows read per short read transaction (also the window sorted by length for embedding).",
     )
     sqlite_busy_timeout_ms: int = Field(5000, ge=0, description="SQLite busy timeout for every connection, ms.")
+    claude_mem_timeout_s: float = Field(
+        0.5, gt=0, description="status: how long to wait for claude-mem's worker to name its version (GET "
+        "/api/health on loopback, asked only when no installed plugin names it), seconds.",
+    )
     max_row_attempts: int = Field(3, ge=1, description="Tries of a failing row before it is left as failed.")
     poll_interval_s: float = Field(1.0, gt=0, description="Worker: how often it checks the database for new rows.")
     reconcile_interval_s: float = Field(

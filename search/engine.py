@@ -186,6 +186,8 @@ class Searcher(Lookups):
             results = hydrate.results(rows, page, got.similarity, format)
             timings["hydrate"] = _ms(t4)
             timings["total"] = _ms(t0)
+            if own := lexical.own_index_note():  # e.g. prompts: claude-mem dropped user_prompts_fts
+                notes.append(own)
             return Response(answered, results, window, excluded, "; ".join(notes) or None, total, timings, query)
         except QueryTimeout as exc:
             raise SearchError(f"the database did not answer in time ({exc}); try again") from exc

@@ -7,8 +7,10 @@ Per kind:
    tail, committed since the worker's last pass) from FTS5, interleaved by rank (``merge_tail``);
 2. else FTS5 alone.
 FTS5 is the app's table for the kind (``search.app_fts``) or, when the database has none (older
-files), memsync's own FTS index (``search.lexical_index``); the same choice answers the tail, date
-order (the newest/oldest matches) and the count of matches outside the window. Every filter and the
+files; and prompts since claude-mem dropped ``user_prompts_fts`` after 13.25.3), memsync's own FTS
+index (``search.lexical_index``), and the response's reason names the kinds it answered; the same
+choice answers the tail, date order (the newest/oldest matches) and the count of matches outside
+the window. Every filter and the
 window are applied inside the index's query, so nothing inside them is cut by rows outside them.
 """
 
@@ -18,8 +20,9 @@ import concurrent.futures
 from collections.abc import Sequence
 from typing import Protocol
 
-from memsync.config.claude_mem.schema import Kind
+from memsync.config.claude_mem.schema import FTS_TABLES, KINDS, Kind
 from memsync.config.formats.text_index import text_columns
+from memsync.config.records import KIND_PLURALS
 from memsync.config.settings import Settings
 from memsync.search.app_fts import AppFts
 from memsync.search.lexical_index import LexicalIndex
@@ -50,8 +53,9 @@ class _Connection:
     """The FTS5 side over one connection: per kind the source that answers, and the query's
     expression for it (built once)."""
 
-    def __init__(self, settings: Settings, rows: SourceRows, text: str) -> None:
+    def __init__(self, settings: Settings, rows: SourceRows, text: str, own_kinds: set[Kind]) -> None:
         self.settings, self.rows, self.text = settings, rows, text
+        self.own_kinds = own_kinds  # shared by the side's connections: the kinds memsync's index answered
         self._app: AppFts | None = None
         self._own: LexicalIndex | None = None
         self._expressions: dict[Kind, str | None] = {}
@@ -67,6 +71,7 @@ class _Connection:
             if self._app is None:
                 self._app = AppFts(self.rows)
             return self._app
+        self.own_kinds.add(kind)
         if self._own is None:
             self._own = LexicalIndex.refreshed(self.settings, self.rows)
         return self._own
@@ -96,7 +101,8 @@ class LexicalSide:
         self.settings = settings
         self.text = text
         self._pool = pool
-        self._main = _Connection(settings, rows, text)
+        self._own_kinds: set[Kind] = set()
+        self._main = _Connection(settings, rows, text, self._own_kinds)
         self._use_text_index = settings.text_index and use_text_index
         self._feedback = settings.lexical_feedback
         self._index: TextIndex | None = None
@@ -125,6 +131,15 @@ class LexicalSide:
         self._index = None
         self.note = f"lexical: FTS5 (text index unreadable, rebuilding: {why})"
 
+    def own_index_note(self) -> str | None:
+        """For the response's reason: the kinds memsync's own FTS index answered because the
+        database has no FTS5 table for them (None when the app's tables answered every kind)."""
+        kinds = [k for k in KINDS if k in self._own_kinds]
+        if not kinds:
+            return None
+        return (f"lexical: memsync's own FTS index for {', '.join(KIND_PLURALS[k] for k in kinds)} "
+                f"(the database has no {', '.join(FTS_TABLES[k][0] for k in kinds)})")
+
     def _watermark(self, kind: Kind, filters: Filters) -> int | None:
         """The text index's watermark for ``kind`` when it can answer this search, else None."""
         index = self.index
@@ -147,7 +162,7 @@ class LexicalSide:
 
     def _rank_on_own_connection(self, kind: Kind, filters: Filters, window: Window, depth: int) -> list[int]:
         rows = SourceRows.open(self.settings)
-        conn = _Connection(self.settings, rows, self.text)
+        conn = _Connection(self.settings, rows, self.text, self._own_kinds)
         try:
             return self._rank_one(conn, kind, filters, window, depth)
         finally:

@@ -16,7 +16,7 @@ from memsync.config.claude_mem.connection import decode_text, fetch_all, open_so
 from memsync.config.claude_mem.projects import SQL_FUNCTION as EXCLUDED_SQL
 from memsync.config.claude_mem.projects import ProjectExclusion, exclusion
 from memsync.config.claude_mem.schema import KINDS, SESSIONS_TABLE, TABLES, Kind, SchemaError, SourceSchema, detect
-from memsync.config.formats.text_index import fingerprint_hash
+from memsync.config.formats.text_index import FILTER_COLUMNS, fingerprint_hash
 from memsync.config.settings import Settings
 from memsync.worker.documents import EXCLUDED_CELL, SourceRow, row_cells_hash, row_shape
 
@@ -189,17 +189,24 @@ class SourceReader:
         return [RowRef(int(r["id"]), r["project"] or "", r["merged"] or "") for r in self._fetch(sql, {})]
 
     def text_fingerprint(self, kind: Kind, columns: Sequence[str], after: int, up_to: int) -> tuple[int, int]:
-        """(row count, sum of per-row hashes of id and the logical ``columns``) of the rows with
+        """(row count, sum of per-row hashes of id, the logical ``columns`` and the cells the text
+        index filters on: ``FILTER_COLUMNS``, a prompt's session project) of the rows with
         after < id <= up_to: equal for two ranges only when (but for a 2^-32 chance) no row was
         added, deleted or edited. Both parts are sums, so a range's fingerprint is the sum of its
         pieces (the text index adds each appended range to what it had). Streams in SQLite: no
         row's text is held longer than its hash takes."""
         table = TABLES[kind]
         phys = [c for c in (self.schema.column(table, x) for x in columns) if c]
-        args = ", ".join(["CAST(t.id AS BLOB)", *(f'CAST(t."{c}" AS BLOB)' for c in phys)])
+        # What the index filters on is part of what it holds: a project rewritten in place (claude-mem's
+        # cwd remap), a merge, a type or a date changes the hash as an edited text does.
+        filtered = [c for c in (self.schema.column(table, x) for x in FILTER_COLUMNS[kind]) if c]
+        args = ", ".join(["CAST(t.id AS BLOB)", *(f'CAST(t."{c}" AS BLOB)' for c in (*phys, *filtered))])
         source = f"{table} t"
+        if kind is Kind.PROMPT:  # a prompt's project is its session's
+            args += ", CAST(s.project AS BLOB)"
         if self.exclusion is not None:  # which rows are excluded is part of what the index holds
             args += f", {self._excluded_expr(kind)}"
+        if kind is Kind.PROMPT or self.exclusion is not None:
             source += " " + self._row_columns(kind)[1]
         row = self._fetch(f"SELECT count(*) AS n, coalesce(sum({FINGERPRINT_SQL}({args})), 0) AS h FROM {source} "
                           "WHERE t.id > :after AND t.id <= :up_to", {"after": after, "up_to": up_to})[0]
@@ -210,8 +217,9 @@ class SourceReader:
         return {k: int(self._fetch(f"SELECT COALESCE(MAX(id), 0) AS m FROM {TABLES[k]}", {})[0]["m"]) for k in KINDS}
 
     def schema_version(self) -> int | None:
-        """The highest migration claude-mem recorded in its ``schema_versions`` table (52 for
-        13.25.3); None for a file without that table (older files, or ones other tools wrote)."""
+        """The highest migration claude-mem recorded in its ``schema_versions`` table (for the tested
+        release: ``config.claude_mem.version.TESTED_SCHEMA_VERSION``); None for a file without that
+        table (older files, or ones other tools wrote)."""
         has = self._fetch("SELECT 1 AS t FROM sqlite_master WHERE type = 'table' AND name = 'schema_versions'", {})
         if not has:
             return None

@@ -3,8 +3,9 @@
 An opt-in second collection (``upstream_store``, named ``upstream_collection``, default
 ``cm__claude-mem``) that claude-mem's own search can read when pointed at memsync's Chroma server.
 Its documents follow upstream's ``ChromaSync.ts`` (v13.15.3: ``formatObservationDocs``,
-``formatSummaryDocs``, ``formatUserPromptDoc`` and ``addDocuments``' metadata clean-up) value for
-value, which memsync's own format deliberately does not:
+``formatSummaryDocs``, ``formatUserPromptDoc`` and ``addDocuments``' metadata clean-up; plus the two
+document changes of upstream's main branch after 13.25.3, below) value for value, which memsync's own
+format deliberately does not:
 
 - texts stored with the vectors, as they are in the row (no title folded into the narrative, no
   trimming, no cut; only the embedded text is cut, which never changes the vector);
@@ -13,7 +14,13 @@ value, which memsync's own format deliberately does not:
 - ``type`` defaults to ``discovery``, ``title`` to ``Untitled``; ``concepts``, ``files_read``
   and ``files_modified`` are joined with ``,``; a summary's ``prompt_number`` defaults to 0;
 - ``created_at_epoch`` as the row holds it; ``platform_source`` normalised (a prompt's too, as
-  upstream's live sync does); keys whose value is null or ``''`` are left out.
+  upstream's live sync does); keys whose value is null or ``''`` are left out;
+- as on upstream's main (ChromaSync.ts after 13.25.3): an observation with no narrative, text or
+  fact document gets ``obs_{id}_title``, its trimmed title (not ``Untitled``) and subtitle joined by
+  a newline, ``field_type`` ``title``; and NUL characters in every document's text are replaced by
+  U+FFFD (Chroma keeps a NUL but its document search stops at it). 13.25.3 writes neither; sharing
+  the store with it stays exact (it writes no title document and deletes none), and with a writer of
+  main's format each row's set of ids is the same, so neither deletes the other's documents.
 
 Where upstream cannot store a row at all, memsync stores what it can rather than lose it: a list
 column that is not valid JSON (``JSON.parse`` throws upstream) reads as a one-element list, and a
@@ -49,7 +56,7 @@ from memsync.worker.sync import ProgressFn, Syncer
 
 # Bump when the documents below change: the worker then derives every row again and writes the
 # documents that differ (:func:`bind_format`).
-UPSTREAM_FORMAT_VERSION = 1
+UPSTREAM_FORMAT_VERSION = 2  # 2: title documents, NUL replaced (upstream main)
 FORMAT_META_PREFIX = "upstream_format:"  # state meta key per collection: the version its records follow
 
 _COMMON = ("sqlite_id", "doc_type", "memory_session_id", "project", "merged_into_project", "platform_source",
@@ -62,6 +69,12 @@ METADATA_KEYS: dict[Kind, tuple[str, ...]] = {
 }
 
 Meta = dict[str, str | int | float]
+
+NUL_REPLACEMENT = "\ufffd"
+# ECMAScript's WhiteSpace and LineTerminator: what String.prototype.trim() strips (Python's strip()
+# takes \x1c-\x1f and \x85 too and leaves \ufeff).
+_JS_WHITESPACE = ("\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+                  "\u200a\u2028\u2029\u202f\u205f\u3000\ufeff")
 
 
 def _js_truthy(value: Any) -> bool:
@@ -165,6 +178,7 @@ def _clean(meta: dict[str, Any]) -> Meta:
 
 def _make(row: SourceRow, field_name: str | None, text: str, meta: dict[str, Any]) -> Document:
     doc_id = format_doc_id(row.kind, row.id, field_name)
+    text = text.replace("\0", NUL_REPLACEMENT)  # upstream main's addDocuments, for every document
     metadata = _clean(meta)
     digest = content_hash(doc_id, text, metadata)
     # text_hash names the vector in the embedding store: equal to memsync's own for equal texts (a
@@ -205,7 +219,19 @@ def _observation(row: SourceRow) -> list[Document]:
             docs.append(_make(row, name, _js_string(v.get(name)), {**base, "field_type": name}))
     for i, fact in enumerate(_facts(v.get("facts"))):
         docs.append(_make(row, fact_field(i), _fact_text(fact), {**base, "field_type": "fact", "fact_index": i}))
+    if not docs and (title := _title_text(v.get("title"), v.get("subtitle"))):
+        docs.append(_make(row, "title", title, {**base, "field_type": "title"}))
     return docs
+
+
+def _title_text(title: Any, subtitle: Any) -> str:
+    """Upstream main's ``observationTitleText``: the trimmed title (``Untitled`` counts as none) and
+    the trimmed subtitle, the non-empty ones joined by a newline; '' when neither."""
+    parts = ["" if title is None else _js_string(title).strip(_JS_WHITESPACE),
+             "" if subtitle is None else _js_string(subtitle).strip(_JS_WHITESPACE)]
+    if parts[0] == "Untitled":
+        parts[0] = ""
+    return "\n".join(p for p in parts if p)
 
 
 def _summary(row: SourceRow) -> list[Document]:

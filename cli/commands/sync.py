@@ -28,6 +28,7 @@ from memsync.commands.options import (
     settings_note,
 )
 from memsync.config.claude_mem.projects import exclusion
+from memsync.config.claude_mem.version import TESTED_SCHEMA_VERSION, claude_mem_version, schema_warning
 from memsync.config.formats.worker_status import PHASE_FIRST_PASS, PHASE_FOLLOWING
 from memsync.config.settings import DEFAULT_DATABASE, DEFAULT_TENANT, LoadedSettings, Settings, describe
 from memsync.servers.render import utc_stamp
@@ -173,15 +174,22 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
                 f"healthy: lag {report.lag_ms / 1000:.1f}s")
         emit({"healthy": not problems, "problems": problems, "lag_ms": report.lag_ms, "worker": w}, as_json, text)
         sys.exit(EXIT_FAIL if problems else EXIT_OK)
+    claude_mem = claude_mem_version(settings.claude_mem_timeout_s)
+    warning = schema_warning(report.schema_version)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
-        emit({**report.as_dict(), "database": database, "excluded_projects": excluded_json}, True, "")
+        emit({**report.as_dict(), "database": database, "excluded_projects": excluded_json,
+              "claude_mem": {**claude_mem.as_dict(), "tested_schema_version": TESTED_SCHEMA_VERSION},
+              "schema_warning": warning}, True, "")
         return
     state = f"up ({_phase_text(w)})" if w.get("up") else f"down ({w.get('reason')})"
     if w.get("up") and w.get("degraded"):
         state += f", degraded: {w.get('last_error')}"
     embedding = settings.embedding_provider + ("" if w.get("embedding_reachable", True) else " (endpoint unavailable)")
     version = "" if report.schema_version is None else f"; claude-mem schema version {report.schema_version}"
-    lines = [f"database: {database['path']} (chosen by {database['chosen_by']}{version})"]
+    lines = [f"database: {database['path']} (chosen by {database['chosen_by']}{version})",
+             f"claude-mem: {claude_mem.version} (from {claude_mem.source})"]
     if excluded.patterns:
         lines.append("excluded projects: " + ", ".join(excluded.patterns) + (
             f" (ignored, a directory and not a name: {', '.join(excluded.ignored)})" if excluded.ignored else ""))

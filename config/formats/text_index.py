@@ -34,7 +34,7 @@ from memsync.config.settings import Settings
 
 INDEX_DIR = "text-index"
 META_FILE = "memsync-meta.json"
-VERSION = 2  # 2: per-kind fingerprints are text hashes (1 had text lengths); a 1 is rebuilt
+VERSION = 3  # 3: fingerprints hash the filter cells too (2 had the text only); an older index is rebuilt
 ANALYZER = "memsync_en"
 KIND_TERM: dict[Kind, str] = {Kind.OBSERVATION: "o", Kind.SUMMARY: "s", Kind.PROMPT: "p"}  # the `kind` field's term
 FINGERPRINT_HASH_BYTES = 4  # per-row hashes that SQLite sums: 2^31 rows before an int64 could overflow
@@ -43,6 +43,16 @@ FINGERPRINT_HASH_BYTES = 4  # per-row hashes that SQLite sums: 2^31 rows before 
 def index_path(settings: Settings) -> Path:
     """Where the index of ``settings``' data directory lives."""
     return settings.data_dir / INDEX_DIR
+
+
+# The row cells, besides the text, that the index filters on (a prompt's project is its session's):
+# part of each row's fingerprint, so that an edit of one of them (a project rewritten in place)
+# rebuilds the kind as an edited text does.
+FILTER_COLUMNS: dict[Kind, tuple[str, ...]] = {
+    Kind.OBSERVATION: ("project", "merged_into_project", "type", "created_at_epoch"),
+    Kind.SUMMARY: ("project", "merged_into_project", "created_at_epoch"),
+    Kind.PROMPT: ("created_at_epoch",),
+}
 
 
 def text_columns(kind: Kind) -> tuple[str, ...]:

@@ -11,12 +11,13 @@ import pytest
 
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.settings import Settings
+from memsync.search import Mode, Searcher
 from memsync.search.lexical import EXCLUDED_CAP, LexicalSide
 from memsync.search.models import Filters, Order, Window
 from memsync.search.sql import SourceRows
 from memsync.worker.importer import import_records
 from memsync.worker.textsync import TextSync
-from tests.conftest import BASE_MS, make_db, mixed_records, obs, prompt, summary
+from tests.conftest import BASE_MS, make_db, mixed_records, obs, prompt, summary, write
 
 ALL_TIME = Window(0, None, None, "all_time")
 
@@ -144,3 +145,39 @@ def test_feedback_adds_the_rare_words_the_best_matches_share(tmp_path: Path,
     assert side.index is not None and flew in with_feedback[Kind.PROMPT]
     assert with_feedback[Kind.PROMPT][:3] == without[Kind.PROMPT][:3]  # the query's own matches stay first
     assert lunch not in with_feedback[Kind.PROMPT]  # words of rows unlike the matches are never added
+
+
+# Upstream main's v54 (SessionStore.dropWriteOnlyUserPromptsFtsAndScopeFtsUpdateTriggers), after 13.25.3.
+MAIN_V54_DROP_PROMPT_FTS = ("DROP TRIGGER IF EXISTS user_prompts_ai", "DROP TRIGGER IF EXISTS user_prompts_ad",
+                            "DROP TRIGGER IF EXISTS user_prompts_au", "DROP TABLE IF EXISTS user_prompts_fts")
+
+
+def as_main_writes_it(s: Settings) -> None:
+    """The test database as upstream main leaves it: no user_prompts_fts, nor its triggers."""
+    for sql in MAIN_V54_DROP_PROMPT_FTS:
+        write(s.db, sql)
+
+
+@pytest.mark.parametrize("text_index", [False, True], ids=["fts5", "text-index-and-tail"])
+def test_prompts_are_found_without_user_prompts_fts_and_the_reason_says_by_what(
+        tmp_path: Path, text_index: bool) -> None:
+    """Upstream main drops ``user_prompts_fts``: prompts are then ranked (alone, or as the text
+    index's tail) by memsync's own FTS index, the other kinds still by the app's tables, and the
+    answer's reason names the index and the missing table."""
+    s = build(tmp_path, text_index=text_index)
+    as_main_writes_it(s)
+    import_records(s.db, [prompt(70, prompt_text="a zeppelin prompt written after the drop")])
+    engine = Searcher(s)
+    try:
+        resp = engine.search("zeppelins", window_days=0, mode=Mode.LEXICAL, kinds=[Kind.PROMPT])
+        assert sorted(r.id for r in resp.results) == [9, 10]
+        assert resp.reason == ("lexical: memsync's own FTS index for prompts (the database has no "
+                               "user_prompts_fts)")
+        assert (s.data_dir / "lexical.db").exists()
+        others = engine.search("zeppelins", window_days=0, mode=Mode.LEXICAL,
+                               kinds=[Kind.OBSERVATION, Kind.SUMMARY])
+        assert {(r.kind, r.id) for r in others.results} == {(Kind.OBSERVATION, 9), (Kind.OBSERVATION, 10),
+                                                             (Kind.SUMMARY, 9)}
+        assert others.reason is None  # the app's tables answered those
+    finally:
+        engine.close()

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from memsync.config.claude_mem.version import TESTED_SCHEMA_VERSION
 from memsync.config.settings import Settings
 from tests.system.test_e2e import memsync
 from tests.upstream.harness import ClaudeMemWorker
@@ -113,7 +114,7 @@ def on_written(written: Path, tmp_path: Path) -> Settings:
 def test_memsync_reads_what_claude_mem_wrote_and_never_writes_it(on_written: Settings) -> None:
     db = on_written.db
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-        assert con.execute("SELECT max(version) FROM schema_versions").fetchone() == (52,)
+        assert con.execute("SELECT max(version) FROM schema_versions").fetchone() == (TESTED_SCHEMA_VERSION,)
         (uploader,) = con.execute("SELECT id FROM observations WHERE facts = ?", (NOT_A_LIST,)).fetchone()
     con.close()
     before = fingerprint(db)
@@ -132,7 +133,7 @@ def test_memsync_reads_what_claude_mem_wrote_and_never_writes_it(on_written: Set
 
     shown = memsync(on_written, "status")
     assert shown.returncode == 0, shown.stderr
-    assert "claude-mem schema version 52" in shown.stdout.splitlines()[0], shown.stdout
+    assert f"claude-mem schema version {TESTED_SCHEMA_VERSION}" in shown.stdout.splitlines()[0], shown.stdout
     assert "alpha" in shown.stdout and "beta" in shown.stdout, shown.stdout
 
     assert fingerprint(db) == before

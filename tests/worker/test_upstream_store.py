@@ -58,6 +58,7 @@ def test_every_row_shape_derives_as_upstream_builds_it(tmp_path: Path) -> None:
     assert derived(settings) == expected
     # The shapes are really there: defaults, joins, an empty fact, a stored text longer than the cut.
     assert "obs_2_narrative" not in expected and not any(k.startswith("summary_3_") for k in expected)
+    assert expected["obs_2_title"] == ("Only a title", {**expected["obs_2_title"][1], "field_type": "title"})
     padded, meta = expected["obs_3_narrative"]
     assert padded == "  padded narrative  " and meta["type"] == "discovery" and meta["title"] == "Untitled"
     assert expected["obs_4_fact_0"][0] == "" and expected["obs_4_fact_1"][1]["fact_index"] == 1
@@ -108,6 +109,38 @@ def test_what_upstream_cannot_store_is_kept(tmp_path: Path, column: str, value: 
         assert {k: v[0] for k, v in docs.items() if "_fact_" in k} == expected
     else:
         assert docs["obs_1_narrative"][1]["concepts"] == expected["concepts"]
+
+
+@pytest.mark.parametrize(("title", "subtitle", "text"), [
+    ("  Deploy key  ", " rotated ", "Deploy key\nrotated"), ("Untitled", None, None), (" Untitled ", "sub", "sub"),
+    (None, None, None), ("", "   ", None), ("\ufeffBOM\u3000", "\x1c kept", "BOM\n\x1c kept"),
+])
+def test_an_observation_without_body_gets_main_s_title_document(tmp_path: Path, title: str | None,
+                                                                 subtitle: str | None, text: str | None) -> None:
+    """Upstream main (after 13.25.3) indexes a title-only observation as ``obs_{id}_title``: its
+    trimmed title and subtitle (JavaScript's trim, 'Untitled' as none); 13.25.3 wrote nothing."""
+    db = make_db(tmp_path / "claude-mem.db", [obs(1, narrative="", facts=[]), obs(2)])
+    write(db, "UPDATE observations SET title = ?, subtitle = ? WHERE id = 1", title, subtitle)
+    docs = derived(Settings(db=db, data_dir=tmp_path / "data"))
+    assert docs == reference_documents(db)
+    assert [k for k in docs if k.startswith("obs_1_")] == ([] if text is None else ["obs_1_title"])
+    if text is not None:
+        assert docs["obs_1_title"][0] == text and docs["obs_1_title"][1]["field_type"] == "title"
+        assert docs["obs_1_title"][1]["title"] == (title or "Untitled")  # the metadata keeps the row's title
+    assert not any(k.endswith("_title") for k in docs if k.startswith("obs_2_"))  # a body: no title document
+
+
+def test_nul_is_replaced_as_main_replaces_it_since_chroma_search_stops_at_it(tmp_path: Path, chroma: Any) -> None:
+    db = make_db(tmp_path / "claude-mem.db", [obs(1, narrative="before\0after", facts=["f\0act"])])
+    docs = derived(Settings(db=db, data_dir=tmp_path / "data"))
+    assert docs == reference_documents(db)
+    assert docs["obs_1_narrative"][0] == "before\ufffdafter" and docs["obs_1_fact_0"][0] == "f\ufffdact"
+    # Why: Chroma keeps a NUL in the text, but its document search does not see past it.
+    col = chroma.create_collection("nul-probe", embedding_function=None)
+    col.add(ids=["nul", "replaced"], documents=["before\0after", "before\ufffdafter"],
+            embeddings=[[1.0, 0.0], [0.0, 1.0]])
+    assert col.get(ids=["nul"], include=["documents"])["documents"] == ["before\0after"]
+    assert col.get(where_document={"$contains": "after"}, include=[])["ids"] == ["replaced"]
 
 
 def test_the_store_needs_a_server_claude_mem_can_reach(tmp_path: Path) -> None:
@@ -196,6 +229,8 @@ def test_adds_edits_deletes_and_exclusions_reach_the_store(server_settings: Sett
     write(s.db, "INSERT INTO observations (memory_session_id, project, type, title, narrative, created_at, "
           "created_at_epoch) VALUES ('m1', 'alpha', 'feature', 'New', 'A new row.', 'x', 1793000400000)")
     write(s.db, "UPDATE user_prompts SET session_db_id = 1 WHERE id = 3")  # the prompt now has a session
+    assert "obs_2_title" in held(_upstream(s))
+    write(s.db, "UPDATE observations SET narrative = ? WHERE id = 2", "Now with a body\0.")  # its title document goes
     excluded = s.model_copy(update={"excluded_projects": "gam*"})
     Worker(excluded).once()  # the worker's pass this time (resync's is the same pass)
     expected = {k: v for k, v in reference_documents(s.db).items() if v[1].get("project") != "gamma"}
@@ -204,6 +239,7 @@ def test_adds_edits_deletes_and_exclusions_reach_the_store(server_settings: Sett
     assert "obs_1_fact_1" not in got and "obs_5_narrative" not in got and "obs_8_narrative" in got
     assert "prompt_3" in got and not any(m.get("project") == "gamma" for _, m in got.values())
     assert got["obs_1_narrative"][0] == "The cache is fixed now."
+    assert "obs_2_title" not in got and got["obs_2_narrative"][0] == "Now with a body\ufffd."
 
     Worker(s).once()  # the setting loses the project again: its rows come back
     assert held(_upstream(s)) == reference_documents(s.db)

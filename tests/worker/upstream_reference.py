@@ -15,6 +15,10 @@ every row is read (upstream backfills per project, past a watermark, and only fo
 have observations), and a prompt's platform_source is normalised as the live ``syncUserPrompt``
 does (the backfill passes it through as the SELECT returns it).
 
+Two additions of upstream's main branch after 13.25.3 (ChromaSync.ts: ``observationTitleText`` and
+the title document in formatObservationDocs, and addDocuments' NUL replacement) are ported too, as
+:func:`title_document` and :func:`replace_nul`; 13.25.3 itself writes neither.
+
 Where upstream's JavaScript would throw (``JSON.parse`` on bad JSON, ``.forEach`` or ``.join`` on
 something that is not an array), this port raises :class:`UpstreamThrows`.
 """
@@ -102,7 +106,34 @@ def reference_documents(db_path: str | Path) -> dict[str, tuple[str, dict[str, A
             docs.append(format_user_prompt_doc(row))
     finally:
         conn.close()
-    return {doc_id: (document, clean_metadata(metadata)) for doc_id, document, metadata in docs}
+    return {doc_id: (replace_nul(document), clean_metadata(metadata)) for doc_id, document, metadata in docs}
+
+
+def replace_nul(document: Any) -> Any:
+    """Upstream main's addDocuments: ``document.replaceAll('\\0', '\\uFFFD')`` for every document
+    that includes a NUL (a document that is no string is passed on as it is)."""
+    return document.replace("\0", "\ufffd") if isinstance(document, str) and "\0" in document else document
+
+
+def _js_trim(value: Any) -> str:
+    """``value?.trim() ?? ''``: trim() of a string (a non-string throws upstream; not modelled)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise NotImplementedError(f"trim() of a {type(value).__name__}: not modelled")
+    return value.strip(_JS_WHITESPACE)
+
+
+def title_document(obs: Row, base: dict[str, Any]) -> Document | None:
+    """Upstream main: when formatObservationDocs made no document, the observation's title and
+    subtitle (``observationTitleText``: trimmed, 'Untitled' as no title, non-empty parts joined by
+    a newline) become ``obs_{id}_title``, field_type 'title', when that text is not empty."""
+    title = _js_trim(obs["title"])
+    parts = ["" if title == "Untitled" else title, _js_trim(obs["subtitle"])]
+    text = "\n".join(part for part in parts if len(part) > 0)
+    if not text:
+        return None
+    return (f"obs_{obs['id']}_title", text, {**base, "field_type": "title"})
 
 
 def _rows(conn: sqlite3.Connection, sql: str) -> list[Row]:
@@ -181,6 +212,8 @@ def format_observation_docs(obs: Row) -> list[Document]:
     for index, fact in enumerate(facts):
         docs.append((f"obs_{obs['id']}_fact_{index}", fact,
                      {**base, "field_type": "fact", "fact_index": index}))
+    if len(docs) == 0 and (title := title_document(obs, base)) is not None:
+        docs.append(title)
     return docs
 
 
