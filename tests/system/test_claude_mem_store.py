@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import chromadb
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from memsync.config.chroma import collections as stores
@@ -42,6 +44,15 @@ OWN = "cm__claude-mem"  # the one collection claude-mem 13.x writes
 OURS = "memsync-upstream"  # memsync's upstream store, beside it on the same server
 T0 = 1_793_000_000_000
 LONG = "A long narrative about the cache, told at length. " * 200  # 10,000 characters, embedded cut
+
+# The deliberate differences (docs/claude-mem.md), from claude-mem's backfill, then its live import sync.
+NO_OBSERVATIONS = "only in memsync's: a row of a project without observations (claude-mem's backfill skips it)"
+EMPTY_PROJECT = "only in memsync's: a row of an empty project (claude-mem's backfill skips it)"
+LIVE_KINDS = "only in memsync's: summary and prompt documents (the live import sync writes observations only)"
+LIVE_TEXT = "only in memsync's: a legacy text document (the live sync passes text as null)"
+LIVE_FACTS = "only in memsync's: facts that are not JSON (the live sync's JSON.parse makes them [])"
+LIVE_LISTS = "metadata: list columns that are not JSON (the live sync drops them)"
+LIVE_RESTRINGIFIED = "fact text: a JSON value that is no array, written again by the live sync's JSON.stringify"
 
 Doc = tuple[str, dict[str, Any], int]  # text, metadata, vector dimension
 Classifier = Callable[["Row", str, Doc | None, Doc | None], str | None]
@@ -148,11 +159,18 @@ def row_key(doc_id: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
-def read(client: Any, name: str) -> dict[str, Doc]:
-    """A collection as a plain chromadb client reads it: text, metadata and vector dimension by id."""
+def read(client: Any, name: str) -> tuple[dict[str, Doc], dict[str, npt.NDArray[np.float64]]]:
+    """A collection as a plain chromadb client reads it: text, metadata and vector dimension by id,
+    and the vectors (compared apart: the same weights, yet not bit for bit the same runtime)."""
     got = client.get_collection(name).get(include=["documents", "metadatas", "embeddings"])
-    return {i: (t, dict(m or {}), len(e)) for i, t, m, e in
+    docs = {i: (t, dict(m or {}), len(e)) for i, t, m, e in
             zip(got["ids"], got["documents"], got["metadatas"], got["embeddings"], strict=True)}
+    return docs, {i: np.asarray(e, dtype=np.float64) for i, e in zip(got["ids"], got["embeddings"], strict=True)}
+
+
+def least_cosine(a: dict[str, npt.NDArray[np.float64]], b: dict[str, npt.NDArray[np.float64]]) -> float:
+    """The lowest cosine similarity of the vectors of one id in both stores."""
+    return min(float(a[i] @ b[i] / (np.linalg.norm(a[i]) * np.linalg.norm(b[i]))) for i in a.keys() & b.keys())
 
 
 @dataclass
@@ -200,9 +218,9 @@ def deliberate_backfill(scope: set[str]) -> Classifier:
         if theirs is not None or ours is None:
             return None
         if row.project == "":
-            return "only in memsync's: a row of an empty project (claude-mem's backfill skips it)"
+            return EMPTY_PROJECT
         if row.project not in scope:
-            return "only in memsync's: a row of a project without observations (claude-mem's backfill skips it)"
+            return NO_OBSERVATIONS
         return None
     return classify
 
@@ -218,27 +236,28 @@ def _is_json(text: Any) -> bool:
 def deliberate_live(row: Row, doc_id: str, theirs: Doc | None, ours: Doc | None) -> str | None:
     """What claude-mem's live sync of an import writes otherwise, and memsync does not follow."""
     if theirs is None and row.kind in ("summary", "prompt"):
-        return "only in memsync's: summary and prompt documents (the live import sync writes observations only)"
+        return LIVE_KINDS
     if theirs is None and doc_id.endswith("_text"):
-        return "only in memsync's: a legacy text document (the live sync passes text as null)"
+        return LIVE_TEXT
     if theirs is None and "_fact_" in doc_id and not _is_json(row.values["facts"]):
-        return "only in memsync's: facts that are not JSON (the live sync's JSON.parse makes them [])"
+        return LIVE_FACTS
     if theirs is not None and ours is not None and theirs[0] == ours[0] and theirs[2] == ours[2]:
         differing = {k for k in theirs[1].keys() | ours[1].keys() if theirs[1].get(k) != ours[1].get(k)}
         if differing and all(k in ("concepts", "files_read", "files_modified") and not _is_json(row.values[k])
                              for k in differing):
-            return "metadata: list columns that are not JSON (the live sync drops them)"
+            return LIVE_LISTS
     if theirs is not None and ours is not None and "_fact_" in doc_id and theirs[1] == ours[1] \
-            and theirs[0] == json.dumps(json.loads(row.values["facts"]), separators=(",", ":")):
-        return "fact text: a JSON value that is no array, written again by the live sync's JSON.stringify"
+            and _is_json(row.values["facts"]) \
+            and theirs[0] == json.dumps(json.loads(row.values["facts"]), separators=(",", ":"), ensure_ascii=False):
+        return LIVE_RESTRINGIFIED
     return None
 
 
 @contextlib.contextmanager
-def chroma_server(tmp_path: Path) -> Iterator[Settings]:
-    """memsync's settings (its upstream store named OURS, beside claude-mem's) and the managed `chroma
-    run` they name, held by the test for both writers; killed at the end."""
-    s = Settings(db=tmp_path / "claude-mem-home" / ".claude-mem" / "claude-mem.db", data_dir=tmp_path / "data",
+def chroma_server(db: Path, tmp_path: Path) -> Iterator[Settings]:
+    """memsync's settings on ``db`` (its upstream store named OURS, beside claude-mem's) and the
+    managed `chroma run` they name, held by the test for both writers; killed at the end."""
+    s = Settings(db=db, data_dir=tmp_path / "data",
                  chroma_mode="managed", chroma_port=free_port(), upstream_store=True, upstream_collection=OURS)
     server = ManagedServer(s)
     server.ensure()
@@ -266,7 +285,7 @@ def expected_imports(claude_mem: ClaudeMemWorker) -> None:
 def test_memsyncs_store_equals_claude_mems_backfill_but_for_the_listed_differences(
         claude_mem: ClaudeMemWorker, tmp_path: Path) -> None:
     started = time.monotonic()
-    with chroma_server(tmp_path) as s:
+    with chroma_server(claude_mem.db, tmp_path) as s:
         expected_imports(claude_mem)  # Chroma off: only the database is written
         claude_mem.stop()
         claude_mem.chroma_port = s.chroma_port
@@ -276,15 +295,17 @@ def test_memsyncs_store_equals_claude_mems_backfill_but_for_the_listed_differenc
         assert "Skipped unformattable row" not in claude_mem.own_log()
         memsync_store(s)
         client = chromadb.HttpClient(host=s.chroma_host, port=s.chroma_port)
-        theirs, ours = read(client, OWN), read(client, OURS)
+        (theirs, their_vectors), (ours, our_vectors) = read(client, OWN), read(client, OURS)
     rows = rows_of(s.db)
     result = compare(theirs, ours, rows, deliberate_backfill(backfill_scope(rows)))
-    print(result.report(f"backfill: claude-mem {len(theirs)} documents, memsync {len(ours)} "
-                        f"({time.monotonic() - started:.1f} s)"))
+    cosine = least_cosine(their_vectors, our_vectors)
+    print(result.report(f"backfill: claude-mem {len(theirs)} documents, memsync {len(ours)}, least cosine of "
+                        f"one id's vectors {cosine:.4f} ({time.monotonic() - started:.1f} s)"))
     assert not result.unplanned, result.report("backfill")
-    assert result.equal == len(theirs) > 20  # every document claude-mem wrote is memsync's too, equal
-    assert set(result.deliberate.values()) and all(n > 0 for n in result.deliberate.values())
+    assert result.equal == len(theirs) == 30  # every document claude-mem wrote is memsync's too, equal
+    assert result.deliberate == {NO_OBSERVATIONS: 2, EMPTY_PROJECT: 4}
     assert {dim for _, _, dim in [*theirs.values(), *ours.values()]} == {384}
+    assert cosine > 0.99  # the same int8 weights on both sides (the harness seeds Chroma's default function)
     # The shapes are really there, on both sides.
     assert theirs["obs_4_fact_0"][0] == "a real fact" and "obs_4_fact_1" not in theirs
     assert theirs["obs_5_fact_0"][0] == "not [json" and theirs["obs_4_text"][0] == "legacy text"
@@ -309,7 +330,7 @@ def live_synced(worker: ClaudeMemWorker, observations: int, timeout: float = 300
 def test_claude_mems_live_import_sync_differs_only_where_memsync_keeps_more(
         claude_mem: ClaudeMemWorker, tmp_path: Path) -> None:
     started = time.monotonic()
-    with chroma_server(tmp_path) as s:
+    with chroma_server(claude_mem.db, tmp_path) as s:
         claude_mem.stop()
         # Its debug lines say when each write is done ("Documents added").
         (claude_mem.data_dir / "settings.json").write_text(json.dumps({"CLAUDE_MEM_LOG_LEVEL": "DEBUG"}))
@@ -321,9 +342,10 @@ def test_claude_mems_live_import_sync_differs_only_where_memsync_keeps_more(
         claude_mem.stop()
         memsync_store(s)
         client = chromadb.HttpClient(host=s.chroma_host, port=s.chroma_port)
-        theirs, ours = read(client, OWN), read(client, OURS)
+        (theirs, _), (ours, _) = read(client, OWN), read(client, OURS)
     result = compare(theirs, ours, rows_of(s.db), deliberate_live)
     print(result.report(f"live import sync: claude-mem {len(theirs)} documents, memsync {len(ours)} "
                         f"({time.monotonic() - started:.1f} s)"))
     assert not result.unplanned, result.report("live import sync")
-    assert result.equal > 10 and not (theirs.keys() - ours.keys())
+    assert result.equal == 13 and not (theirs.keys() - ours.keys())
+    assert result.deliberate == {LIVE_KINDS: 18, LIVE_TEXT: 1, LIVE_FACTS: 1, LIVE_LISTS: 2, LIVE_RESTRINGIFIED: 1}
