@@ -2,19 +2,22 @@
 
 An opt-in second collection (``upstream_store``, named ``upstream_collection``, default
 ``cm__claude-mem``) that claude-mem's own search can read when pointed at memsync's Chroma server.
-Its documents follow upstream's ``ChromaSync.ts`` (v13.15.3: ``formatObservationDocs``,
-``formatSummaryDocs``, ``formatUserPromptDoc`` and ``addDocuments``' metadata clean-up; plus the two
-document changes of upstream's main branch after 13.25.3, below) value for value, which memsync's own
-format deliberately does not:
+Its documents follow what claude-mem 13.25.3's ``ChromaSync`` backfill writes
+(``formatObservationDocs``, ``formatSummaryDocs``, ``formatUserPromptDoc`` and ``addDocuments``'
+metadata clean-up) value for value, plus the two document changes of upstream's main branch after
+13.25.3 (below), which memsync's own format deliberately does not:
 
 - texts stored with the vectors, as they are in the row (no title folded into the narrative, no
   trimming, no cut; only the embedded text is cut, which never changes the vector);
-- JavaScript truthiness decides which fields make documents (``'  '`` does, ``''`` does not), and
-  every fact makes one, an empty one too;
+- JavaScript truthiness decides which fields make documents (``'  '`` does, ``''`` does not);
+- ``facts`` and ``concepts`` parsed as 13.25.3 parses them: a JSON array's string elements that
+  are not blank (a fact's index counts those), else the JSON string, else the column's text as
+  one item (text that is not JSON, a JSON number, object or null), unless blank;
 - ``type`` defaults to ``discovery``, ``title`` to ``Untitled``; ``concepts``, ``files_read``
   and ``files_modified`` are joined with ``,``; a summary's ``prompt_number`` defaults to 0;
 - ``created_at_epoch`` as the row holds it; ``platform_source`` normalised (a prompt's too, as
-  upstream's live sync does); keys whose value is null or ``''`` are left out;
+  upstream's live sync does; its backfill stores the session's value as it is, which 13.25.3
+  normalises when it writes the session); keys whose value is null or ``''`` are left out;
 - as on upstream's main (ChromaSync.ts after 13.25.3): an observation with no narrative, text or
   fact document gets ``obs_{id}_title``, its trimmed title (not ``Untitled``) and subtitle joined by
   a newline, ``field_type`` ``title``; and NUL characters in every document's text are replaced by
@@ -22,11 +25,12 @@ format deliberately does not:
   the store with it stays exact (it writes no title document and deletes none), and with a writer of
   main's format each row's set of ids is the same, so neither deletes the other's documents.
 
-Where upstream cannot store a row at all, memsync stores what it can rather than lose it: a list
-column that is not valid JSON (``JSON.parse`` throws upstream) reads as a one-element list, and a
-fact that is not a string is stored as its JSON text. A prompt without a session is left out, as
-upstream's join leaves it out (it has no project to scope it by). Rows of excluded projects make
-no documents, as in memsync's own store.
+Where claude-mem's backfill leaves rows out, memsync keeps them: the rows of a project without
+observations and of an empty project (its backfill visits only the projects that observations
+name). A prompt without a session is left out, as upstream's join leaves it out (it has no project
+to scope it by). Rows of excluded projects make no documents, as in memsync's own store.
+``tests/system/test_claude_mem_store.py`` compares this store with the one the real claude-mem
+writes from the same database.
 
 Sync is the same exact pass as memsync's own (``worker.sync`` with :data:`UPSTREAM`), with its own
 records (keyed by the collection's name), so adds, edits, deletes and exclusions all reach it.
@@ -56,7 +60,7 @@ from memsync.worker.sync import ProgressFn, Syncer
 
 # Bump when the documents below change: the worker then derives every row again and writes the
 # documents that differ (:func:`bind_format`).
-UPSTREAM_FORMAT_VERSION = 2  # 2: title documents, NUL replaced (upstream main)
+UPSTREAM_FORMAT_VERSION = 2  # 2: facts and concepts parsed as 13.25.3 does; title documents, NUL replaced (main)
 FORMAT_META_PREFIX = "upstream_format:"  # state meta key per collection: the version its records follow
 
 _COMMON = ("sqlite_id", "doc_type", "memory_session_id", "project", "merged_into_project", "platform_source",
@@ -112,41 +116,37 @@ def _js_join(values: list[Any]) -> str:
     return ",".join("" if v is None else _js_string(v) for v in values)
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # Python's json takes NaN and Infinity; JSON.parse does not
+
+
 def _parse(value: Any) -> tuple[bool, Any]:
     """(parsed, value): ``JSON.parse`` of a list column's text; (False, text) when it is not JSON."""
     text = _js_string(value)
     try:
-        return True, json.loads(text)
+        return True, json.loads(text, parse_constant=_reject_constant)
     except ValueError:
         return False, text
 
 
-def _facts(value: Any) -> list[Any]:
-    """``obs.facts ? JSON.parse(obs.facts) : []``, then ``forEach``. Upstream throws on text that
-    is not JSON and on a JSON value that is not an array (the row is never stored); here such text
-    is one fact, a JSON null none, and another value one fact."""
+def _js_blank(text: str) -> bool:
+    """``!text.trim()``: empty once JavaScript's white space is stripped."""
+    return not text.strip(_JS_WHITESPACE)
+
+
+def _string_list(value: Any) -> list[str]:
+    """13.25.3's parser of ``facts`` and ``concepts`` (in ChromaSync): a JSON array's elements that
+    are strings and not blank (others dropped); a JSON string unless blank; any other JSON value, or
+    text that is not JSON, as the column's text unless blank; NULL or '' nothing."""
     if not _js_truthy(value):
         return []
     ok, parsed = _parse(value)
-    if not ok:
-        return [parsed]
-    if isinstance(parsed, list):
-        return parsed
-    return [] if parsed is None else [parsed]
-
-
-def _concepts(value: Any) -> list[Any]:
-    """``JSON.parse(obs.concepts)``, joined when ``length > 0``. A JSON value that is not an array
-    has no length upstream (left out), except a string, whose ``join`` throws: here it is one
-    concept, as text that is not JSON is."""
-    if not _js_truthy(value):
-        return []
-    ok, parsed = _parse(value)
-    if not ok:
-        return [parsed]
-    if isinstance(parsed, list):
-        return parsed
-    return [parsed] if isinstance(parsed, str) and parsed else []
+    if ok and isinstance(parsed, list):
+        return [v for v in parsed if isinstance(v, str) and not _js_blank(v)]
+    if ok and isinstance(parsed, str):
+        return [] if _js_blank(parsed) else [parsed]
+    text = _js_string(value)
+    return [] if _js_blank(text) else [text]
 
 
 def _file_list(value: Any) -> list[Any]:
@@ -158,11 +158,6 @@ def _file_list(value: Any) -> list[Any]:
     if not ok:
         return [parsed]
     return parsed if isinstance(parsed, list) else [_js_string(parsed)]
-
-
-def _fact_text(value: Any) -> str:
-    # Upstream hands a non-string fact to Chroma as it is, which refuses it; its JSON text keeps it.
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def content_hash(doc_id: str, text: str, metadata: dict[str, Any]) -> str:
@@ -209,7 +204,7 @@ def _observation(row: SourceRow) -> list[Document]:
     base["title"] = _js_string(v.get("title")) if _js_truthy(v.get("title")) else "Untitled"
     if _js_truthy(v.get("subtitle")):
         base["subtitle"] = _js_string(v.get("subtitle"))
-    for key, values in (("concepts", _concepts(v.get("concepts"))), ("files_read", _file_list(v.get("files_read"))),
+    for key, values in (("concepts", _string_list(v.get("concepts"))), ("files_read", _file_list(v.get("files_read"))),
                         ("files_modified", _file_list(v.get("files_modified")))):
         if values:
             base[key] = _js_join(values)
@@ -217,8 +212,8 @@ def _observation(row: SourceRow) -> list[Document]:
     for name in ("narrative", "text"):
         if _js_truthy(v.get(name)):
             docs.append(_make(row, name, _js_string(v.get(name)), {**base, "field_type": name}))
-    for i, fact in enumerate(_facts(v.get("facts"))):
-        docs.append(_make(row, fact_field(i), _fact_text(fact), {**base, "field_type": "fact", "fact_index": i}))
+    for i, fact in enumerate(_string_list(v.get("facts"))):
+        docs.append(_make(row, fact_field(i), fact, {**base, "field_type": "fact", "fact_index": i}))
     if not docs and (title := _title_text(v.get("title"), v.get("subtitle"))):
         docs.append(_make(row, "title", title, {**base, "field_type": "title"}))
     return docs

@@ -1,12 +1,19 @@
 """Test reference: the Chroma documents upstream claude-mem would write for a database.
 
-A line-by-line Python port, kept for tests only, of how claude-mem v13.15.3 builds its Chroma
-documents. It is a transliteration of ``src/services/sync/ChromaSync.ts`` (formatObservationDocs,
-formatSummaryDocs, formatUserPromptDoc, the backfill SELECTs and addDocuments' metadata filter),
-``src/services/sqlite/observations/files.ts`` (parseFileList) and
+A line-by-line Python port, kept for tests only, of how claude-mem builds its Chroma documents in
+its backfill. It was first a transliteration of v13.15.3's ``src/services/sync/ChromaSync.ts``
+(formatObservationDocs, formatSummaryDocs, formatUserPromptDoc, the backfill SELECTs and
+addDocuments' metadata filter), ``src/services/sqlite/observations/files.ts`` (parseFileList) and
 ``src/shared/platform-source.ts`` (normalizePlatformSource), all at upstream commit
-e2d1df569a8f04075d40e92461128ece7cf04c82. It was written from upstream's source alone, without
-reading memsync's implementation, so a test can compare the two.
+e2d1df569a8f04075d40e92461128ece7cf04c82, written from upstream's source alone, without reading
+memsync's implementation, so a test can compare the two. Its ``facts`` and ``concepts`` parser
+follows 13.25.3 (the one tested, ``tests/upstream/versions.json``: the function that
+formatObservationDocs calls for them in the released ``worker-service.cjs``), which no longer
+throws; the rest is unchanged in 13.25.3.
+
+The real worker now writes its own store in ``tests/system/test_claude_mem_store.py``, compared
+with memsync's; this port stays for the row shapes that claude-mem 13.25.3 cannot be made to
+produce through its ``/api/import`` (see ``tests/worker/test_upstream_store.py``).
 
 It ports upstream's JavaScript semantics, quirks included: truthiness, ``||`` defaults,
 ``JSON.parse``, ``Array.prototype.join`` and ``String(x)``. Upstream runs on Bun, so values read
@@ -19,8 +26,7 @@ Two additions of upstream's main branch after 13.25.3 (ChromaSync.ts: ``observat
 the title document in formatObservationDocs, and addDocuments' NUL replacement) are ported too, as
 :func:`title_document` and :func:`replace_nul`; 13.25.3 itself writes neither.
 
-Where upstream's JavaScript would throw (``JSON.parse`` on bad JSON, ``.forEach`` or ``.join`` on
-something that is not an array), this port raises :class:`UpstreamThrows`.
+``JSON.parse`` throwing is :class:`UpstreamThrows`, which the parsers here catch as upstream does.
 """
 
 from __future__ import annotations
@@ -81,9 +87,9 @@ _SUMMARY_FIELDS = ("request", "investigated", "learned", "completed", "next_step
 
 
 class UpstreamThrows(Exception):
-    """Upstream's JavaScript throws for this row (a SyntaxError or TypeError). Its backfill formats
-    all of a project's rows before writing any, so one such row stops that project's whole pass:
-    no observation, summary or prompt of the project is backfilled, at every worker start."""
+    """Upstream's JavaScript throws for this row (a SyntaxError or TypeError). In 13.25.3 its
+    backfill skips such a row (``Skipped unformattable row``) and marks it pending; no value of a
+    TEXT column makes formatObservationDocs throw any more."""
 
 
 def reference_documents(db_path: str | Path) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -167,15 +173,10 @@ def clean_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
 
 
 def format_observation_docs(obs: Row) -> list[Document]:
-    """formatObservationDocs: a document per truthy narrative and text, and one per fact.
-
-    A fact that is not a string (a number, null, an object...) becomes the document as is, the
-    Python value of JSON.parse (numbers as float). Upstream passes it on, but it cannot be stored:
-    chroma-mcp's chroma_add_documents takes ``documents: List[str]``, so that row's write fails,
-    is logged, and is retried (and fails) at every backfill. An empty string fact ('') still gets
-    its own, empty, document."""
-    facts = _json_parse(obs["facts"], obs) if obs["facts"] else []
-    concepts = _json_parse(obs["concepts"], obs) if obs["concepts"] else []
+    """formatObservationDocs: a document per truthy narrative and text, and one per fact that
+    :func:`parse_string_list` keeps (its index counts the kept ones only)."""
+    facts = parse_string_list(obs["facts"])
+    concepts = parse_string_list(obs["concepts"])
     files_read = parse_file_list(obs["files_read"])
     files_modified = parse_file_list(obs["files_modified"])
 
@@ -193,9 +194,8 @@ def format_observation_docs(obs: Row) -> list[Document]:
     }
     if obs["subtitle"]:
         base["subtitle"] = obs["subtitle"]
-    # `concepts.length > 0`, then `concepts.join(',')`: whatever JSON.parse returned.
-    if _js_length_gt_zero(concepts, obs):
-        base["concepts"] = _js_array_join(concepts, obs)
+    if len(concepts) > 0:
+        base["concepts"] = ",".join(concepts)
     # parseFileList always returns an array, but its elements are any JSON value.
     if len(files_read) > 0:
         base["files_read"] = _js_join(files_read)  # '[null]' joins to '', which cleanMetadatas drops
@@ -207,8 +207,6 @@ def format_observation_docs(obs: Row) -> list[Document]:
         docs.append((f"obs_{obs['id']}_narrative", obs["narrative"], {**base, "field_type": "narrative"}))
     if obs["text"]:
         docs.append((f"obs_{obs['id']}_text", obs["text"], {**base, "field_type": "text"}))
-    if not isinstance(facts, list):  # `facts.forEach`: only arrays have it (null throws too)
-        raise UpstreamThrows(f"observation {obs['id']}: facts.forEach is not a function ({obs['facts']!r})")
     for index, fact in enumerate(facts):
         docs.append((f"obs_{obs['id']}_fact_{index}", fact,
                      {**base, "field_type": "fact", "fact_index": index}))
@@ -245,6 +243,28 @@ def format_user_prompt_doc(prompt: Row) -> Document:
         "created_at_epoch": prompt["created_at_epoch"],
         "prompt_number": prompt["prompt_number"],
     })
+
+
+def parse_string_list(value: str | None) -> list[str]:
+    """13.25.3's parser of facts and concepts (ChromaSync, ``JK(value, field, id)`` in the bundle):
+
+        if (!t) return [];
+        try { let n = JSON.parse(t);
+              return Array.isArray(n) ? n.filter(s => typeof s == "string" && s.trim().length > 0)
+                   : typeof n == "string" ? (n.trim() ? [n] : []) : (t.trim() ? [t] : []) }
+        catch { return t.trim() ? [t] : [] }
+    """
+    if not value:
+        return []
+    try:
+        parsed = _json_parse(value, None)
+    except UpstreamThrows:
+        return [value] if _js_trim(value) else []
+    if isinstance(parsed, list):
+        return [item for item in parsed if isinstance(item, str) and len(_js_trim(item)) > 0]
+    if isinstance(parsed, str):
+        return [parsed] if _js_trim(parsed) else []
+    return [value] if _js_trim(value) else []
 
 
 def parse_file_list(value: str | None) -> list[Json]:
@@ -296,25 +316,6 @@ def _json_parse(text: str, row: Row | None) -> Json:
     return parsed
 
 
-def _js_length_gt_zero(value: Json, row: Row) -> bool:
-    """`value.length > 0` for any JSON.parse result (a string's length counts UTF-16 units, so it
-    is > 0 exactly when the string is non-empty; numbers and booleans have no length)."""
-    if value is None:
-        raise UpstreamThrows(f"observation {row['id']}: cannot read 'length' of null (concepts)")
-    if isinstance(value, list | str):
-        return len(value) > 0
-    if isinstance(value, dict):
-        return "length" in value and _js_to_number(value["length"]) > 0  # NaN > 0 is False
-    return False
-
-
-def _js_array_join(value: Json, row: Row) -> str:
-    """`value.join(',')`: only arrays have join; a string or object throws a TypeError."""
-    if not isinstance(value, list):
-        raise UpstreamThrows(f"observation {row['id']}: concepts.join is not a function ({row['concepts']!r})")
-    return _js_join(value)
-
-
 def _js_join(items: list[Json]) -> str:
     """Array.prototype.join(','): null (and undefined) elements become '', others String(x)."""
     return ",".join("" if item is None else _js_string(item) for item in items)
@@ -359,30 +360,3 @@ def _js_number_string(x: float) -> str:
         return "0." + "0" * -n + digits
     mantissa = digits if k == 1 else f"{digits[0]}.{digits[1:]}"
     return f"{mantissa}e{'+' if n - 1 >= 0 else '-'}{abs(n - 1)}"
-
-
-_JS_DECIMAL = re.compile(r"[+-]?(?:Infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
-_JS_RADIX = re.compile(r"0([xXoObB])([0-9a-fA-F]+)")
-
-
-def _js_to_number(value: Json) -> float:
-    """ToNumber of a JSON value, as `>` applies it (only for the odd `{"length": ...}` concepts)."""
-    if value is None:
-        return 0.0
-    if isinstance(value, bool | int | float):
-        return float(value)
-    if isinstance(value, list):  # ToPrimitive of an array is its join(',')
-        value = _js_join(value)
-    if isinstance(value, dict):
-        return math.nan  # '[object Object]'
-    text = value.strip(_JS_WHITESPACE)
-    if not text:
-        return 0.0
-    if _JS_DECIMAL.fullmatch(text):
-        return float(text.replace("Infinity", "inf"))
-    if (m := _JS_RADIX.fullmatch(text)) is not None:
-        try:
-            return float(int(m.group(2), {"x": 16, "o": 8, "b": 2}[m.group(1).lower()]))
-        except ValueError:
-            return math.nan  # e.g. '0b2'
-    return math.nan
