@@ -151,8 +151,8 @@ class _Payload:
         self.seen.add(key)
 
     def request(self) -> dict[str, list[dict[str, Any]]]:
-        return {"sessions": self.sessions + self.siblings, "summaries": self.summaries, "observations": self.observations,
-                "prompts": self.prompts}
+        return {"sessions": self.sessions + self.siblings, "summaries": self.summaries,
+                "observations": self.observations, "prompts": self.prompts}
 
 
 def import_payload(records: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
