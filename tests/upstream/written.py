@@ -134,8 +134,9 @@ class _Payload:
             k = 2
             while f"{name}#{k}" in self.by_name:
                 k += 1
-            sess = self.session(f"{name}#{k}", {**rec, "memory_session_id": f"{sess['memory_session_id']}#{k}"},
-                                created_at, ms, sibling=True)
+            sibling = {"memory_session_id": f"{sess['memory_session_id']}#{k}", "project": sess["project"],
+                       "platform_source": sess["platform_source"]}
+            sess = self.session(f"{name}#{k}", sibling, created_at, ms, sibling=True)
         row.update(memory_session_id=sess["memory_session_id"], project=_text(str(rec.get("project") or ""), "project"))
         if kind == "observation":
             row["type"] = row["type"] or "discovery"
