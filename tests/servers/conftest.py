@@ -44,12 +44,12 @@ def corpus() -> list[dict[str, Any]]:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """Settings of a synced database with its managed Chroma server running (stopped at the end)."""
     from memsync.config.chroma.server import ManagedServer
-    from tests.conftest import make_db
+    from tests.upstream.written import written_db
 
     tmp = tmp_path_factory.mktemp("served")
     settings = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", chroma_mode="managed",
                         chroma_port=free_port())
-    make_db(settings.db, corpus())
+    written_db(settings.db, corpus())
     owner = ManagedServer(settings)
     owner.ensure()
     try:

@@ -16,8 +16,9 @@ from memsync.config.settings import Settings
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.status import status
 from memsync.worker.verify import verify
-from tests.conftest import make_db, mixed_records
+from tests.conftest import mixed_records
 from tests.system.test_worker import WorkerProcess, wait_for
+from tests.upstream.written import written_db
 
 pytestmark = pytest.mark.slow
 ROWS = 8  # per kind: 24 rows, 56 documents
@@ -31,7 +32,7 @@ def garble(path: Path) -> None:
 
 
 def test_a_running_worker_rebuilds_a_garbled_copy_and_text_index(managed: Settings) -> None:
-    make_db(managed.db, mixed_records(ROWS))
+    written_db(managed.db, mixed_records(ROWS))
     worker = WorkerProcess(managed, MEMSYNC_RECONCILE_INTERVAL_S="3")
     try:
         worker.wait_reconciles(1)

@@ -16,7 +16,8 @@ from memsync.config.errors import ConfigError
 from memsync.config.settings import Settings
 from memsync.worker.verify import verify
 from scripts.benchlib import settings_env
-from tests.conftest import free_port, make_db, mixed_records
+from tests.conftest import free_port, mixed_records
+from tests.upstream.written import written_db
 
 pytestmark = pytest.mark.slow
 MEMSYNC = [sys.executable, "-m", "memsync"]
@@ -61,7 +62,7 @@ def signal_after_first_batch(settings: Settings, sig: signal.Signals) -> tuple[i
 
 
 def test_sigkill_mid_batch_then_rerun_is_exact(settings: Settings) -> None:
-    make_db(settings.db, mixed_records(40))
+    written_db(settings.db, mixed_records(40))
     code, _, _ = signal_after_first_batch(settings, signal.SIGKILL)
     assert code == -signal.SIGKILL
     partial = verify(settings)
@@ -77,7 +78,7 @@ def test_sigkill_mid_batch_then_rerun_is_exact(settings: Settings) -> None:
 @pytest.fixture
 def managed(managed: Settings) -> Settings:
     """The shared managed settings (tests/conftest.py) with a small database."""
-    make_db(managed.db, mixed_records(4))
+    written_db(managed.db, mixed_records(4))
     return managed
 
 
@@ -143,7 +144,7 @@ def test_http_mode_against_a_separate_chroma_server(tmp_path: Path) -> None:
     try:
         s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http",
                      chroma_port=port, chroma_start_timeout_s=60)
-        make_db(s.db, mixed_records(3))
+        written_db(s.db, mixed_records(3))
         from memsync.config.chroma.server import ManagedServer
 
         assert ManagedServer(s)._wait_healthy(ServerInfo(server.pid, "127.0.0.1", port, ""), server)
@@ -160,7 +161,7 @@ def test_http_mode_against_a_separate_chroma_server(tmp_path: Path) -> None:
 def test_http_mode_with_no_server_is_a_clear_error(tmp_path: Path) -> None:
     s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http",
                  chroma_port=free_port())
-    make_db(s.db, mixed_records(1))
+    written_db(s.db, mixed_records(1))
     result = memsync(s, "resync")
     assert result.returncode == 1 and "not reachable" in result.stderr and "Traceback" not in result.stderr
 
@@ -188,7 +189,7 @@ def test_server_left_by_a_killed_memsync_is_taken_over_and_stopped(managed: Sett
 
 
 def test_ctrl_c_stops_after_the_current_batch_and_rerun_continues(settings: Settings) -> None:
-    make_db(settings.db, mixed_records(40))
+    written_db(settings.db, mixed_records(40))
     code, out, err = signal_after_first_batch(settings, signal.SIGINT)
     assert code == 1, err
     assert "interrupted" in out and "stopping after the current batch" in err and "Traceback" not in err
@@ -202,7 +203,7 @@ def test_ctrl_c_stops_after_the_current_batch_and_rerun_continues(settings: Sett
 def test_terminal_gets_a_progress_bar_and_readable_logs(settings: Settings) -> None:
     import pty
 
-    make_db(settings.db, mixed_records(5))
+    written_db(settings.db, mixed_records(5))
     master, slave = pty.openpty()
     proc = subprocess.Popen([*MEMSYNC, "resync"], env=env_for(settings), stdin=slave, stdout=slave, stderr=slave,
                             cwd=ROOT)
@@ -230,7 +231,7 @@ def test_terminal_gets_a_progress_bar_and_readable_logs(settings: Settings) -> N
 
 
 def test_scripts_resync_wrapper(settings: Settings) -> None:
-    make_db(settings.db, mixed_records(2))
+    written_db(settings.db, mixed_records(2))
     result = subprocess.run([str(ROOT / "scripts" / "resync"), "--json"], env=env_for(settings), capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr

@@ -20,9 +20,10 @@ import pytest
 from memsync.config.settings import Settings
 from memsync.worker.importer import import_records
 from memsync.worker.verify import verify
-from tests.conftest import free_port, make_db, mixed_records, prompt
+from tests.conftest import free_port, mixed_records, prompt
 from tests.system.test_e2e import memsync
 from tests.system.test_worker import WorkerProcess, chroma_servers, wait_for
+from tests.upstream.written import written_db
 
 pytestmark = pytest.mark.slow
 ROWS = 6  # per kind: 18 rows, 42 documents
@@ -91,7 +92,7 @@ def small_chroma(managed: Settings, tmp_path: Path) -> Iterator[Settings]:
 def test_resync_and_verify_on_a_full_data_dir_say_so_in_one_line_and_leave_no_server(
         small_data_dir: Settings) -> None:
     s = small_data_dir
-    make_db(s.db, mixed_records(ROWS))
+    written_db(s.db, mixed_records(ROWS))
     filler = fill(s.data_dir)
     for command in ("resync", "verify"):
         one_line_no_space(memsync(s, command), s.data_dir)
@@ -110,7 +111,7 @@ def fill_under_a_worker(s: Settings, full: Path, new_rows: int, reason: str) -> 
     """A worker that caught up; then ``full`` filled while ``new_rows`` prompts arrive: it must
     degrade with ``reason`` (a prefix) and stay up, then recover and catch up once the filler is
     deleted."""
-    make_db(s.db, mixed_records(ROWS))
+    written_db(s.db, mixed_records(ROWS))
     worker = WorkerProcess(s)
     try:
         worker.wait_reconciles(1)
@@ -156,7 +157,7 @@ def damage_hnsw(chroma_dir: Path) -> Path:
 
 def test_a_store_chroma_cannot_read_is_named_then_recreated_and_re_derived(managed: Settings) -> None:
     s = managed
-    make_db(s.db, mixed_records(ROWS) + [prompt(100 + i) for i in range(1200)])  # enough to persist HNSW
+    written_db(s.db, mixed_records(ROWS) + [prompt(100 + i) for i in range(1200)])  # enough to persist HNSW
     assert memsync(s, "resync").returncode == 0
     documents = 7 * ROWS + 1200
     damage_hnsw(s.chroma_dir)
@@ -172,7 +173,7 @@ def test_a_store_chroma_cannot_read_is_named_then_recreated_and_re_derived(manag
 
 def test_the_daemon_recreates_a_store_it_cannot_read(managed: Settings) -> None:
     s = managed.model_copy(update={"chroma_port": free_port()})
-    make_db(s.db, mixed_records(ROWS) + [prompt(100 + i) for i in range(1200)])
+    written_db(s.db, mixed_records(ROWS) + [prompt(100 + i) for i in range(1200)])
     assert memsync(s, "resync").returncode == 0
     damage_hnsw(s.chroma_dir)
     worker = WorkerProcess(s)

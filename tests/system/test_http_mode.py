@@ -15,9 +15,10 @@ import pytest
 from memsync.config.chroma.server import ServerInfo, chroma_executable, pid_alive
 from memsync.config.settings import Settings
 from memsync.worker.verify import verify
-from tests.conftest import free_port, make_db, mixed_records
+from tests.conftest import free_port, mixed_records
 from tests.servers.conftest import MEMSYNC, ROOT, HttpServer, server_env
 from tests.system.test_worker import write_rows
+from tests.upstream.written import written_db
 
 pytestmark = pytest.mark.slow
 LAST_OBSERVATION = 50  # 20 from mixed_records, then every tenth of the 300 written rows
@@ -29,7 +30,7 @@ def test_worker_and_two_search_servers_share_one_remote_chroma(tmp_path: Path) -
                                "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http", chroma_port=port,
                  chroma_start_timeout_s=60)
-    make_db(s.db, mixed_records(20))
+    written_db(s.db, mixed_records(20))
     worker: subprocess.Popen[bytes] | None = None
     servers: list[HttpServer] = []
     s.data_dir.mkdir(parents=True)

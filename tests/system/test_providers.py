@@ -20,9 +20,10 @@ from memsync.worker.importer import import_records
 from memsync.worker.resync import resync
 from memsync.worker.status import status
 from memsync.worker.verify import verify
-from tests.conftest import BASE_MS, make_db, mixed_records, obs
+from tests.conftest import BASE_MS, mixed_records, obs
 from tests.system.test_e2e import memsync
 from tests.system.test_worker import WorkerProcess, wait_for
+from tests.upstream.written import written_db
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +56,7 @@ def test_sync_and_search_through_the_endpoint_with_retries_and_no_key_shown(
         settings: Settings, keyed_server: Any) -> None:
     """resync embeds through the endpoint (two 429s with Retry-After retried), a search embeds the
     query there and answers hybrid; the key reaches the server and no output shows it."""
-    make_db(settings.db, mixed_records(6))
+    written_db(settings.db, mixed_records(6))
     s = remote(settings, keyed_server, embedding_api_key=KEY, embedding_batch_size=8)
     keyed_server.faults(status=429, count=2, retry_after="1")
     done = memsync(s, "resync", "--json")
@@ -73,7 +74,7 @@ def test_sync_and_search_through_the_endpoint_with_retries_and_no_key_shown(
 
 def test_refusals_and_wrong_dimensions_name_their_fix(settings: Settings, keyed_server: Any) -> None:
     """A bad key (401) and vectors of another length are one-line configuration errors (exit 2)."""
-    make_db(settings.db, mixed_records(2))
+    written_db(settings.db, mixed_records(2))
     bad = memsync(remote(settings, keyed_server, embedding_api_key="sk-wrong"), "resync")
     assert bad.returncode == 2 and "HTTP 401" in bad.stderr and "check the key" in bad.stderr
     assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
@@ -94,7 +95,7 @@ def test_worker_is_degraded_not_failing_rows_while_the_endpoint_is_down(
         settings: Settings, openai_server: Any) -> None:
     """500s and then no server at all: the worker keeps running, says the endpoint is unavailable,
     marks nothing failed; when the server is back the pending rows sync."""
-    make_db(settings.db, mixed_records(4))
+    written_db(settings.db, mixed_records(4))
     s = remote(settings, openai_server, embedding_max_retries=1, embedding_timeout_s=2.0)
     once = memsync(s, "worker", "--once")
     assert once.returncode == 0, once.stderr
@@ -131,7 +132,7 @@ def test_rebuild_to_another_provider_keeps_searches_answering(
     """Built with the bundled model, then configured for the endpoint: during `resync --rebuild`
     searches embed with the active generation's model (hybrid, not lexical), after the switch with
     the new one; a generation whose endpoint is gone falls back lexically with the fix named."""
-    make_db(managed.db, mixed_records(8))
+    written_db(managed.db, mixed_records(8))
     monkeypatch.setattr(vectorstore_module, "GENERATION_TTL_S", 0.0)
     chroma = ManagedServer(managed)  # held by the test (as a worker would): resync adopts, never stops it
     chroma.ensure()
@@ -178,7 +179,7 @@ def test_rebuild_to_another_provider_keeps_searches_answering(
 def test_a_slow_endpoint_costs_a_search_its_deadline_only(settings: Settings, openai_server: Any,
                                                           tmp_path: Path) -> None:
     """An endpoint slower than the search deadline: the answer is lexical, within about the deadline."""
-    make_db(settings.db, mixed_records(3) + [obs(9, created_at_epoch=BASE_MS)])
+    written_db(settings.db, mixed_records(3) + [obs(9, created_at_epoch=BASE_MS)])
     s = remote(settings, openai_server, search_timeout_ms=400)
     assert memsync(s, "resync").returncode == 0
     openai_server.faults(delay_s=3, count=-1)
@@ -194,7 +195,7 @@ def test_a_slow_endpoint_costs_a_search_its_deadline_only(settings: Settings, op
 def test_reranker_reorders_the_fused_top_and_falls_back_on_failure(settings: Settings, openai_server: Any) -> None:
     """rerank_provider=openai: the fused top-N go to /v1/rerank and come back in its order; a
     failing reranker keeps the fused order and says so in the reason."""
-    make_db(settings.db, mixed_records(10))
+    written_db(settings.db, mixed_records(10))
     resync(settings)  # the bundled model: the reranker is independent of the embedding provider
     query = "Narrative number 7 about caching"
     plain = Searcher(settings)  # embedded Chroma is single-process: one searcher at a time

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_db, mixed_records
+from tests.conftest import mixed_records
+from tests.upstream.written import written_db
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,7 +88,7 @@ def test_a_read_only_database_is_read_synced_searched_and_followed(tmp_path: Pat
     src, ro, data = tmp_path / "src", tmp_path / "ro", tmp_path / "data"
     ro.mkdir()
     data.mkdir()
-    db = make_db(src / "claude-mem.db", mixed_records(6))
+    db = written_db(src / "claude-mem.db", mixed_records(6))
     before = hashlib.sha256(db.read_bytes()).hexdigest()
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)

@@ -15,10 +15,13 @@ from typing import Any
 
 import pytest
 
+from memsync.config.claude_mem.schema import LOGICAL_COLUMNS
 from memsync.config.claude_mem.version import TESTED_SCHEMA_VERSION
 from memsync.config.settings import Settings
+from tests import conftest as demo
 from tests.system.test_e2e import memsync
 from tests.upstream.harness import ClaudeMemWorker
+from tests.upstream.written import Unwritable, import_payload, written_db
 
 pytestmark = pytest.mark.slow
 NOW_MS = int(time.time() * 1000)  # inside search's default 90-day window
@@ -137,3 +140,48 @@ def test_memsync_reads_what_claude_mem_wrote_and_never_writes_it(on_written: Set
     assert "alpha" in shown.stdout and "beta" in shown.stdout, shown.stdout
 
     assert fingerprint(db) == before
+
+
+def rows(db: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every logical column of every row memsync reads, per table, by id."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+        out = {t: con.execute(f"SELECT {', '.join(cols)} FROM {t} ORDER BY id").fetchall()
+               for t, cols in LOGICAL_COLUMNS.items()}
+    con.close()
+    return out
+
+
+def test_written_db_holds_what_make_db_would_but_a_summary_per_memory_session(tmp_path: Path) -> None:
+    """written_db (tests/upstream/written.py), which the system tests build their databases with:
+    the same rows and ids as memsync's demo DDL and importer, in claude-mem's own schema; the one
+    difference is the one claude-mem's import forces, a second summary of a session in a session
+    of its own. A record it cannot write as given is refused, never written otherwise."""
+    records = [*demo.mixed_records(5), demo.obs(20, "gamma", session="codex-run", memory_session_id="mem-codex",
+                                                platform_source="codex", facts="not a list", created_at_epoch=None,
+                                                created_at="2026-05-01T10:00:00.000Z"),
+               demo.summary(21, "gamma", session="codex-run", memory_session_id="mem-codex", notes="n",
+                            files_edited=["a.py"])]
+    written = written_db(tmp_path / "written.db", records)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["written.db"]  # the whole database, no WAL beside it
+    real, ddl = rows(written), rows(demo.make_db(tmp_path / "demo.db", records))
+    with sqlite3.connect(f"file:{written}?mode=ro", uri=True) as con:
+        assert con.execute("SELECT max(version) FROM schema_versions").fetchone() == (52,)
+    con.close()
+    assert real["observations"] == ddl["observations"] and real["user_prompts"] == ddl["user_prompts"]
+    # Summaries 3 and 4 are the second ones of alpha-s0 and beta-s0: sessions alpha-s0#2, beta-s0#2.
+    memory = LOGICAL_COLUMNS["session_summaries"].index("memory_session_id")
+    pairs = list(zip(real["session_summaries"], ddl["session_summaries"], strict=True))
+    assert {r[0]: r[memory] for r, d in pairs if r != d} == {3: "mem-alpha-s0#2", 4: "mem-beta-s0#2"}
+    assert all(r[:memory] + r[memory + 1:] == d[:memory] + d[memory + 1:] for r, d in pairs)
+    sessions = real["sdk_sessions"]
+    assert sessions[:len(ddl["sdk_sessions"])] == ddl["sdk_sessions"]  # same ids: prompts' session_db_id
+    assert [s[1:5] for s in sessions[len(ddl["sdk_sessions"]):]] == [
+        ("alpha-s0#2", "mem-alpha-s0#2", "alpha", "claude"), ("beta-s0#2", "mem-beta-s0#2", "beta", "claude")]
+
+    for bad, why in ((demo.obs(1, merged_into_project="beta"), "does not write merged_into_project"),
+                     (demo.obs(1, platform_source="Claude Code"), "stores it normalised"),
+                     (demo.obs(1, narrative="\udcff"), "not UTF-8")):
+        with pytest.raises(Unwritable, match=why):
+            import_payload([bad])
+    with pytest.raises(Unwritable, match="duplicate"):
+        import_payload([demo.prompt(0), demo.prompt(0, prompt_text="the same number again")])

@@ -16,9 +16,10 @@ import pytest
 
 from memsync.config.settings import Settings
 from memsync.worker.verify import verify
-from tests.conftest import make_db, mixed_records
+from tests.conftest import mixed_records
 from tests.system.test_providers import remote
 from tests.system.test_worker import WorkerProcess, status_check, wait_for
+from tests.upstream.written import written_db
 from tests.worker.test_source_lost import foreign_db, replace_with
 
 pytestmark = pytest.mark.slow
@@ -61,7 +62,7 @@ def worker_on_a_good_copy(settings: Settings, tmp_path: Path,
     """A worker caught up on a small database, and a good copy of that database to put back. On
     exit: exactly ``degradations`` degraded runs each ended by one recovery, a clean stop, and
     ``verify`` clean."""
-    make_db(settings.db, mixed_records(5))
+    written_db(settings.db, mixed_records(5))
     good = Path(shutil.copy(settings.db, tmp_path / "good.db"))
     worker = WorkerProcess(settings)
     try:
@@ -111,7 +112,7 @@ def test_status_check_calls_a_worker_in_its_long_first_pass_up(settings: Setting
     """Every embedding request answered after 2 s: a first pass of many seconds. worker.json is
     there from the start, says ``first pass`` and its rows done (written between batches), and
     ``status --check`` exits 0 though the rows' age is far over --max-lag."""
-    make_db(settings.db, mixed_records(12))  # ~15 requests of 2 s: the check runs well inside the pass
+    written_db(settings.db, mixed_records(12))  # ~15 requests of 2 s: the check runs well inside the pass
     s = remote(settings, openai_server, embedding_batch_size=4)
     openai_server.faults(delay_s=2.0, count=-1)
     worker = WorkerProcess(s)

@@ -16,9 +16,10 @@ import pytest
 from memsync.config.chroma.server import ManagedServer, ServerInfo, chroma_executable, pid_alive
 from memsync.config.settings import Settings
 from memsync.worker.verify import verify
-from tests.conftest import free_port, make_db, mixed_records
+from tests.conftest import free_port, mixed_records
 from tests.system.test_e2e import memsync
 from tests.system.test_worker import WorkerProcess, wait_for
+from tests.upstream.written import written_db
 
 pytestmark = pytest.mark.slow
 ROWS = 6  # per kind: 18 rows, 42 documents
@@ -31,7 +32,7 @@ def assert_clean(settings: Settings) -> None:
 
 
 def test_embedded_store_deleted_then_resync_refills_it(settings: Settings) -> None:
-    make_db(settings.db, mixed_records(ROWS))
+    written_db(settings.db, mixed_records(ROWS))
     first = memsync(settings, "resync", "--json")
     assert first.returncode == 0, first.stderr
     shutil.rmtree(settings.chroma_dir)
@@ -43,7 +44,7 @@ def test_embedded_store_deleted_then_resync_refills_it(settings: Settings) -> No
 
 
 def test_state_db_garbage_is_moved_aside_with_one_line_and_nothing_re_embedded(settings: Settings) -> None:
-    make_db(settings.db, mixed_records(ROWS))
+    written_db(settings.db, mixed_records(ROWS))
     assert memsync(settings, "resync").returncode == 0
     for p in settings.state_path.parent.glob(settings.state_path.name + "-*"):
         p.unlink()
@@ -59,7 +60,7 @@ def test_state_db_garbage_is_moved_aside_with_one_line_and_nothing_re_embedded(s
 
 
 def test_managed_server_killed_and_its_directory_wiped_is_restarted_and_refilled(managed: Settings) -> None:
-    make_db(managed.db, mixed_records(ROWS))
+    written_db(managed.db, mixed_records(ROWS))
     worker = WorkerProcess(managed)
     try:
         worker.wait_reconciles(1)
@@ -95,7 +96,7 @@ def test_worker_pointed_at_a_fresh_chroma_run_refills_it(tmp_path: Path) -> None
 
     s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http",
                  chroma_port=port, chroma_start_timeout_s=60)
-    make_db(s.db, mixed_records(ROWS))
+    written_db(s.db, mixed_records(ROWS))
     server = chroma_run(tmp_path / "srv1")
     try:
         assert ManagedServer(s)._wait_healthy(ServerInfo(server.pid, "127.0.0.1", port, ""), server)

@@ -15,9 +15,10 @@ from memsync.config.chroma.server import INFO_FILE, ServerInfo, heartbeat, pid_a
 from memsync.config.settings import Settings
 from memsync.search import Mode, Searcher
 from memsync.worker.verify import verify
-from tests.conftest import make_db, mixed_records
+from tests.conftest import mixed_records
 from tests.system.test_e2e import env_for
 from tests.system.test_worker import WorkerProcess
+from tests.upstream.written import written_db
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +30,7 @@ def two(tmp_path: Path) -> Iterator[tuple[Settings, Settings]]:
     pair = tuple(Settings(db=tmp_path / name / "claude-mem.db", data_dir=tmp_path / name / "data",
                           chroma_mode="managed") for name in ("a", "b"))
     for s, n in zip(pair, (10, 20), strict=True):
-        make_db(s.db, mixed_records(n))
+        written_db(s.db, mixed_records(n))
     yield pair[0], pair[1]
     for s in pair:  # never leave a server behind, even when the test failed
         info = ServerInfo.read(s.data_dir)

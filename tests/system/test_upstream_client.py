@@ -27,6 +27,7 @@ from memsync.config.settings import Settings
 from memsync.worker.resync import resync
 from tests.conftest import free_port, kill_managed_server
 from tests.upstream.harness import CHROMA_MCP, seed_default_model
+from tests.upstream.written import written_db
 from tests.worker.upstream_reference import reference_documents
 from tests.worker.upstream_shapes import shapes_db
 
@@ -62,7 +63,8 @@ def claude_mem_calls(port: int, home: Path) -> dict[str, CallToolResult]:
 
 def test_claude_mems_chroma_mcp_searches_the_store(tmp_path: Path) -> None:
     assert CHROMA_MCP.exists(), f"{CHROMA_MCP} is missing: `make test` installs claude-mem's Chroma client there"
-    settings = Settings(db=shapes_db(tmp_path / "claude-mem.db"), data_dir=tmp_path / "data",
+    # claude-mem's worker makes the file; the shapes go in by hand (explicit ids, merged projects).
+    settings = Settings(db=shapes_db(tmp_path / "claude-mem.db", written_db), data_dir=tmp_path / "data",
                         chroma_mode="managed", chroma_port=free_port(), upstream_store=True)
     home = tmp_path / "claude-mem-home"
     seed_default_model(home)

@@ -26,8 +26,9 @@ from memsync.config.settings import Settings
 from memsync.search.textindex import TextIndex
 from memsync.worker.importer import import_records
 from memsync.worker.verify import verify
-from tests.conftest import make_db, mixed_records, prompt
+from tests.conftest import mixed_records, prompt
 from tests.system.test_e2e import ROOT, env_for, free_port
+from tests.upstream.written import written_db
 
 pytestmark = pytest.mark.slow
 
@@ -147,7 +148,7 @@ def write_rows(db: Path, total: int, per_txn: int, start: int = 1000) -> subproc
 
 
 def test_new_rows_from_a_writer_process_are_all_synced(managed: Settings) -> None:
-    make_db(managed.db, mixed_records(2))
+    written_db(managed.db, mixed_records(2))
     worker = WorkerProcess(managed)
     try:
         worker.wait_reconciles(1)
@@ -165,7 +166,7 @@ def test_new_rows_from_a_writer_process_are_all_synced(managed: Settings) -> Non
 
 
 def test_first_row_arrives_within_a_second(managed: Settings) -> None:
-    make_db(managed.db, mixed_records(1))
+    written_db(managed.db, mixed_records(1))
     worker = WorkerProcess(managed, MEMSYNC_POLL_INTERVAL_S="1.0")
     try:
         worker.wait_reconciles(1)
@@ -186,7 +187,7 @@ def status_check(settings: Settings, *args: str) -> tuple[int, dict[str, Any]]:
 
 
 def test_metrics_endpoint_and_status_check(managed: Settings) -> None:
-    make_db(managed.db, mixed_records(2))
+    written_db(managed.db, mixed_records(2))
     port = free_port()
     worker = WorkerProcess(managed, extra_args=["--metrics-port", str(port)])
     try:
@@ -221,7 +222,7 @@ def _get(url: str) -> str | None:
 
 
 def test_edits_deletes_and_fact_shrink_arrive_at_a_triggered_reconcile(managed: Settings) -> None:
-    make_db(managed.db, mixed_records(6))
+    written_db(managed.db, mixed_records(6))
     worker = WorkerProcess(managed)
     try:
         worker.wait_reconciles(1)
@@ -242,7 +243,7 @@ def test_edits_deletes_and_fact_shrink_arrive_at_a_triggered_reconcile(managed: 
 
 
 def test_database_replaced_by_an_older_copy_is_detected_and_reconciled(managed: Settings, tmp_path: Path) -> None:
-    make_db(managed.db, mixed_records(4))
+    written_db(managed.db, mixed_records(4))
     backup = tmp_path / "backup.db"
     shutil.copy(managed.db, backup)
     worker = WorkerProcess(managed)
@@ -266,7 +267,7 @@ def test_database_replaced_by_an_older_copy_is_detected_and_reconciled(managed: 
 
 def worker_in_mid_sync(managed: Settings) -> WorkerProcess:
     """A worker on 420 documents in small batches, returned once its first batch is logged."""
-    make_db(managed.db, mixed_records(60))
+    written_db(managed.db, mixed_records(60))
     worker = WorkerProcess(managed, MEMSYNC_READ_BATCH_ROWS="10", MEMSYNC_BATCH_SIZE="4")
     try:
         wait_for(lambda: worker.events("sync_batch"), 120, "the first batch")
@@ -309,7 +310,7 @@ def test_chroma_down_during_writes_degrades_once_and_recovers_once(tmp_path: Pat
         return proc
 
     s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http", chroma_port=port)
-    make_db(s.db, mixed_records(2))
+    written_db(s.db, mixed_records(2))
     server = start_server()
     worker = WorkerProcess(s)
     try:
@@ -342,7 +343,7 @@ def test_chroma_down_during_writes_degrades_once_and_recovers_once(tmp_path: Pat
 
 
 def test_start_stop_cycles_leak_no_process_and_no_disk(managed: Settings) -> None:
-    make_db(managed.db, mixed_records(3))
+    written_db(managed.db, mixed_records(3))
 
     def chroma_bytes() -> int:
         return sum(f.stat().st_size for f in managed.chroma_dir.rglob("*") if f.is_file())
@@ -361,7 +362,7 @@ def test_start_stop_cycles_leak_no_process_and_no_disk(managed: Settings) -> Non
 
 
 def test_managed_server_that_dies_is_restarted_and_the_backlog_drains(managed: Settings) -> None:
-    make_db(managed.db, mixed_records(2))
+    written_db(managed.db, mixed_records(2))
     worker = WorkerProcess(managed)
     try:
         worker.wait_reconciles(1)
@@ -392,7 +393,7 @@ def _ignores(pid: int, sig: int) -> bool:
 
 
 def test_reconcile_signal_during_start_up_does_not_kill_the_worker(managed: Settings) -> None:
-    make_db(managed.db, mixed_records(2))
+    written_db(managed.db, mixed_records(2))
     worker = WorkerProcess(managed)
     try:
         # As soon as the command ignores SIGUSR1, well before its handler exists (imports, Chroma).
@@ -427,7 +428,7 @@ def test_second_signal_exits_at_once(managed: Settings) -> None:
 
 
 def test_worker_fills_the_vector_copy_of_a_generation_synced_without_one(managed: Settings) -> None:
-    make_db(managed.db, mixed_records(40))
+    written_db(managed.db, mixed_records(40))
     before = subprocess.run([sys.executable, "-m", "memsync", "worker", "--once"], cwd=ROOT, text=True,
                             env=env_for(managed, MEMSYNC_VECTOR_COPY="false"), capture_output=True, timeout=300)
     assert before.returncode == 0, before.stderr

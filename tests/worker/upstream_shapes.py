@@ -5,6 +5,7 @@ empty facts, NULL lists, merged projects, odd platforms, prompts without a sessi
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +58,11 @@ def _insert(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> None:
     conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
 
 
-def shapes_db(path: Path) -> Path:
-    """A current-schema database holding every row shape above."""
-    make_db(path, [])
+def shapes_db(path: Path, empty: Callable[[Path, list[Any]], Path] = make_db) -> Path:
+    """A current-schema database holding every row shape above: rows written into the file that
+    ``empty`` creates (memsync's demo DDL unless given claude-mem's own, ``written_db``), by hand,
+    as their explicit ids, merged projects and odd platforms are not what ``/api/import`` writes."""
+    empty(path, [])
     conn = sqlite3.connect(path)
     with conn:
         for sid, content, memory, project, platform in SESSIONS:
