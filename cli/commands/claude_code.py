@@ -55,6 +55,25 @@ def run_claude(args: list[str], dry_run: bool, check: bool = True) -> bool:
     return done.returncode == 0
 
 
+def settings_step(dry_run: bool, deny: bool) -> bool:
+    """The settings half of swap (``deny``) or restore, printed; on a dry run only what it would do
+    (False then, so the caller stops)."""
+    path = settings_path()
+    try:
+        there = is_denied(read_settings(path))
+        if dry_run:
+            state = ("already there" if there else "would be added") if deny else \
+                ("would be removed" if there else "not there")
+            click.echo(f"{path}: deniedMcpServers entry for {CLAUDE_MEM_SERVER} {state}")
+            return False
+        changed = deny_claude_mem_search(path) if deny else allow_claude_mem_search(path)
+    except ClaudeSettingsError as exc:
+        fail(str(exc), EXIT_USAGE)
+    done, unchanged = ("denied", "was already denied") if deny else ("allowed again", "was not denied")
+    click.echo(f"{path}: {CLAUDE_MEM_SERVER} {done if changed else unchanged} (deniedMcpServers)")
+    return True
+
+
 @click.group("claude-code")
 def claude_code() -> None:
     """Put memsync's search behind claude-mem's search tools in Claude Code, or take it back.
@@ -94,16 +113,8 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
     # read the name as a malformed variable).
     run_claude([claude, "mcp", "add", "--scope", scope, SERVER_NAME, *env, "--", memsync, "mcp", "--profile",
                 "claude-mem"], dry_run)
-    path = settings_path()
-    try:
-        if dry_run:
-            state = "already there" if is_denied(read_settings(path)) else "would be added"
-            click.echo(f"{path}: deniedMcpServers entry for {CLAUDE_MEM_SERVER} {state}")
-            return
-        added = deny_claude_mem_search(path)
-    except ClaudeSettingsError as exc:
-        fail(str(exc), EXIT_USAGE)
-    click.echo(f"{path}: {CLAUDE_MEM_SERVER} {'denied' if added else 'was already denied'} (deniedMcpServers)")
+    if not settings_step(dry_run, deny=True):
+        return
     click.echo("Done: start a new Claude Code session; claude-mem's hooks and skill stay on, its search tools "
                "are answered by memsync. Undo: memsync claude-code restore")
 
@@ -114,16 +125,8 @@ def restore(claude_cmd: str, scope: str, dry_run: bool) -> None:
     """claude-mem's own search server back, memsync's registration removed."""
     claude = find_claude(claude_cmd)
     removed = run_claude([claude, "mcp", "remove", "--scope", scope, SERVER_NAME], dry_run, check=False)
-    path = settings_path()
-    try:
-        if dry_run:
-            state = "would be removed" if is_denied(read_settings(path)) else "not there"
-            click.echo(f"{path}: deniedMcpServers entry for {CLAUDE_MEM_SERVER} {state}")
-            return
-        allowed = allow_claude_mem_search(path)
-    except ClaudeSettingsError as exc:
-        fail(str(exc), EXIT_USAGE)
+    if not settings_step(dry_run, deny=False):
+        return
     if not removed:
         click.echo(f"memsync: no {SERVER_NAME!r} server was registered in the {scope} scope", err=True)
-    click.echo(f"{path}: {CLAUDE_MEM_SERVER} {'allowed again' if allowed else 'was not denied'}")
     click.echo("Done: start a new Claude Code session to get claude-mem's own search back.")

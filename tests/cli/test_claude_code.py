@@ -123,3 +123,30 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
     assert restore.returncode == 0, restore.stdout + restore.stderr
     assert servers(claude(home, "mcp", "list", cwd=project)) == {CLAUDE_MEM_SERVER: "Connected"}
     assert json.loads((home / ".claude" / "settings.json").read_text()).get("deniedMcpServers") is None
+
+
+def test_a_dry_run_prints_the_steps_and_changes_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    settings = home / ".claude" / "settings.json"
+    settings.write_text('{"enabledPlugins": {"claude-mem@thedotmack": true}}')
+    db = make_db(tmp_path / "claude-mem.db", mixed_records(1))
+    env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    done = subprocess.run([MEMSYNC, "claude-code", "swap", "--dry-run", "--claude", sys.executable, "--db", str(db)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"$ {sys.executable} mcp remove --scope user memsync"
+    assert lines[1].startswith(f"$ {sys.executable} mcp add --scope user memsync -e MEMSYNC_DB={db} -- ")
+    assert lines[1].endswith(" mcp --profile claude-mem")
+    assert lines[2] == f"{settings}: deniedMcpServers entry for {CLAUDE_MEM_SERVER} would be added"
+    assert settings.read_text() == '{"enabledPlugins": {"claude-mem@thedotmack": true}}'
+
+
+def test_without_claude_code_it_says_how_to_get_it(tmp_path: Path) -> None:
+    done = subprocess.run([MEMSYNC, "claude-code", "restore", "--claude", "no-such-claude"],
+                          env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert "'no-such-claude' was not found: install Claude Code, or pass --claude PATH" in done.stderr
+    assert not (tmp_path / ".claude").exists()
