@@ -14,8 +14,12 @@ CHROMA_MCP_VENV ?= .venv-chroma-mcp
 UPSTREAM := .upstream
 CLAUDE_MEM_VERSION := $(shell $(PYTHON) -c 'import json; print(json.load(open("tests/upstream/versions.json"))["claude-mem"])')
 BUN_VERSION := $(shell $(PYTHON) -c 'import json; print(json.load(open("tests/upstream/versions.json"))["bun"])')
+CLAUDE_CODE_VERSION := $(shell $(PYTHON) -c 'import json; print(json.load(open("tests/upstream/versions.json"))["claude-code"])')
 CLAUDE_MEM_DIR := $(UPSTREAM)/claude-mem-$(CLAUDE_MEM_VERSION)
 BUN_DIR := $(UPSTREAM)/bun-$(BUN_VERSION)
+# Claude Code's CLI, for the test of `memsync claude-code swap` (its binary arrives in the platform
+# package @anthropic-ai/claude-code-linux-x64, about 250 MB).
+CLAUDE_CODE_DIR := $(UPSTREAM)/claude-code-$(CLAUDE_CODE_VERSION)
 
 .PHONY: run test test-fast bench lint docs FORCE
 
@@ -58,10 +62,16 @@ $(CLAUDE_MEM_DIR)/.installed: tests/upstream/versions.json
 	$(BUN_DIR)/node_modules/.bin/bun --version
 	@touch $@
 
+$(CLAUDE_CODE_DIR)/.installed: tests/upstream/versions.json
+	rm -rf $(CLAUDE_CODE_DIR)
+	npm install --silent --no-audit --no-fund --prefix $(CLAUDE_CODE_DIR) @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
+	HOME=$(CLAUDE_CODE_DIR) $(CLAUDE_CODE_DIR)/node_modules/.bin/claude --version
+	@touch $@
+
 run: $(BIN)/.installed
 	$(BIN)/memsync worker
 
-test: $(BIN)/.installed $(CHROMA_MCP_VENV)/.installed $(CLAUDE_MEM_DIR)/.installed
+test: $(BIN)/.installed $(CHROMA_MCP_VENV)/.installed $(CLAUDE_MEM_DIR)/.installed $(CLAUDE_CODE_DIR)/.installed
 	$(BIN)/python -m pytest
 
 # The unit tests only (no real subprocesses or servers): about a minute.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import click
 
+from memsync.commands.claude_code import claude_code
 from memsync.commands.db import db, demo
 from memsync.commands.search import search, timeline
 from memsync.commands.serve import mcp, serve
@@ -26,7 +27,7 @@ def main() -> None:
     """
 
 
-for command in (settings_cmd, resync, verify, status, worker, search, timeline, mcp, serve, db, demo):
+for command in (settings_cmd, resync, verify, status, worker, search, timeline, mcp, serve, claude_code, db, demo):
     main.add_command(command)
 
 

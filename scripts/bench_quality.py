@@ -15,7 +15,10 @@ through the public library call:
 - ``rrf60``: the peer a user would otherwise build (LangChain's ``EnsembleRetriever``): equal-weight
   reciprocal-rank fusion, k=60, of the BM25 (memsync's text index without its query expansion) and
   dense top-100 lists;
-- ``claude-mem``: the seed's claude-mem algorithm: dense top-100, then newest first.
+- ``claude-mem``: the seed's claude-mem algorithm: dense top-100, then newest first;
+- ``profile``: ``memsync mcp --profile claude-mem``'s ``search`` tool (``type=prompts``, the
+  project, ``limit=20``), called through the MCP SDK's client on an in-process server and read
+  back from its markdown answer: what an agent following claude-mem's skill gets from memsync.
 
 Writes JSON (default ``.bench/bench_quality.json``) and exits 1 when a bar is missed. Each
 linking's synced data directory is kept (``--work``/quality-LINKS) so a rerun skips embedding.
@@ -24,7 +27,9 @@ linking's synced data directory is kept (``--work``/quality-LINKS) so a rerun sk
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
+import re
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -44,7 +49,7 @@ from scripts.locomo import DEFAULT_DATA, LINKS, Question, load
 
 KS = (5, 10, 20)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-RETRIEVERS = ("lexical", "semantic", "hybrid", "rrf60", "claude-mem")
+RETRIEVERS = ("lexical", "semantic", "hybrid", "rrf60", "claude-mem", "profile")
 PEER_DEPTH = 100  # each list the peers fuse or re-sort: the same candidate depth memsync uses
 TURN_BAR = 0.77  # hybrid recall@10 with precise links (issue 15)
 
@@ -138,6 +143,31 @@ class Runner:
         return {name: out[name] for name in retrievers}
 
 
+PROMPT_ROW = re.compile(r"^\| #P(\d+) \|", re.M)
+
+
+async def profile_rankings(settings: Settings, searcher: Searcher, questions: Sequence[Question],
+                           latency: list[float]) -> list[list[int]]:
+    """Each question's prompt ids from the claude-mem profile's ``search`` tool, through the MCP
+    client (one in-process server on ``searcher``), read from the answer's index rows."""
+    from mcp import Client
+
+    from memsync.servers.claude_mem_tools import build_profile_server
+
+    out: list[list[int]] = []
+    async with Client(build_profile_server(settings, searcher)) as client:
+        for q in questions:
+            t = time.perf_counter()
+            result = await client.call_tool("search", {"query": q.question, "type": "prompts", "project": q.project,
+                                                       "limit": max(KS)})
+            latency.append((time.perf_counter() - t) * 1000)
+            text = "\n".join(getattr(c, "text", "") for c in result.content)
+            if result.is_error:
+                raise SystemExit(f"profile search failed: {text}")
+            out.append([int(i) for i in PROMPT_ROW.findall(text)])
+    return out
+
+
 def evaluate(settings: Settings, questions: list[Question], weights: Weights, retrievers: Sequence[str],
              links: str) -> list[dict[str, Any]]:
     """Table rows (per group and retriever) for one linking, plus latency rows."""
@@ -148,11 +178,17 @@ def evaluate(settings: Settings, questions: list[Question], weights: Weights, re
     sums: dict[str, dict[str, dict[str, list[float]]]] = {
         m: defaultdict(lambda: defaultdict(list)) for m in retrievers}
     try:
-        for q in questions:
+        profile: list[list[int]] = []
+        if "profile" in retrievers:
+            profile = asyncio.run(profile_rankings(settings, searcher, questions, runner.latency["profile"]))
+        for n, q in enumerate(questions):
             gold = {turn_ids[(q.project, s, t)] for s, t in q.evidence if (q.project, s, t) in turn_ids}
             if not gold:
                 continue
-            for name, ranked in runner.run(q, retrievers).items():
+            ranked_by = runner.run(q, [r for r in retrievers if r != "profile"])
+            if profile:
+                ranked_by["profile"] = profile[n]
+            for name, ranked in ranked_by.items():
                 for metric, value in score(ranked, gold).items():
                     sums[name]["all"][metric].append(value)
                     sums[name][CATEGORIES[q.category]][metric].append(value)

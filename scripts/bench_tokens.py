@@ -10,6 +10,8 @@ answer's header, divided by the rows). Tokens are counted two ways, since no mod
 tokenizer can be loaded offline: the shipped MiniLM WordPiece tokenizer (close to the BPE
 tokenizers of chat models on English text) and characters / 4 (the usual rule of thumb).
 Baseline in the same run: the JSON contract of the same search (``memsync search --json``).
+The claude-mem profile (``memsync mcp --profile claude-mem``) is measured beside memsync's own
+tools with the calls of claude-mem's ``mem-search`` skill (rows named ``claude-mem: TOOL``).
 
 Each answer also carries its structured content (``servers.structured``); its size is reported
 as ``sc_chars`` / ``sc_wordpiece``, serialized compactly as a JavaScript client's
@@ -33,6 +35,7 @@ from memsync.commands.db import make_demo_db
 from memsync.config.embedding import tokenizer_json
 from memsync.config.settings import Settings
 from memsync.search import Searcher
+from memsync.servers.claude_mem_tools import build_profile_server
 from memsync.servers.mcp_tools import build_server
 from memsync.worker.resync import resync
 from scripts.benchlib import print_table, write_json
@@ -52,6 +55,16 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
     ("get_observations", {"ids": ["40"]}),
     ("get_observations", {"ids": ["40", "41", "42"]}),
     ("search", {"query": "connection pool timeout", "limit": 5, "format": "full"}),
+]
+
+# The claude-mem profile, with the calls its mem-search skill teaches (limit 20 is its default).
+PROFILE_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("search", {"query": "connection pool timeout", "limit": 10}),
+    ("search", {"query": "connection pool timeout"}),
+    ("search", {"query": "bug", "type": "observations", "obs_type": "bugfix", "limit": 20}),
+    ("timeline", {"anchor": 40, "depth_before": 3, "depth_after": 3}),
+    ("get_observations", {"ids": [40]}),
+    ("get_observations", {"ids": [40, 41, 42]}),
 ]
 
 
@@ -100,18 +113,34 @@ async def _measure(settings: Settings, searcher: Searcher, tokens: Any) -> tuple
         empty = await client.call_tool("search", {"query": "zzzqqq xxyyzz", "limit": 10})
         empty_text = "\n".join(getattr(c, "text", "") for c in empty.content)
         header = tokens(empty_text.splitlines()[0])
-        for tool, arguments in CALLS:
-            result = await client.call_tool(tool, arguments)
-            text = "\n".join(getattr(c, "text", "") for c in result.content)
-            n = sum(1 for line in text.splitlines() if line.startswith("| #"))
-            n = n or text.count("\n## ") + text.startswith("## ")
-            wp = tokens(text)
-            sc = json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":"))
-            out.append({"tool": tool, "args": ", ".join(f"{k}={v}" for k, v in arguments.items() if k != "query"),
-                        "results": n, "chars": len(text), "wordpiece": wp, "chars/4": len(text) // 4,
-                        "per_result_wp": round((wp - header) / n, 1) if n else None,
-                        "sc_chars": len(sc), "sc_wordpiece": tokens(sc)})
+        out += await _calls(client, CALLS, header, tokens, "")
+    async with Client(build_profile_server(settings, searcher)) as client:
+        empty = await client.call_tool("search", {"query": "zzzqqq xxyyzz", "limit": 10})
+        empty_text = "\n".join(getattr(c, "text", "") for c in empty.content)
+        out += await _calls(client, PROFILE_CALLS, tokens("\n".join(empty_text.splitlines()[:2])), tokens,
+                            "claude-mem: ")
     return out, header
+
+
+async def _calls(client: Any, calls: list[tuple[str, dict[str, Any]]], header: int, tokens: Any,
+                 label: str) -> list[dict[str, Any]]:
+    """One row per call: the answer's size, and per result row beyond ``header`` tokens."""
+    out: list[dict[str, Any]] = []
+    for tool, arguments in calls:
+        result = await client.call_tool(tool, arguments)
+        text = "\n".join(getattr(c, "text", "") for c in result.content)
+        n = sum(1 for line in text.splitlines() if line.startswith("| #"))
+        n = n or text.count("\n## ") + text.startswith("## ")
+        if not n and text.startswith("["):  # the profile's get_observations: a JSON array of records
+            n = len(json.loads(text.split("\n\nNot found:")[0]))
+        wp = tokens(text)
+        sc = json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":"))
+        shown = ", ".join(f"{k}={v}" for k, v in arguments.items() if k != "query")
+        out.append({"tool": label + tool, "args": shown,
+                    "results": n, "chars": len(text), "wordpiece": wp, "chars/4": len(text) // 4,
+                    "per_result_wp": round((wp - header) / n, 1) if n else None,
+                    "sc_chars": len(sc), "sc_wordpiece": tokens(sc)})
+    return out
 
 
 if __name__ == "__main__":

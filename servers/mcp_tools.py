@@ -268,10 +268,19 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
 MCP_HOST = "127.0.0.1"
 
 
-def serve(settings: Settings, http_port: int | None = None) -> None:
-    """Serve over stdio, or over streamable HTTP on 127.0.0.1:``http_port``."""
+PROFILES = ("memsync", "claude-mem")  # memsync's own tools; claude-mem's three search tools
+
+
+def serve(settings: Settings, http_port: int | None = None, profile: str = "memsync") -> None:
+    """Serve over stdio, or over streamable HTTP on 127.0.0.1:``http_port``; ``profile`` picks the
+    tools (``claude-mem``: its search, timeline and get_observations, ``servers.claude_mem_tools``)."""
     searcher = Searcher(settings)
-    server = build_server(settings, searcher)
+    if profile == "claude-mem":
+        from memsync.servers.claude_mem_tools import build_profile_server
+
+        server = build_profile_server(settings, searcher)
+    else:
+        server = build_server(settings, searcher)
     try:
         if http_port is None:
             server.run("stdio")

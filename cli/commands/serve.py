@@ -43,11 +43,16 @@ def existing_db(settings: Settings) -> Settings:
 @click.option("--http-port", type=click.IntRange(1, 65535), default=None,
               help="Serve MCP over streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio (Host and "
                    "Origin checked as by `memsync serve`).")
-def mcp(http_port: int | None, **kwargs: Any) -> None:
+@click.option("--profile", type=click.Choice(["memsync", "claude-mem"]), default="memsync", show_default=True,
+              help="Which tools: memsync's own, or claude-mem's three search tools (search, timeline, "
+                   "get_observations) with claude-mem's parameters and answer shape, so that its mem-search "
+                   "skill works unchanged.")
+def mcp(http_port: int | None, profile: str, **kwargs: Any) -> None:
     """Serve memsync's search to agents over the Model Context Protocol (stdio by default).
 
     Tools: search, search_observations, search_sessions, search_user_prompts, find_by_concept,
-    find_by_file, find_by_type, timeline, recent_context, get_observations, find_similar. Works
+    find_by_file, find_by_type, timeline, recent_context, get_observations, find_similar. With
+    --profile claude-mem: claude-mem's search, timeline and get_observations instead. Works
     without the worker: when the vector store is not reachable, answers come from full-text
     search and say so. Register with Claude Code: claude mcp add memsync -- memsync mcp
     """
@@ -55,7 +60,7 @@ def mcp(http_port: int | None, **kwargs: Any) -> None:
     from memsync.servers.mcp_tools import serve as serve_mcp
 
     with errors_as_exit(settings):
-        serve_mcp(settings, http_port)
+        serve_mcp(settings, http_port, profile)
 
 
 @click.command(help=SERVE_HELP)

@@ -18,6 +18,7 @@ from memsync.worker.resync import resync
 from scripts.benchlib import settings_env
 from tests.conftest import free_port
 from tests.search.test_search import o, p, s
+from tests.system.conftest import claude_mem  # noqa: F401 - the real claude-mem worker, for the profile's tests
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMSYNC = str(Path(sys.executable).parent / "memsync")

@@ -44,6 +44,7 @@ WORKER_SCRIPT = ROOT / ".upstream" / f"claude-mem-{CLAUDE_MEM_VERSION}" / "packa
     / "worker-service.cjs"
 BUN = ROOT / ".upstream" / f"bun-{VERSIONS['bun']}" / "node_modules" / ".bin" / "bun"
 INSTALLED = WORKER_SCRIPT.parents[3] / ".installed"
+CLAUDE_CODE = ROOT / ".upstream" / f"claude-code-{VERSIONS['claude-code']}" / "node_modules" / ".bin" / "claude"
 NO_TELEMETRY = {"DO_NOT_TRACK": "1", "DISABLE_TELEMETRY": "1", "CLAUDE_MEM_TELEMETRY": "false",
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
 CHROMA_MCP = ROOT / ".venv-chroma-mcp" / "bin" / "chroma-mcp"
