@@ -38,6 +38,7 @@ from memsync.config.chroma.server import chroma_executable
 from memsync.config.settings import Settings
 from tests.conftest import free_port, write
 from tests.upstream.harness import ClaudeMemWorker, HarnessMissing
+from tests.system.test_e2e import memsync
 from tests.system.test_real_claude_mem import ROWS, observation, prompt, session, summary
 from tests.system.test_worker import WorkerProcess, wait_for
 from tests.upstream.counting_proxy import CountingProxy
@@ -274,7 +275,58 @@ def test_memsync_first_then_claude_mem_coexist_exactly(rig: Rig) -> None:
     assert_exact(step)
     assert step.writes["memsync"]["delete"] > 0 and sum(step.writes["claude-mem"].values()) == 0
 
+    # `memsync status` says both write. (Its settings name memsync's proxy as the store; the real
+    # worker's health answers on its port.)
+    shown = memsync(rig.settings, "status", "--json", CLAUDE_MEM_DATA_DIR=str(cm.data_dir),
+                    CLAUDE_MEM_CHROMA_MODE="remote", CLAUDE_MEM_CHROMA_HOST="127.0.0.1",
+                    CLAUDE_MEM_CHROMA_PORT=str(rig.proxies["memsync"].port), CLAUDE_MEM_WORKER_PORT=str(cm.port))
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["upstream"]["writers"]["writing"] == ["memsync", "claude-mem"]
+
     idle = rig.idle(IDLE_S)
     assert idle == {"memsync": 0, "claude-mem": 0}
+
+    # claude-mem's watermark file lost: it bootstraps again from the ids it finds, so it writes the
+    # excluded project's rows back (it has no exclusion of its own in its Chroma sync); memsync
+    # deletes them at its next pass. One round, then quiet.
+    cm.stop()
+    (cm.data_dir / "chroma-sync-state.json").unlink()
+    t = time.monotonic()
+    start_claude_mem(cm, chroma=True)
+    cm.wait_backfilled(4)
+    step = rig.measure("claude-mem's watermarks lost, project excluded", t)
+    assert_exact(step)
+    put_back = {i for w in rig.proxies["claude-mem"].since(t, rig.collection_id) for i in w.ids}
+    removed = {i for w in rig.proxies["memsync"].since(t, rig.collection_id) if w.op == "delete" for i in w.ids}
+    assert put_back and put_back == removed
+    assert rig.idle(QUIET_S * 2) == {"memsync": 0, "claude-mem": 0}
     with contextlib.suppress(OSError):
         (rig.tmp / "steps.txt").write_text("\n".join(s.line() for s in rig.steps))
+
+
+def test_claude_mem_first_then_memsync_adopts_its_documents(rig: Rig) -> None:
+    cm = rig.cm
+    # claude-mem alone with Chroma on: it live-syncs the imported observations, and its next start
+    # backfills the summaries and prompts.
+    start_claude_mem(cm, chroma=True)
+    cm.wait_backfilled(1)
+    t = time.monotonic()
+    cm.import_rows(**ROWS)
+    wait_for(lambda: len({i.split("_")[1] for w in rig.proxies["claude-mem"].since(t) for i in w.ids
+                          if i.startswith("obs_")}) == len(ROWS["observations"]), 120, "claude-mem's live sync")
+    cm.stop()
+    start_claude_mem(cm, chroma=True)
+    cm.wait_backfilled(2)
+    written_by_claude_mem = set(rig.proxies["claude-mem"].last_written(str(rig.collection().id)))
+
+    # memsync starts on the collection claude-mem made: it adopts every document whose content is
+    # what it derives, and writes only what claude-mem left out (the observation whose facts are
+    # not a JSON list: claude-mem's import path stores no fact for it, memsync stores the text).
+    t = time.monotonic()
+    rig.start_memsync()
+    step = rig.measure("memsync starts after claude-mem", t)
+    assert_exact(step)
+    assert step.claude_mem_drift == [] and sum(step.writes["claude-mem"].values()) == 0
+    upserted = {i for w in rig.proxies["memsync"].since(t, rig.collection_id) for i in w.ids}
+    assert upserted and not upserted & written_by_claude_mem, upserted
+    assert rig.idle(QUIET_S * 3) == {"memsync": 0, "claude-mem": 0}
