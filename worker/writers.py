@@ -50,9 +50,8 @@ def claude_mem_settings(environ: Mapping[str, str] | None = None) -> dict[str, s
 def health(host: str, port: int) -> bool:
     """claude-mem's worker answers ``/api/health`` there."""
     url = f"http://{'127.0.0.1' if host == 'localhost' else host}:{port}/api/health"
-    with contextlib.suppress(OSError, ValueError):
-        with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as resp:
-            return isinstance(json.loads(resp.read()), dict)
+    with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as resp:
+        return isinstance(json.loads(resp.read()), dict)
     return False
 
 
@@ -89,6 +88,6 @@ def upstream_writers(upstream_store: bool, store: Mapping[str, Any], environ: Ma
               f"worker does not answer on {cm['CLAUDE_MEM_WORKER_HOST']}:{cm['CLAUDE_MEM_WORKER_PORT']}"
     else:
         who = f"{' and '.join(writing) or 'nobody'}; claude-mem's Chroma sync: {target}"
-    return {"writing": writing, "claude_mem": {"chroma": target, "targets_this_store": here, "running": running,
-                                               "worker": f"{cm['CLAUDE_MEM_WORKER_HOST']}:{cm['CLAUDE_MEM_WORKER_PORT']}"},
-            "line": f"upstream store writers: {who}"}
+    worker = f"{cm['CLAUDE_MEM_WORKER_HOST']}:{cm['CLAUDE_MEM_WORKER_PORT']}"
+    return {"writing": writing, "line": f"upstream store writers: {who}",
+            "claude_mem": {"chroma": target, "targets_this_store": here, "running": running, "worker": worker}}

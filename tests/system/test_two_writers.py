@@ -36,12 +36,13 @@ import pytest
 
 from memsync.config.chroma.server import chroma_executable
 from memsync.config.settings import Settings
+from memsync.worker.logs import STORE_ALIGNED
 from tests.conftest import free_port, write
-from tests.upstream.harness import ClaudeMemWorker, HarnessMissing
 from tests.system.test_e2e import memsync
 from tests.system.test_real_claude_mem import ROWS, observation, prompt, session, summary
 from tests.system.test_worker import WorkerProcess, wait_for
 from tests.upstream.counting_proxy import CountingProxy
+from tests.upstream.harness import ClaudeMemWorker, HarnessMissing
 from tests.worker.test_upstream_store import Docs, derived, held
 
 pytestmark = pytest.mark.slow
@@ -70,11 +71,12 @@ class Step:
     unimplied: list[str]
     drift: list[str]  # ids whose text or metadata differ from memsync's derivation (or are missing)
     claude_mem_drift: list[str]  # ids where the store differs from what claude-mem last sent
+    aligned: int  # memsync's alignments of its records with the collection that corrected some
 
     def line(self) -> str:
         w = {k: {op: n for op, n in v.items() if n} for k, v in self.writes.items()}
         return (f"{self.name}: writes={w} duplicates={len(self.duplicates)} unimplied={len(self.unimplied)} "
-                f"drift={len(self.drift)} drift_vs_claude_mem={len(self.claude_mem_drift)}")
+                f"drift={len(self.drift)} drift_vs_claude_mem={len(self.claude_mem_drift)} aligned={self.aligned}")
 
 
 @dataclass
@@ -90,6 +92,7 @@ class Rig:
     memsync: WorkerProcess | None = None
     steps: list[Step] = field(default_factory=list)
     collection_id: str = ""
+    seen_alignments: int = 0  # of the running memsync worker, at the last measure
 
     def memsync_settings(self, **extra: Any) -> Settings:
         return Settings(db=self.cm.db, data_dir=self.tmp / "data", chroma_mode="http",
@@ -99,6 +102,7 @@ class Rig:
     def start_memsync(self, **extra: Any) -> WorkerProcess:
         self.settings = self.memsync_settings(**extra)
         self.memsync = WorkerProcess(self.settings)
+        self.seen_alignments = 0
         self.memsync.wait_reconciles(1, timeout=240)
         return self.memsync
 
@@ -145,8 +149,12 @@ class Rig:
         sent = self.proxies["claude-mem"].last_written(self.collection_id)
         cm_drift = sorted(i for i, (text, meta) in sent.items() if i in store and (
             (text is not None and store[i][0] != text) or (meta is not None and store[i][1] != meta)))
+        assert self.memsync is not None
+        alignments = [e for e in self.memsync.events(STORE_ALIGNED) if e.get("collection") == COLLECTION
+                      and any(e.get(k) for k in ("lost", "adopted", "rehashed", "foreign"))]
         step = Step(name, {k: p.documents(since, self.collection_id) for k, p in self.proxies.items()},
-                    duplicates, unimplied, drift, cm_drift)
+                    duplicates, unimplied, drift, cm_drift, len(alignments) - self.seen_alignments)
+        self.seen_alignments = len(alignments)
         self.steps.append(step)
         print(step.line())
         return step
