@@ -51,6 +51,7 @@ QUIET_S = 3.0  # no write by either writer for this long: both are done with a s
 # The idle window after the last step (writes per idle minute = its count / minutes). A longer
 # manual measurement: MEMSYNC_TEST_IDLE_S=300.
 IDLE_S = float(os.environ.get("MEMSYNC_TEST_IDLE_S", "20"))
+LOAD_OBSERVATIONS = int(os.environ.get("MEMSYNC_TEST_LOAD", "20"))  # per import (5 imports)
 NEW_ROWS: dict[str, list[dict[str, Any]]] = {
     "sessions": [session(4, "alpha")],
     "observations": [observation(4, 0, "alpha", "Retry storm after deploy", "Clients retried in lockstep.",
@@ -207,6 +208,7 @@ def assert_exact(step: Step) -> None:
     assert (step.duplicates, step.unimplied, step.drift) == ([], [], []), step.line()
 
 
+@pytest.mark.timeout(600 + IDLE_S)  # two real workers, restarted four times, and the idle window
 def test_memsync_first_then_claude_mem_coexist_exactly(rig: Rig) -> None:
     cm = rig.cm
     # Rows written by claude-mem with its Chroma path off; memsync's worker backfills them.
@@ -307,6 +309,20 @@ def test_memsync_first_then_claude_mem_coexist_exactly(rig: Rig) -> None:
     put_back = {i for w in rig.proxies["claude-mem"].since(t, rig.collection_id) for i in w.ids}
     removed = {i for w in rig.proxies["memsync"].since(t, rig.collection_id) if w.op == "delete" for i in w.ids}
     assert put_back and put_back == removed
+    assert rig.idle(QUIET_S * 2) == {"memsync": 0, "claude-mem": 0}
+
+    # Load: batches of observations (live-synced by claude-mem while memsync syncs them) and prompts
+    # through claude-mem's import, back to back.
+    t = time.monotonic()
+    for n in range(5, 10):
+        cm.import_rows(sessions=[session(n, "alpha")], prompts=[prompt(n, k) for k in range(1, 5)], observations=[
+            observation(n, i, "alpha", f"Load {n}.{i}", f"Narrative {n}.{i} under load.",
+                        json.dumps([f"fact {n}.{i}.0", f"fact {n}.{i}.1"])) for i in range(LOAD_OBSERVATIONS)])
+    wait_for(lambda: len({i.split("_")[1] for w in rig.proxies["claude-mem"].since(t) for i in w.ids
+                          if i.startswith("obs_")}) == 5 * LOAD_OBSERVATIONS, 300, "claude-mem's live sync")
+    step = rig.measure(f"load: {5 * LOAD_OBSERVATIONS} observations and 20 prompts in 5 imports", t)
+    assert_exact(step)
+    assert step.claude_mem_drift == []
     assert rig.idle(QUIET_S * 2) == {"memsync": 0, "claude-mem": 0}
     with contextlib.suppress(OSError):
         (rig.tmp / "steps.txt").write_text("\n".join(s.line() for s in rig.steps))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -23,6 +24,13 @@ from typing import Any
 
 WRITE_OPS = ("add", "upsert", "update", "delete")
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (a writer stopped or killed) is no error of the proxy's."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +54,7 @@ class CountingProxy:
         self.writes: list[Write] = []
         self._lock = threading.Lock()
         self._open: set[Any] = set()  # handlers of open client connections
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, name=f"proxy-{self.port}", daemon=True)
