@@ -69,16 +69,17 @@ def upstream_writers(upstream_store: bool, store: Mapping[str, Any], environ: Ma
     enabled = cm["CLAUDE_MEM_CHROMA_ENABLED"] != "false"
     remote = cm["CLAUDE_MEM_CHROMA_MODE"] == "remote"
     port = int(cm["CLAUDE_MEM_CHROMA_PORT"]) if cm["CLAUDE_MEM_CHROMA_PORT"].isdigit() else None
-    here = (enabled and remote and _same_host(cm["CLAUDE_MEM_CHROMA_HOST"], str(store.get("host")))
-            and port == store.get("port") and cm["CLAUDE_MEM_CHROMA_TENANT"] == store.get("tenant", "default_tenant")
-            and cm["CLAUDE_MEM_CHROMA_DATABASE"] == store.get("database", "default_database")
-            and store.get("collection") == CLAUDE_MEM_COLLECTION)
+    server = (_same_host(cm["CLAUDE_MEM_CHROMA_HOST"], str(store.get("host"))) and port == store.get("port")
+              and cm["CLAUDE_MEM_CHROMA_TENANT"] == store.get("tenant", "default_tenant")
+              and cm["CLAUDE_MEM_CHROMA_DATABASE"] == store.get("database", "default_database"))
+    here = enabled and remote and server and store.get("collection") == CLAUDE_MEM_COLLECTION
     worker_port = int(cm["CLAUDE_MEM_WORKER_PORT"]) if cm["CLAUDE_MEM_WORKER_PORT"].isdigit() else None
     running = bool(here and worker_port is not None and probe(cm["CLAUDE_MEM_WORKER_HOST"], worker_port))
     writing = ["memsync"] * upstream_store + ["claude-mem"] * running
     target = ("off (CLAUDE_MEM_CHROMA_ENABLED=false)" if not enabled else
               f"its own local store (CLAUDE_MEM_CHROMA_MODE={cm['CLAUDE_MEM_CHROMA_MODE']})" if not remote else
               "this store" if here else
+              f"{CLAUDE_MEM_COLLECTION} on this server, not this store" if server else
               f"another server ({cm['CLAUDE_MEM_CHROMA_HOST']}:{cm['CLAUDE_MEM_CHROMA_PORT']})")
     if running:
         who = "memsync and claude-mem (both write the same ids and values; they coexist)" if upstream_store \

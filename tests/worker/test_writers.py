@@ -75,6 +75,7 @@ class TestUpstreamWriters:
         assert other["writing"] == ["memsync"] and "another server (localhost:8001)" in other["line"]
         renamed = upstream_writers(True, {**STORE, "collection": "memsync_upstream"}, env, answers([]))
         assert renamed["writing"] == ["memsync"] and not renamed["claude_mem"]["targets_this_store"]
+        assert "cm__claude-mem on this server, not this store" in renamed["line"]
 
 
 def test_status_prints_and_returns_the_writers(tmp_path: Path) -> None:
