@@ -22,6 +22,7 @@ from memsync.config.settings import Settings
 from memsync.worker.source import SourceReader
 from memsync.worker.state import ACTIVE_COLLECTION, FAILED, SyncState, now_ms
 from memsync.worker.tail import oldest_pending_ms
+from memsync.worker.writers import upstream_writers
 
 
 @dataclass
@@ -154,8 +155,8 @@ def store_state(worker: dict[str, Any], now: int, reconcile_interval_s: float) -
 
 def upstream_state(settings: Settings, state: SyncState) -> dict[str, Any]:
     """The upstream-readable store (``worker.upstream``): its collection, the documents its records
-    hold, and where claude-mem reaches it (``host``/``port``: managed mode's recorded server, else
-    the configured one)."""
+    hold, where claude-mem reaches it (``host``/``port``: managed mode's recorded server, else
+    the configured one), and who writes it (``writers``: ``worker.writers``)."""
     if not settings.upstream_store:
         return {"enabled": False}
     from memsync.config.chroma.remote import endpoint
@@ -166,9 +167,10 @@ def upstream_state(settings: Settings, state: SyncState) -> dict[str, Any]:
                                                else settings.chroma_port)
     name = settings.upstream_collection
     ep = endpoint(settings, settings.chroma_host, port)  # managed: loopback, plain HTTP, default tenant
-    return {"enabled": True, "collection": name, "documents": state.live_docs(name), "host": ep.host,
-            "port": ep.port, "ssl": ep.ssl, "tenant": ep.tenant, "database": ep.database,
-            "api_key": settings.chroma_mode == "http" and settings.chroma_api_key is not None}
+    out = {"enabled": True, "collection": name, "documents": state.live_docs(name), "host": ep.host,
+           "port": ep.port, "ssl": ep.ssl, "tenant": ep.tenant, "database": ep.database,
+           "api_key": settings.chroma_mode == "http" and settings.chroma_api_key is not None}
+    return {**out, "writers": upstream_writers(True, out)}
 
 
 def status(settings: Settings, failures_limit: int = 50) -> StatusReport:

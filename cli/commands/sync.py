@@ -237,7 +237,7 @@ def _upstream_lines(up: dict[str, Any]) -> list[str]:
     if up.get("api_key"):
         told.append("CLAUDE_MEM_CHROMA_API_KEY=(memsync's chroma_api_key)")  # a secret: never printed
     return [f"upstream store: {up['collection']}, {up['documents']} documents; claude-mem reads it with "
-            + " ".join(told)]
+            + " ".join(told), *([up["writers"]["line"]] if "writers" in up else [])]
 
 
 def _store_line(store: dict[str, Any]) -> str:
