@@ -24,7 +24,12 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from memsync.config.claude_mem.user_settings import SETTINGS_FILE, data_dir_choice, read_settings_file
+from memsync.config.claude_mem.user_settings import (
+    SETTINGS_FILE,
+    data_dir_choice,
+    default_worker_port,
+    read_settings_file,
+)
 
 CLAUDE_MEM_COLLECTION = "cm__claude-mem"  # ChromaSync("claude-mem"): the only collection 13.x writes
 DEFAULTS = {"CLAUDE_MEM_CHROMA_ENABLED": "true", "CLAUDE_MEM_CHROMA_MODE": "local",
@@ -41,9 +46,8 @@ def claude_mem_settings(environ: Mapping[str, str] | None = None) -> dict[str, s
     """claude-mem's Chroma and worker settings, as its worker resolves them (module docstring)."""
     env = os.environ if environ is None else environ
     saved = read_settings_file(data_dir_choice(env).path / SETTINGS_FILE)
-    uid = os.getuid() if hasattr(os, "getuid") else 77
     # A variable set in the environment wins even when empty; an empty value then means the default.
-    defaults = {**DEFAULTS, "CLAUDE_MEM_WORKER_PORT": str(37700 + uid % 100)}
+    defaults = {**DEFAULTS, "CLAUDE_MEM_WORKER_PORT": str(default_worker_port())}
     return {key: (env[key] if key in env else saved.get(key)) or default for key, default in defaults.items()}
 
 

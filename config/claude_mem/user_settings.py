@@ -37,6 +37,13 @@ class DataDirChoice:
         return self.path / DB_FILE
 
 
+def default_worker_port() -> int:
+    """claude-mem's default worker port (13.25.3's SettingsDefaultsManager: 37700 + uid % 100, so
+    that users of one machine get different ports; 77 where there is no uid)."""
+    uid = os.getuid() if hasattr(os, "getuid") else 77
+    return 37700 + uid % 100
+
+
 def _home(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("HOME") or Path.home())
 

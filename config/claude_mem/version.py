@@ -25,7 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from memsync.config.claude_mem.user_settings import SETTINGS_FILE, data_dir_choice, read_settings_file
+from memsync.config.claude_mem.user_settings import (
+    SETTINGS_FILE,
+    data_dir_choice,
+    default_worker_port,
+    read_settings_file,
+)
 
 # The newest claude-mem schema (``schema_versions`` max) memsync is tested with: what the pinned
 # release (tests/upstream/versions.json, claude-mem 13.25.3) writes. tests/system/test_real_claude_mem
@@ -105,8 +110,7 @@ def worker_port(environ: Mapping[str, str] | None = None) -> int:
     for value in (env.get(PORT_KEY), read_settings_file(data_dir_choice(env).path / SETTINGS_FILE).get(PORT_KEY)):
         if value and value.strip().isdigit() and 0 < int(value) < 65536:
             return int(value)
-    uid = os.getuid() if hasattr(os, "getuid") else 77
-    return 37700 + uid % 100
+    return default_worker_port()
 
 
 def worker_version(port: int, timeout_s: float) -> str | None:
