@@ -237,3 +237,29 @@ def test_claude_mem_values_and_memsync_meanings(served: Settings) -> None:
         error, text = got[bad]
         assert error and word in text and "Traceback" not in text, (bad, text)
     assert got["missing"][1].endswith("Not found: #999999"), got["missing"][1]
+
+
+@pytest.mark.slow
+def test_the_profile_ranks_as_memsyncs_own_search(served: Settings) -> None:
+    """The profile changes parameters and the answer's shape, never the ranking: its ids, in order,
+    are the library's hybrid search's (the dev-set figure of the same check: docs/benchmarks.md)."""
+    from memsync.config.records import format_ref
+    from memsync.search import Searcher
+
+    queries = ["upload retries", "dark dashboard header", "postgres connection pooling", "why uploads fail"]
+
+    async def body(client: Client) -> list[list[str]]:
+        out = []
+        for q in queries:
+            text = text_of(await client.call_tool("search", {"query": q, "limit": 10}))
+            out.append([r for r, _ in ROW.findall(text)])
+        return out
+
+    served_ids = run_client(profile_params(served), body)
+    searcher = Searcher(served)
+    try:
+        library = [[format_ref(r.kind, r.id) for r in searcher.search(q, limit=10).results] for q in queries]
+    finally:
+        searcher.close()
+    assert served_ids == library
+    assert all(served_ids)
