@@ -263,3 +263,45 @@ def test_the_profile_ranks_as_memsyncs_own_search(served: Settings) -> None:
         searcher.close()
     assert served_ids == library
     assert all(served_ids)
+
+
+@pytest.mark.slow
+def test_the_profile_over_streamable_http(served: Settings) -> None:
+    import subprocess
+    import time
+
+    import httpx
+
+    from tests.conftest import free_port
+
+    port = free_port()
+    log = served.data_dir / f"profile-http-{port}.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen([MEMSYNC, "mcp", "--profile", "claude-mem", "--http-port", str(port)],
+                                env=server_env(served), cwd=ROOT, stdout=sink, stderr=sink, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while True:  # poll with a deadline until uvicorn accepts connections
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
+                    break
+                except httpx.TransportError:
+                    assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                    time.sleep(0.1)
+
+            async def run() -> tuple[list[str], str]:
+                async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                    tools = await client.list_tools()
+                    found = await client.call_tool("search", {"query": "uploads fail", "type": "prompts"})
+                    return [t.name for t in tools.tools], text_of(found)
+
+            names, text = asyncio.run(run())
+            assert names == list(PROFILE_TOOLS)
+            assert text.startswith("Found ") and ROW.findall(text)[0][0] == "#P1", text
+            listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            refused = httpx.post(f"http://127.0.0.1:{port}/mcp", json=listing, timeout=30, headers={
+                "Accept": "application/json, text/event-stream", "Host": "attacker.example"})
+            assert refused.status_code == 421  # the same Host rule as memsync's own tools
+        finally:
+            proc.terminate()
+            proc.wait(10)
