@@ -174,6 +174,22 @@ def kill_managed_server(data_dir: Path, store: Path | None = None) -> None:
 
 
 @contextlib.contextmanager
+def held_server(settings: Settings) -> Iterator[Settings]:
+    """The managed `chroma run` of ``settings``, started and held by the test (so that it outlives
+    each resync, as it outlives a worker for claude-mem), stopped and, whatever happened, killed at
+    the end."""
+    from memsync.config.chroma.server import ManagedServer
+
+    server = ManagedServer(settings)
+    server.ensure()
+    try:
+        yield settings
+    finally:
+        server.stop()
+        kill_managed_server(settings.data_dir)
+
+
+@contextlib.contextmanager
 def fake_chroma_run(store: Path, port: int, host: str = "127.0.0.1") -> Iterator[subprocess.Popen[bytes]]:
     """A live process whose command line is a `chroma run --path STORE --host HOST --port PORT`
     (python sleeping, with those arguments): what the process table shows of a managed server,

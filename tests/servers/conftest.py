@@ -3,6 +3,7 @@ tests; and a helper that starts `memsync serve` as its own process."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -58,6 +59,31 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         yield settings
     finally:
         owner.stop()
+
+
+@contextlib.contextmanager
+def mcp_over_http(settings: Settings, *args: str) -> Iterator[int]:
+    """`memsync mcp ARGS --http-port PORT` as a subprocess on a free port, once uvicorn accepts
+    connections; the port. Stopped (and waited for) on exit."""
+    port = free_port()
+    log = settings.data_dir / f"mcp-http-{port}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as sink:
+        proc = subprocess.Popen([MEMSYNC, "mcp", *args, "--http-port", str(port)], env=server_env(settings), cwd=ROOT,
+                                stdout=sink, stderr=sink, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while True:  # poll with a deadline until uvicorn accepts connections
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
+                    break
+                except httpx.TransportError:
+                    assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                    time.sleep(0.1)
+            yield port
+        finally:
+            proc.terminate()
+            proc.wait(10)
 
 
 def server_env(settings: Settings, **extra: str) -> dict[str, str]:

@@ -26,7 +26,7 @@ from memsync.config.settings import Settings
 from memsync.servers.claude_mem_tools import SCHEMAS, comma_list, date_value, whole
 from memsync.servers.params import BadRequest
 from memsync.worker.resync import resync
-from tests.servers.conftest import MEMSYNC, ROOT, server_env
+from tests.servers.conftest import MEMSYNC, ROOT, mcp_over_http, server_env
 from tests.upstream.harness import BUN, NO_TELEMETRY, WORKER_SCRIPT, ClaudeMemWorker
 
 T = TypeVar("T")
@@ -267,41 +267,19 @@ def test_the_profile_ranks_as_memsyncs_own_search(served: Settings) -> None:
 
 @pytest.mark.slow
 def test_the_profile_over_streamable_http(served: Settings) -> None:
-    import subprocess
-    import time
-
     import httpx
 
-    from tests.conftest import free_port
+    with mcp_over_http(served, "--profile", "claude-mem") as port:
+        async def run() -> tuple[list[str], str]:
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                tools = await client.list_tools()
+                found = await client.call_tool("search", {"query": "uploads fail", "type": "prompts"})
+                return [t.name for t in tools.tools], text_of(found)
 
-    port = free_port()
-    log = served.data_dir / f"profile-http-{port}.log"
-    with log.open("w") as sink:
-        proc = subprocess.Popen([MEMSYNC, "mcp", "--profile", "claude-mem", "--http-port", str(port)],
-                                env=server_env(served), cwd=ROOT, stdout=sink, stderr=sink, stdin=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 60
-            while True:  # poll with a deadline until uvicorn accepts connections
-                try:
-                    httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
-                    break
-                except httpx.TransportError:
-                    assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-                    time.sleep(0.1)
-
-            async def run() -> tuple[list[str], str]:
-                async with Client(f"http://127.0.0.1:{port}/mcp") as client:
-                    tools = await client.list_tools()
-                    found = await client.call_tool("search", {"query": "uploads fail", "type": "prompts"})
-                    return [t.name for t in tools.tools], text_of(found)
-
-            names, text = asyncio.run(run())
-            assert names == list(PROFILE_TOOLS)
-            assert text.startswith("Found ") and ROW.findall(text)[0][0] == "#P1", text
-            listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-            refused = httpx.post(f"http://127.0.0.1:{port}/mcp", json=listing, timeout=30, headers={
-                "Accept": "application/json, text/event-stream", "Host": "attacker.example"})
-            assert refused.status_code == 421  # the same Host rule as memsync's own tools
-        finally:
-            proc.terminate()
-            proc.wait(10)
+        names, text = asyncio.run(run())
+        assert names == list(PROFILE_TOOLS)
+        assert text.startswith("Found ") and ROW.findall(text)[0][0] == "#P1", text
+        listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        refused = httpx.post(f"http://127.0.0.1:{port}/mcp", json=listing, timeout=30, headers={
+            "Accept": "application/json, text/event-stream", "Host": "attacker.example"})
+        assert refused.status_code == 421  # the same Host rule as memsync's own tools

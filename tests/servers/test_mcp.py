@@ -18,7 +18,7 @@ from mcp.types import CallToolResult, Tool
 
 from memsync.config.settings import Settings
 from tests.conftest import free_port
-from tests.servers.conftest import MEMSYNC, ROOT, server_env
+from tests.servers.conftest import MEMSYNC, ROOT, mcp_over_http, server_env
 
 pytestmark = pytest.mark.slow
 T = TypeVar("T")
@@ -323,49 +323,29 @@ def test_tools_work_with_the_vector_sidecar_down(served: Settings, tmp_path: Any
 
 
 def test_streamable_http_transport_on_loopback(served: Settings) -> None:
-    import subprocess
-    import time
-
     import httpx
 
-    port = free_port()
-    log = served.data_dir / f"mcp-http-{port}.log"
-    with log.open("w") as sink:
-        proc = subprocess.Popen([MEMSYNC, "mcp", "--http-port", str(port)], env=server_env(served), cwd=ROOT,
-                                stdout=sink, stderr=sink, stdin=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 60
-            while True:  # poll with a deadline until uvicorn accepts connections
-                try:
-                    httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
-                    break
-                except httpx.TransportError:
-                    assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-                    time.sleep(0.1)
+    with mcp_over_http(served) as port:
+        async def run() -> tuple[int, str]:
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                tools = await client.list_tools()
+                _, text = await call(client, "search_user_prompts", query="uploads fail")
+                return len(tools.tools), text
 
-            async def run() -> tuple[int, str]:
-                async with Client(f"http://127.0.0.1:{port}/mcp") as client:
-                    tools = await client.list_tools()
-                    _, text = await call(client, "search_user_prompts", query="uploads fail")
-                    return len(tools.tools), text
+        n, text = asyncio.run(run())
+        assert n == len(TOOLS) and refs(text)[0] == "#P1" and text.startswith("mode: hybrid")
 
-            n, text = asyncio.run(run())
-            assert n == len(TOOLS) and refs(text)[0] == "#P1" and text.startswith("mode: hybrid")
-
-            # DNS rebinding: the HTTP API's rule (servers.hosts) refuses a foreign Host or Origin.
-            listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-            accept = {"Accept": "application/json, text/event-stream"}
-            for headers, status in [({"Host": "attacker.example"}, 421),
-                                    ({"Host": f"attacker.example:{port}"}, 421),
-                                    ({"Origin": "http://attacker.example"}, 403),
-                                    ({"Origin": "http://localhost:3000"}, 403)]:
-                r = httpx.post(f"http://127.0.0.1:{port}/mcp", json=listing, headers={**accept, **headers}, timeout=30)
-                assert r.status_code == status, (headers, r.status_code, r.text)
-                assert "search_user_prompts" not in r.text and "uploads" not in r.text
-                assert ("allowed_hosts" if status == 421 else "allowed_origins") in r.json()["detail"]
-        finally:
-            proc.terminate()
-            proc.wait(10)
+        # DNS rebinding: the HTTP API's rule (servers.hosts) refuses a foreign Host or Origin.
+        listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        accept = {"Accept": "application/json, text/event-stream"}
+        for headers, status in [({"Host": "attacker.example"}, 421),
+                                ({"Host": f"attacker.example:{port}"}, 421),
+                                ({"Origin": "http://attacker.example"}, 403),
+                                ({"Origin": "http://localhost:3000"}, 403)]:
+            r = httpx.post(f"http://127.0.0.1:{port}/mcp", json=listing, headers={**accept, **headers}, timeout=30)
+            assert r.status_code == status, (headers, r.status_code, r.text)
+            assert "search_user_prompts" not in r.text and "uploads" not in r.text
+            assert ("allowed_hosts" if status == 421 else "allowed_origins") in r.json()["detail"]
 
 
 def test_an_unexpected_error_gets_a_fixed_message_not_an_empty_one(tmp_path: Any) -> None:

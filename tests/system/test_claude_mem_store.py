@@ -31,12 +31,11 @@ import numpy.typing as npt
 import pytest
 
 from memsync.config.chroma import collections as stores
-from memsync.config.chroma.server import ManagedServer
 from memsync.config.settings import Settings
 from memsync.worker.resync import upstream_resync
 from memsync.worker.source import SourceReader
 from memsync.worker.state import SyncState
-from tests.conftest import free_port, kill_managed_server
+from tests.conftest import free_port, held_server
 from tests.upstream.harness import ClaudeMemWorker
 
 pytestmark = pytest.mark.slow
@@ -263,15 +262,9 @@ def deliberate_live(row: Row, doc_id: str, theirs: Doc | None, ours: Doc | None)
 def chroma_server(db: Path, tmp_path: Path) -> Iterator[Settings]:
     """memsync's settings on ``db`` (its upstream store named OURS, beside claude-mem's) and the
     managed `chroma run` they name, held by the test for both writers; killed at the end."""
-    s = Settings(db=db, data_dir=tmp_path / "data",
-                 chroma_mode="managed", chroma_port=free_port(), upstream_store=True, upstream_collection=OURS)
-    server = ManagedServer(s)
-    server.ensure()
-    try:
+    with held_server(Settings(db=db, data_dir=tmp_path / "data", chroma_mode="managed", chroma_port=free_port(),
+                              upstream_store=True, upstream_collection=OURS)) as s:
         yield s
-    finally:
-        server.stop()
-        kill_managed_server(s.data_dir)
 
 
 def memsync_store(s: Settings) -> None:

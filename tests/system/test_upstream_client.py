@@ -22,10 +22,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.types import CallToolResult
 
-from memsync.config.chroma.server import ManagedServer
 from memsync.config.settings import Settings
 from memsync.worker.resync import resync
-from tests.conftest import free_port, kill_managed_server
+from tests.conftest import free_port, held_server
 from tests.upstream.harness import CHROMA_MCP, seed_default_model
 from tests.upstream.written import written_db
 from tests.worker.upstream_reference import reference_documents
@@ -68,14 +67,9 @@ def test_claude_mems_chroma_mcp_searches_the_store(tmp_path: Path) -> None:
                         chroma_mode="managed", chroma_port=free_port(), upstream_store=True)
     home = tmp_path / "claude-mem-home"
     seed_default_model(home)
-    server = ManagedServer(settings)
-    server.ensure()
-    try:
+    with held_server(settings):
         resync(settings)
         got = claude_mem_calls(settings.chroma_port, home)
-    finally:
-        server.stop()
-        kill_managed_server(settings.data_dir)
     # claude-mem creates the collection every time and takes "already exists" as success.
     assert got["create"].is_error and "already exists" in text_of(got["create"])
     assert not got["count"].is_error and int(text_of(got["count"])) == len(reference_documents(settings.db))

@@ -27,7 +27,6 @@ from click.testing import CliRunner
 from pydantic import ValidationError
 
 from memsync.config.chroma import collections as stores
-from memsync.config.chroma.server import ManagedServer
 from memsync.config.claude_mem.schema import KINDS, Era, Kind
 from memsync.config.embedding import upstream_embedder
 from memsync.config.settings import UPSTREAM_DEFAULT_PORT, Settings
@@ -39,7 +38,7 @@ from memsync.worker.resync import resync, upstream_resync
 from memsync.worker.source import SourceReader
 from memsync.worker.state import SyncState
 from memsync.worker.upstream import build_upstream_documents
-from tests.conftest import free_port, kill_managed_server, make_db, obs, write
+from tests.conftest import free_port, held_server, make_db, obs, write
 from tests.worker.upstream_reference import reference_documents
 from tests.worker.upstream_shapes import LONG, shapes_db
 
@@ -171,15 +170,10 @@ def test_the_store_needs_a_server_claude_mem_can_reach(tmp_path: Path) -> None:
 def server_settings(tmp_path: Path) -> Iterator[Settings]:
     """Managed mode with the store on, and its `chroma run` held by the test (so that it outlives
     each resync, as it outlives the worker for claude-mem); killed at the end."""
-    s = Settings(db=shapes_db(tmp_path / "claude-mem.db"), data_dir=tmp_path / "data", chroma_mode="managed",
-                 chroma_port=free_port(), upstream_store=True, read_batch_rows=3, batch_size=4)
-    server = ManagedServer(s)
-    server.ensure()
-    try:
+    with held_server(Settings(db=shapes_db(tmp_path / "claude-mem.db"), data_dir=tmp_path / "data",
+                              chroma_mode="managed", chroma_port=free_port(), upstream_store=True, read_batch_rows=3,
+                              batch_size=4)) as s:
         yield s
-    finally:
-        server.stop()
-        kill_managed_server(s.data_dir)
 
 
 def _client(settings: Settings) -> Any:
