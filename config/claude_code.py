@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +34,15 @@ class ClaudeSettingsError(RuntimeError):
     """Claude Code's settings file cannot be read as a JSON object: fix or move it, then run again."""
 
 
-def config_dir(env: dict[str, str] | None = None) -> Path:
-    """Claude Code's configuration directory: ``CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
-    env = dict(os.environ) if env is None else env
+def config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Claude Code's configuration directory: ``CLAUDE_CONFIG_DIR``, else ``~/.claude`` (HOME of
+    ``env``); the one rule for memsync's swap and for finding the installed claude-mem plugin."""
+    env = os.environ if env is None else env
     value = env.get("CLAUDE_CONFIG_DIR", "").strip()
-    return Path(value).expanduser() if value else Path.home() / ".claude"
+    return Path(value).expanduser() if value else Path(env.get("HOME") or Path.home()) / ".claude"
 
 
-def settings_path(env: dict[str, str] | None = None) -> Path:
+def settings_path(env: Mapping[str, str] | None = None) -> Path:
     """The user's Claude Code settings file (``settings.json`` in :func:`config_dir`)."""
     return config_dir(env) / "settings.json"
 

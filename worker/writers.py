@@ -17,19 +17,11 @@ memsync leaves what is already right.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from memsync.config.claude_mem.user_settings import (
-    SETTINGS_FILE,
-    data_dir_choice,
-    default_worker_port,
-    read_settings_file,
-)
+from memsync.config.claude_mem.user_settings import claude_mem_setting, default_worker_port
+from memsync.config.claude_mem.version import worker_version
 
 CLAUDE_MEM_COLLECTION = "cm__claude-mem"  # ChromaSync("claude-mem"): the only collection 13.x writes
 DEFAULTS = {"CLAUDE_MEM_CHROMA_ENABLED": "true", "CLAUDE_MEM_CHROMA_MODE": "local",
@@ -44,19 +36,13 @@ Probe = Callable[[str, int], bool]
 
 def claude_mem_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """claude-mem's Chroma and worker settings, as its worker resolves them (module docstring)."""
-    env = os.environ if environ is None else environ
-    saved = read_settings_file(data_dir_choice(env).path / SETTINGS_FILE)
-    # A variable set in the environment wins even when empty; an empty value then means the default.
     defaults = {**DEFAULTS, "CLAUDE_MEM_WORKER_PORT": str(default_worker_port())}
-    return {key: (env[key] if key in env else saved.get(key)) or default for key, default in defaults.items()}
+    return {key: claude_mem_setting(key, default, environ) for key, default in defaults.items()}
 
 
 def health(host: str, port: int) -> bool:
-    """claude-mem's worker answers ``/api/health`` there."""
-    url = f"http://{'127.0.0.1' if host == 'localhost' else host}:{port}/api/health"
-    with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as resp:
-        return isinstance(json.loads(resp.read()), dict)
-    return False
+    """claude-mem's worker answers ``/api/health`` there (with a version)."""
+    return worker_version(port, HEALTH_TIMEOUT_S, host) is not None
 
 
 def _same_host(a: str, b: str) -> bool:

@@ -37,6 +37,15 @@ class DataDirChoice:
         return self.path / DB_FILE
 
 
+def claude_mem_setting(key: str, default: str, environ: Mapping[str, str] | None = None) -> str:
+    """One of claude-mem's settings as its ``SettingsDefaultsManager`` resolves it: the environment
+    variable (set there even when empty), else the key in its data directory's ``settings.json``,
+    else ``default``; an empty value means the default."""
+    env = os.environ if environ is None else environ
+    value = env[key] if key in env else read_settings_file(data_dir_choice(env).path / SETTINGS_FILE).get(key)
+    return value or default
+
+
 def default_worker_port() -> int:
     """claude-mem's default worker port (13.25.3's SettingsDefaultsManager: 37700 + uid % 100, so
     that users of one machine get different ports; 77 where there is no uid)."""

@@ -25,12 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from memsync.config.claude_mem.user_settings import (
-    SETTINGS_FILE,
-    data_dir_choice,
-    default_worker_port,
-    read_settings_file,
-)
+from memsync.config.claude_code import config_dir
+from memsync.config.claude_mem.user_settings import claude_mem_setting, default_worker_port
 
 # The newest claude-mem schema (``schema_versions`` max) memsync is tested with: what the pinned
 # release (tests/upstream/versions.json, claude-mem 13.25.3) writes. tests/system/test_real_claude_mem
@@ -53,10 +49,6 @@ class ClaudeMemVersion:
     def as_dict(self) -> dict[str, str]:
         """JSON-ready form."""
         return {"version": self.version, "source": self.source}
-
-
-def _config_dir(env: Mapping[str, str]) -> Path:
-    return Path(env.get("CLAUDE_CONFIG_DIR") or Path(env.get("HOME") or Path.home()) / ".claude")
 
 
 def _package_version(path: Path) -> str | None:
@@ -84,7 +76,7 @@ def installed_version(environ: Mapping[str, str] | None = None) -> ClaudeMemVers
     """The claude-mem plugin Claude Code runs, by upstream's rule (module docstring); None when
     none is installed."""
     env = os.environ if environ is None else environ
-    plugins = _config_dir(env) / "plugins"
+    plugins = config_dir(env) / "plugins"
     candidates: list[tuple[str, Path]] = []
     cache = plugins / "cache" / "thedotmack" / "claude-mem"
     try:
@@ -106,17 +98,14 @@ def installed_version(environ: Mapping[str, str] | None = None) -> ClaudeMemVers
 
 def worker_port(environ: Mapping[str, str] | None = None) -> int:
     """claude-mem's worker port: the environment, else its settings.json, else upstream's default."""
-    env = os.environ if environ is None else environ
-    for value in (env.get(PORT_KEY), read_settings_file(data_dir_choice(env).path / SETTINGS_FILE).get(PORT_KEY)):
-        if value and value.strip().isdigit() and 0 < int(value) < 65536:
-            return int(value)
-    return default_worker_port()
+    value = claude_mem_setting(PORT_KEY, "", environ).strip()
+    return int(value) if value.isdigit() and 0 < int(value) < 65536 else default_worker_port()
 
 
-def worker_version(port: int, timeout_s: float) -> str | None:
-    """The version the claude-mem worker on loopback ``port`` reports (``GET /api/health``; the
+def worker_version(port: int, timeout_s: float, host: str = "127.0.0.1") -> str | None:
+    """The version the claude-mem worker on ``host``:``port`` reports (``GET /api/health``; the
     body counts on an error status too, as upstream reads it), or None when none answers."""
-    url = f"http://127.0.0.1:{port}/api/health"
+    url = f"http://{'127.0.0.1' if host == 'localhost' else host}:{port}/api/health"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (fixed loopback URL)
             body = response.read(65536)
