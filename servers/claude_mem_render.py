@@ -147,16 +147,14 @@ def search_text(resp: Response, query: str, by_date: bool) -> str:
     lines = [f'Found {total} result(s) matching "{query if query else "undefined"}" ({counts[Kind.OBSERVATION]} obs, '
              f"{counts[Kind.SUMMARY]} sessions, {counts[Kind.PROMPT]} prompts)", how_answered(resp), ""]
     if by_date:
-        days: dict[str, list[Result]] = {}
-        for r in sorted(resp.results, key=lambda r: r.created_at_epoch or 0):
-            days.setdefault(day(r.created_at_epoch), []).append(r)
-        order = resp.results  # within a day, the page's own (date) order
+        days: dict[str, list[Result]] = {day(e): [] for e in sorted(r.created_at_epoch or 0 for r in resp.results)}
+        for r in resp.results:  # days oldest first; within a day, the page's own (date) order
+            days[day(r.created_at_epoch or 0)].append(r)
         for name, members in days.items():
             lines += [f"### {name}", ""]
             by_file: dict[str, list[Result]] = {}
-            for r in order:
-                if r in members:
-                    by_file.setdefault(first_file(r), []).append(r)
+            for r in members:
+                by_file.setdefault(first_file(r), []).append(r)
             for file, rows in by_file.items():
                 lines += [f"**{cell(file, 200)}**", *SEARCH_HEADER, *_rows(rows), ""]
         return "\n".join(lines).rstrip() + "\n"

@@ -169,7 +169,7 @@ def build_profile_server(settings: Settings, searcher: Searcher | None = None) -
             order = ORDERS.get(orderBy.strip().lower()) if orderBy else default
             if order is None:
                 raise BadRequest(f"orderBy must be relevance, date_desc or date_asc, got {str(orderBy)[:40]!r}")
-            known = set(searcher.observation_types())
+            known = set(searcher.observation_types()) if types else set()  # a query, only when filtering
             if types and not known & set(types):
                 # claude-mem filters by any type and finds nothing; memsync says which exist.
                 return (f'No results found matching "{text or "undefined"}"\n_no observation of type '
