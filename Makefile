@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # within 1.x (pip then warns about the pin; the tools chroma-mcp registers are unchanged).
 CHROMA_MCP_VENV ?= .venv-chroma-mcp
 # The real claude-mem (its bundled worker, one file) and the Bun runtime it runs on, for the system
-# tests that have claude-mem write the database memsync reads (tests/upstream/harness.py). The two
+# tests that have claude-mem write the database memsync reads (scripts/real_claude_mem.py). The two
 # versions have one owner, tests/upstream/versions.json, which the harness reads too.
 UPSTREAM := .upstream
 CLAUDE_MEM_VERSION := $(shell $(PYTHON) -c 'import json; print(json.load(open("tests/upstream/versions.json"))["claude-mem"])')

@@ -15,10 +15,20 @@ through the public library call:
 - ``rrf60``: the peer a user would otherwise build (LangChain's ``EnsembleRetriever``): equal-weight
   reciprocal-rank fusion, k=60, of the BM25 (memsync's text index without its query expansion) and
   dense top-100 lists;
-- ``claude-mem``: the seed's claude-mem algorithm: dense top-100, then newest first;
 - ``profile``: ``memsync mcp --profile claude-mem``'s ``search`` tool (``type=prompts``, the
   project, ``limit=20``), called through the MCP SDK's client on an in-process server and read
-  back from its markdown answer: what an agent following claude-mem's skill gets from memsync.
+  back from its markdown answer: what an agent following claude-mem's skill gets from memsync;
+- ``claude-mem``: the real claude-mem's ``search`` tool, the same call, through the same client:
+  its published ``mcp-server.cjs`` on Bun, in front of its worker with its Chroma path on
+  (``scripts.real_claude_mem``; ``make test`` installs both, pinned). Its worker gets a copy of the
+  database (its migrations write) and backfills its own Chroma store, a managed ``chroma run``,
+  before the questions: about 25 minutes for the 5,710 documents of a linking with observations on
+  two cores, kept in ``quality-LINKS/claude-mem`` so a rerun only checks it. The call adds
+  ``dateStart=2000-01-01``: the conversations are from 2023, and without a date range claude-mem
+  keeps only its last 90 days (memsync's side runs with the window off, the same all-time question).
+
+For the two MCP retrievers the answer's size is reported too (WordPiece tokens of the text, as
+``scripts.bench_tokens`` counts them, and rows per answer).
 
 Writes JSON (default ``.bench/bench_quality.json``) and exits 1 when a bar is missed. Each
 linking's synced data directory is kept (``--work``/quality-LINKS) so a rerun skips embedding.
@@ -28,28 +38,35 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import re
+import sqlite3
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+import chromadb
 
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.settings import Settings
 from memsync.search import Filters, Mode, Searcher
 from memsync.search.fusion import Weights
 from memsync.search.models import Result
+from memsync.servers.claude_mem_tools import build_profile_server
 from memsync.worker.importer import import_records, init_db
 from memsync.worker.resync import resync
-from scripts.benchlib import ROOT, print_table, write_json
+from scripts.benchlib import ROOT, free_port, print_table, write_json
 from scripts.locomo import DEFAULT_DATA, LINKS, Question, load
+from scripts.real_claude_mem import BACKFILL_DONE, CLAUDE_MEM_VERSION, ClaudeMemWorker, mcp_server_params
 
 KS = (5, 10, 20)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-RETRIEVERS = ("lexical", "semantic", "hybrid", "rrf60", "claude-mem", "profile")
+RETRIEVERS = ("lexical", "semantic", "hybrid", "rrf60", "profile", "claude-mem")
+MCP_RETRIEVERS = ("profile", "claude-mem")  # asked through an MCP client, each answer read back
 PEER_DEPTH = 100  # each list the peers fuse or re-sort: the same candidate depth memsync uses
 TURN_BAR = 0.77  # hybrid recall@10 with precise links (issue 15)
 
@@ -105,11 +122,6 @@ def rrf(lists: Sequence[Sequence[int]], k: int = 60) -> list[int]:
     return sorted(total, key=lambda key: -total[key])
 
 
-def newest_first(results: Sequence[Result]) -> list[int]:
-    """The seed's claude-mem order: the dense candidates, newest first (relevance discarded)."""
-    return [r.id for r in sorted(results, key=lambda r: -(r.created_at_epoch or 0))]
-
-
 class Runner:
     """The retrievers over one synced linking, each returning prompt ids best first."""
 
@@ -130,7 +142,7 @@ class Runner:
         out: dict[str, list[int]] = {}
         deep: dict[Mode, list[Result]] = {}
         for name, mode in (("lexical", Mode.LEXICAL), ("semantic", Mode.SEMANTIC), ("hybrid", Mode.HYBRID)):
-            if name in retrievers or (mode is not Mode.HYBRID and {"rrf60", "claude-mem"} & set(retrievers)):
+            if name in retrievers or (mode is not Mode.HYBRID and "rrf60" in retrievers):
                 t = time.perf_counter()
                 deep[mode] = self._search(q, mode, PEER_DEPTH if mode is not Mode.HYBRID else max(KS))
                 self.latency[name].append((time.perf_counter() - t) * 1000)
@@ -138,34 +150,92 @@ class Runner:
         if "rrf60" in retrievers:
             bm25 = [r.id for r in self._search(q, Mode.LEXICAL, PEER_DEPTH, self.plain)]
             out["rrf60"] = rrf([bm25, out["semantic"]])
-        if "claude-mem" in retrievers:
-            out["claude-mem"] = newest_first(deep[Mode.SEMANTIC])
         return {name: out[name] for name in retrievers}
 
 
-PROMPT_ROW = re.compile(r"^\| #P(\d+) \|", re.M)
+PROMPT_ROW = re.compile(r"^\| #P(\d+) \|", re.M)  # an index row of a prompt, in both servers' answers
+ALL_TIME = "2000-01-01"  # claude-mem's dateStart for "all time" (its default keeps the last 90 days)
 
 
-async def profile_rankings(settings: Settings, searcher: Searcher, questions: Sequence[Question],
-                           latency: list[float]) -> list[list[int]]:
-    """Each question's prompt ids from the claude-mem profile's ``search`` tool, through the MCP
-    client (one in-process server on ``searcher``), read from the answer's index rows."""
-    from mcp import Client
+class Answers:
+    """Each question's prompt ids from one MCP server's ``search`` tool, with latency and size."""
 
-    from memsync.servers.claude_mem_tools import build_profile_server
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.rankings: list[list[int]] = []
+        self.latency: list[float] = []
+        self.tokens: list[int] = []
 
-    out: list[list[int]] = []
-    async with Client(build_profile_server(settings, searcher)) as client:
-        for q in questions:
-            t = time.perf_counter()
-            result = await client.call_tool("search", {"query": q.question, "type": "prompts", "project": q.project,
-                                                       "limit": max(KS)})
-            latency.append((time.perf_counter() - t) * 1000)
-            text = "\n".join(getattr(c, "text", "") for c in result.content)
-            if result.is_error:
-                raise SystemExit(f"profile search failed: {text}")
-            out.append([int(i) for i in PROMPT_ROW.findall(text)])
-    return out
+    async def ask(self, server: Any, questions: Sequence[Question], extra: dict[str, Any], tokens: Any) -> None:
+        """Ask every question through the MCP SDK's client connected to ``server`` (an in-process
+        server or stdio parameters): ``type=prompts``, the question's project, ``limit=20``."""
+        from mcp import Client
+
+        async with Client(server, read_timeout_seconds=120) as client:
+            for q in questions:
+                t = time.perf_counter()
+                result = await client.call_tool("search", {"query": q.question, "type": "prompts",
+                                                           "project": q.project, "limit": max(KS), **extra})
+                self.latency.append((time.perf_counter() - t) * 1000)
+                text = "\n".join(getattr(c, "text", "") for c in result.content)
+                if result.is_error:
+                    raise SystemExit(f"{self.name} search failed: {text}")
+                self.rankings.append([int(i) for i in PROMPT_ROW.findall(text)])
+                self.tokens.append(tokens(text))
+        if not any(self.rankings):  # a changed answer format must not pass as zero recall
+            raise SystemExit(f"{self.name}: no prompt row (| #P<id> |) in any answer")
+
+    def size_row(self, links: str) -> dict[str, Any]:
+        """Mean rows and WordPiece tokens per answer."""
+        n = len(self.tokens)
+        rows = sum(len(r) for r in self.rankings) / n
+        mean = sum(self.tokens) / n
+        return {"links": links, "group": "answer size", "retriever": self.name, "n": n,
+                "rows": round(rows, 1), "tokens": round(mean), "tokens/row": round(mean / rows, 1) if rows else None}
+
+
+def wordpiece_counter() -> Any:
+    """Tokens of a text as ``scripts.bench_tokens`` counts them (the shipped MiniLM WordPiece)."""
+    from tokenizers import Tokenizer
+
+    from memsync.config.embedding import tokenizer_json
+
+    wordpiece = Tokenizer.from_str(tokenizer_json())
+    wordpiece.no_padding()
+    wordpiece.no_truncation()
+    return lambda text: len(wordpiece.encode(text, add_special_tokens=False).ids)
+
+
+@contextlib.contextmanager
+def real_claude_mem(settings: Settings) -> Iterator[ClaudeMemWorker]:
+    """The real claude-mem worker on a copy of ``settings.db``, its Chroma path on against a managed
+    ``chroma run``, backfilled; both kept beside the database for a rerun, stopped at the end."""
+    from memsync.config.chroma.server import ManagedServer
+
+    root = settings.db.parent / "claude-mem"
+    home = root / "home"
+    db = home / ".claude-mem" / "claude-mem.db"
+    if not db.exists():  # claude-mem's migrations write to the database: it gets its own copy
+        db.parent.mkdir(parents=True, exist_ok=True)
+        with sqlite3.connect(settings.db) as src, sqlite3.connect(db) as dst:
+            src.backup(dst)
+    chroma = Settings(db=db, data_dir=root / "chroma", chroma_mode="managed", chroma_port=free_port())
+    server = ManagedServer(chroma)
+    server.ensure()
+    worker = ClaudeMemWorker(home, free_port(), chroma_port=chroma.chroma_port)
+    try:
+        done = worker.own_log().count(BACKFILL_DONE) if worker.data_dir.exists() else 0
+        t = time.monotonic()
+        worker.start().wait_backfilled(runs=done + 1, timeout=4 * 3600)
+        client = chromadb.HttpClient(host=chroma.chroma_host, port=chroma.chroma_port)
+        # claude-mem creates its collection on its first write: none when no project has observations
+        count = sum(c.count() for c in client.list_collections() if c.name == "cm__claude-mem")
+        print(f"claude-mem {CLAUDE_MEM_VERSION}: its Chroma store holds {count} documents "
+              f"(backfill checked in {time.monotonic() - t:.0f} s)")
+        yield worker
+    finally:
+        worker.stop()
+        server.stop()
 
 
 def evaluate(settings: Settings, questions: list[Question], weights: Weights, retrievers: Sequence[str],
@@ -177,17 +247,21 @@ def evaluate(settings: Settings, questions: list[Question], weights: Weights, re
     runner = Runner(searcher, plain)
     sums: dict[str, dict[str, dict[str, list[float]]]] = {
         m: defaultdict(lambda: defaultdict(list)) for m in retrievers}
+    answers = {name: Answers(name) for name in MCP_RETRIEVERS if name in retrievers}
     try:
-        profile: list[list[int]] = []
-        if "profile" in retrievers:
-            profile = asyncio.run(profile_rankings(settings, searcher, questions, runner.latency["profile"]))
+        tokens = wordpiece_counter()
+        if "profile" in answers:
+            asyncio.run(answers["profile"].ask(build_profile_server(settings, searcher), questions, {}, tokens))
+        if "claude-mem" in answers:
+            with real_claude_mem(settings) as worker:
+                asyncio.run(answers["claude-mem"].ask(mcp_server_params(worker), questions,
+                                                      {"dateStart": ALL_TIME}, tokens))
         for n, q in enumerate(questions):
             gold = {turn_ids[(q.project, s, t)] for s, t in q.evidence if (q.project, s, t) in turn_ids}
             if not gold:
                 continue
-            ranked_by = runner.run(q, [r for r in retrievers if r != "profile"])
-            if profile:
-                ranked_by["profile"] = profile[n]
+            ranked_by = runner.run(q, [r for r in retrievers if r not in answers])
+            ranked_by.update({name: a.rankings[n] for name, a in answers.items()})
             for name, ranked in ranked_by.items():
                 for metric, value in score(ranked, gold).items():
                     sums[name]["all"][metric].append(value)
@@ -203,10 +277,12 @@ def evaluate(settings: Settings, questions: list[Question], weights: Weights, re
             row: dict[str, Any] = {"links": links, "group": group, "n": len(vals["mrr"]), "retriever": name}
             row.update({m: round(sum(vals[m]) / len(vals[m]), 3) for m in metrics})
             table.append(row)
-    for name, values in runner.latency.items():
+    latency = {**runner.latency, **{name: a.latency for name, a in answers.items()}}
+    for name, values in latency.items():
         lat = sorted(values)
         table.append({"links": links, "group": "latency", "retriever": name, "n": len(lat),
                       "p50_ms": round(lat[len(lat) // 2], 1), "p95_ms": round(lat[int(len(lat) * 0.95)], 1)})
+    table.extend(a.size_row(links) for a in answers.values())
     return table
 
 
@@ -260,8 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     for links in linkings:
         settings, questions = build(args.data, args.work / f"quality-{links}", links)
         table.extend(evaluate(settings, questions, weights, retrievers, links))
-    print_table([r for r in table if r["group"] != "latency"])
-    print_table([r for r in table if r["group"] == "latency"])
+    for part in ([r for r in table if r["group"] not in ("latency", "answer size")],
+                 [r for r in table if r["group"] == "latency"], [r for r in table if r["group"] == "answer size"]):
+        if part:
+            print_table(part)
     met = bars(table, linkings) if {"hybrid", "lexical", "rrf60"} <= set(retrievers) else {}
     for name, ok in met.items():
         print(f"bar {name}: {'MET' if ok else 'MISSED'}")

@@ -21,8 +21,8 @@ from memsync.config.claude_code import (
     deny_claude_mem_search,
     settings_path,
 )
+from scripts.real_claude_mem import CLAUDE_CODE, NO_TELEMETRY, WORKER_SCRIPT
 from tests.conftest import make_db, mixed_records
-from tests.upstream.harness import CLAUDE_CODE, NO_TELEMETRY, WORKER_SCRIPT
 
 MEMSYNC = str(Path(sys.executable).parent / "memsync")
 

@@ -26,11 +26,10 @@ from memsync.config.settings import Settings
 from memsync.servers.claude_mem_tools import SCHEMAS, comma_list, date_value, whole
 from memsync.servers.params import BadRequest
 from memsync.worker.resync import resync
+from scripts.real_claude_mem import BUN, MCP_SERVER, NO_TELEMETRY, ClaudeMemWorker, mcp_server_params
 from tests.servers.conftest import MEMSYNC, ROOT, mcp_over_http, server_env
-from tests.upstream.harness import BUN, NO_TELEMETRY, WORKER_SCRIPT, ClaudeMemWorker
 
 T = TypeVar("T")
-MCP_SERVER = WORKER_SCRIPT.with_name("mcp-server.cjs")
 PROFILE_TOOLS = ("search", "timeline", "get_observations")
 INDEX_HEADER = "| ID | Time | T | Title | Read |"
 ROW = re.compile(r"^\| (#[SP]?\d+) \| [^|]+ \| [^|]+ \| .* \| (~\d+|-) \|$", re.M)
@@ -71,13 +70,6 @@ def run_client(params: StdioServerParameters, body: Callable[[Client], Awaitable
 def profile_params(settings: Settings) -> StdioServerParameters:
     return StdioServerParameters(command=MEMSYNC, args=["mcp", "--profile", "claude-mem"],
                                  env=server_env(settings), cwd=ROOT)
-
-
-def claude_mem_params(worker: ClaudeMemWorker) -> StdioServerParameters:
-    """claude-mem's own MCP server, as its plugin starts it, talking to ``worker``."""
-    env = {"HOME": str(worker.home), "PATH": "/usr/bin:/bin", "CLAUDE_MEM_DATA_DIR": str(worker.data_dir),
-           "CLAUDE_MEM_WORKER_PORT": str(worker.port), "CLAUDE_MEM_WORKER_HOST": "127.0.0.1", **NO_TELEMETRY}
-    return StdioServerParameters(command=str(BUN), args=[str(MCP_SERVER)], env=env, cwd=worker.home)
 
 
 def text_of(result: CallToolResult) -> str:
@@ -166,7 +158,7 @@ def test_the_skills_examples_answer_in_the_same_shape_as_claude_mem(claude_mem: 
     settings = Settings(db=claude_mem.db, data_dir=tmp_path / "data", chroma_mode="embedded")
     resync(settings)
     calls = skill_calls("alpha", 2, [1, 3])
-    theirs = skill_answers(claude_mem_params(claude_mem), calls)
+    theirs = skill_answers(mcp_server_params(claude_mem), calls)
     mine = skill_answers(profile_params(settings), calls)
     for (tool, args), (their_error, their_text), (my_error, my_text) in zip(calls, theirs, mine, strict=True):
         assert not their_error and not my_error, (tool, args, their_text, my_text)

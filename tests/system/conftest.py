@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from scripts.real_claude_mem import ClaudeMemWorker, HarnessMissing
 from tests.conftest import free_port
-from tests.upstream.harness import ClaudeMemWorker, HarnessMissing
 
 
 @pytest.fixture

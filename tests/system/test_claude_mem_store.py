@@ -1,6 +1,6 @@
 """memsync's upstream-readable store against the store the real claude-mem writes itself (issue 26).
 
-claude-mem 13.25.3's worker (tests/upstream/harness.py) writes a database through its
+claude-mem 13.25.3's worker (scripts/real_claude_mem.py) writes a database through its
 ``/api/import`` with every row shape the import can make, then, restarted with its Chroma path on,
 backfills its own ``cm__claude-mem`` on a real ``chroma run``. memsync builds its upstream store
 from the same file, on the same server under another name. The two are compared id for id, text
@@ -35,8 +35,8 @@ from memsync.config.settings import Settings
 from memsync.worker.resync import upstream_resync
 from memsync.worker.source import SourceReader
 from memsync.worker.state import SyncState
+from scripts.real_claude_mem import ClaudeMemWorker
 from tests.conftest import free_port, held_server
-from tests.upstream.harness import ClaudeMemWorker
 
 pytestmark = pytest.mark.slow
 OWN = "cm__claude-mem"  # the one collection claude-mem 13.x writes

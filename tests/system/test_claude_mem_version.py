@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from memsync.config.claude_mem.version import TESTED_RELEASE, TESTED_SCHEMA_VERSION
 from memsync.main import main
-from tests.upstream.harness import ClaudeMemWorker
+from scripts.real_claude_mem import ClaudeMemWorker
 
 VERSIONS = json.loads((Path(__file__).parents[1] / "upstream" / "versions.json").read_text())
 

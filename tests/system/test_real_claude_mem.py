@@ -1,5 +1,5 @@
 """memsync on a database that the real claude-mem wrote (issue 26): its released worker
-(tests/upstream/harness.py) creates the schema with its own migrations and takes rows through its
+(scripts/real_claude_mem.py) creates the schema with its own migrations and takes rows through its
 ``/api/import``; memsync then resyncs, verifies, searches and reports status on that file, reading
 it only: the file's bytes are the same after every memsync command.
 """
@@ -18,9 +18,9 @@ import pytest
 from memsync.config.claude_mem.schema import LOGICAL_COLUMNS
 from memsync.config.claude_mem.version import TESTED_SCHEMA_VERSION
 from memsync.config.settings import Settings
+from scripts.real_claude_mem import ClaudeMemWorker
 from tests import conftest as demo
 from tests.system.test_e2e import memsync
-from tests.upstream.harness import ClaudeMemWorker
 from tests.upstream.written import Unwritable, import_payload, written_db
 
 pytestmark = pytest.mark.slow

@@ -37,12 +37,12 @@ import pytest
 from memsync.config.chroma.server import chroma_executable
 from memsync.config.settings import Settings
 from memsync.worker.logs import STORE_ALIGNED
+from scripts.real_claude_mem import ClaudeMemWorker, HarnessMissing
 from tests.conftest import free_port, write
 from tests.system.test_e2e import memsync
 from tests.system.test_real_claude_mem import ROWS, observation, prompt, session, summary
 from tests.system.test_worker import WorkerProcess, wait_for
 from tests.upstream.counting_proxy import CountingProxy
-from tests.upstream.harness import ClaudeMemWorker, HarnessMissing
 from tests.worker.test_upstream_store import Docs, derived, held
 
 pytestmark = pytest.mark.slow

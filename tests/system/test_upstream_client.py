@@ -24,8 +24,8 @@ from mcp.types import CallToolResult
 
 from memsync.config.settings import Settings
 from memsync.worker.resync import resync
+from scripts.real_claude_mem import CHROMA_MCP, seed_default_model
 from tests.conftest import free_port, held_server
-from tests.upstream.harness import CHROMA_MCP, seed_default_model
 from tests.upstream.written import written_db
 from tests.worker.upstream_reference import reference_documents
 from tests.worker.upstream_shapes import shapes_db

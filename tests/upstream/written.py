@@ -1,6 +1,6 @@
 """claude-mem databases written by the real claude-mem worker (issue 26): ``written_db(path, records)``
 takes the import records of ``make_db`` (tests/conftest.py: kind, project, session and the row's
-fields) and has claude-mem's own worker (tests/upstream/harness.py) write them through its
+fields) and has claude-mem's own worker (scripts/real_claude_mem.py) write them through its
 ``POST /api/import``, so the file at ``path`` has claude-mem's schema, migrations, triggers and FTS
 tables as a user's has, not memsync's demo DDL.
 
@@ -31,8 +31,8 @@ from typing import Any
 
 from memsync.config.claude_mem.platform import normalize_platform
 from memsync.config.records import iso_from_ms, ms_from_iso
+from scripts.real_claude_mem import CLAUDE_MEM_VERSION, ClaudeMemWorker
 from tests.conftest import free_port
-from tests.upstream.harness import CLAUDE_MEM_VERSION, ClaudeMemWorker
 
 # The fields /api/import writes, per kind, besides the session (INSERT column lists of claude-mem's
 # importObservation, importSessionSummary and importUserPrompt).

@@ -1,5 +1,6 @@
-"""The real claude-mem worker, run by the tests: its published, bundled ``worker-service.cjs`` on
-the Bun runtime, both installed by ``make test`` into ``.upstream/`` at the versions that
+"""The real claude-mem, run by the tests and by ``scripts.bench_quality``: its published, bundled
+``worker-service.cjs`` (and ``mcp-server.cjs``, its MCP server, :func:`mcp_server_params`) on the Bun
+runtime, both installed by ``make test`` into ``.upstream/`` at the versions that
 ``tests/upstream/versions.json`` pins (the one owner; the Makefile reads it too).
 
 The worker runs in the foreground (``--daemon``) on a free loopback port, with a temporary HOME and
@@ -35,13 +36,17 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-ROOT = Path(__file__).resolve().parents[2]
+if TYPE_CHECKING:
+    from mcp.client.stdio import StdioServerParameters
+
+ROOT = Path(__file__).resolve().parents[1]
 VERSIONS: dict[str, str] = json.loads((ROOT / "tests" / "upstream" / "versions.json").read_text())
 CLAUDE_MEM_VERSION = VERSIONS["claude-mem"]
 WORKER_SCRIPT = ROOT / ".upstream" / f"claude-mem-{CLAUDE_MEM_VERSION}" / "package" / "plugin" / "scripts" \
     / "worker-service.cjs"
+MCP_SERVER = WORKER_SCRIPT.with_name("mcp-server.cjs")  # lists its tools without a worker; calls the worker's HTTP API
 BUN = ROOT / ".upstream" / f"bun-{VERSIONS['bun']}" / "node_modules" / ".bin" / "bun"
 INSTALLED = WORKER_SCRIPT.parents[3] / ".installed"
 CLAUDE_CODE = ROOT / ".upstream" / f"claude-code-{VERSIONS['claude-code']}" / "node_modules" / ".bin" / "claude"
@@ -210,3 +215,12 @@ class ClaudeMemWorker:
         """The end of the worker's output and of its own log, for error messages."""
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return (text + self.own_log())[-chars:]
+
+
+def mcp_server_params(worker: ClaudeMemWorker) -> StdioServerParameters:
+    """claude-mem's own MCP server, as its plugin starts it (stdio), talking to ``worker``."""
+    from mcp.client.stdio import StdioServerParameters
+
+    env = {"HOME": str(worker.home), "PATH": "/usr/bin:/bin", "CLAUDE_MEM_DATA_DIR": str(worker.data_dir),
+           "CLAUDE_MEM_WORKER_PORT": str(worker.port), "CLAUDE_MEM_WORKER_HOST": "127.0.0.1", **NO_TELEMETRY}
+    return StdioServerParameters(command=str(BUN), args=[str(MCP_SERVER)], env=env, cwd=worker.home)
