@@ -1,19 +1,25 @@
-"""Claude Code's side of the swap: where its settings are, what claude-mem's search server is called
+"""Claude Code's side of the swap: where its settings are, what claude-mem's search tools are called
 there, and the one change memsync makes to them.
 
 claude-mem's plugin brings its hooks (which record memory) and one MCP server, ``mcp-search``,
-which Claude Code names ``plugin:claude-mem:mcp-search``. To give the agent memsync's answers
-behind the same three tools, ``memsync claude-code swap`` registers ``memsync mcp --profile
-claude-mem`` with ``claude mcp add`` and denies that one server in the user's Claude Code
-settings (``deniedMcpServers``, a setting Claude Code documents for users to deny servers for
-themselves). The plugin stays enabled, so its hooks, context injection and viewer keep working;
-only its search server is left out. ``restore`` undoes both. Checked against the real ``claude``
-CLI (docs/claude-mem.md names the version): with the entry, ``claude mcp list`` no longer lists
-the plugin's server and ``claude plugin details`` still counts its hooks.
+which Claude Code names ``plugin:claude-mem:mcp-search`` and whose tools it gives the model as
+``mcp__plugin_claude-mem_mcp-search__<tool>``. To give the agent memsync's answers behind the same
+three tools, ``memsync claude-code swap`` registers ``memsync mcp --profile claude-mem`` with
+``claude mcp add`` and adds deny rules for claude-mem's ``search``, ``timeline`` and
+``get_observations`` to the user's Claude Code settings (``permissions.deny``). Claude Code leaves
+a tool with such a rule out of the tool list it sends the model, so the agent sees memsync's three
+tools and claude-mem's twelve others; the plugin stays enabled, with its hooks, context injection
+and viewer. ``restore`` undoes both. Checked against the real ``claude`` CLI (docs/claude-mem.md
+names the version) through the tool list its ``claude -p`` sends to a stand-in model API.
+
+An earlier memsync (0.x, issue 27's first swap) denied claude-mem's whole server instead
+(``deniedMcpServers``); ``swap`` and ``restore`` remove that entry, so the twelve other tools come
+back.
 
 The edit keeps every other key of the file as it is, writes a new file and renames it over the old
-one (never a half-written settings file), and refuses a file that is not a JSON object rather
-than overwrite it.
+one (never a half-written settings file), and refuses a file whose parts it must change are not
+what Claude Code reads (not a JSON object, ``permissions`` not an object, ``deny`` not a list)
+rather than overwrite it.
 """
 
 from __future__ import annotations
@@ -26,7 +32,10 @@ from pathlib import Path
 from typing import Any
 
 CLAUDE_MEM_SERVER = "plugin:claude-mem:mcp-search"  # claude-mem's plugin server, as Claude Code names it
-DENY_KEY = "deniedMcpServers"
+SEARCH_TOOLS = ("search", "timeline", "get_observations")  # the three its mem-search skill teaches
+# Claude Code's names for them: mcp__ + the server name with ':' as '_' + __ + the tool.
+DENY_RULES = tuple(f"mcp__{CLAUDE_MEM_SERVER.replace(':', '_')}__{tool}" for tool in SEARCH_TOOLS)
+OLD_DENY_KEY = "deniedMcpServers"  # what memsync's first swap used: claude-mem's whole server denied
 SERVER_NAME = "memsync"  # the name memsync registers under (its tools: mcp__memsync__search, ...)
 
 
@@ -79,39 +88,72 @@ def write_settings(path: Path, data: dict[str, Any]) -> None:
         raise
 
 
-def _entry(value: Any) -> bool:
+def _old_entry(value: Any) -> bool:
     return isinstance(value, dict) and value.get("serverName") == CLAUDE_MEM_SERVER
 
 
-def is_denied(data: dict[str, Any]) -> bool:
-    """Whether the settings deny claude-mem's search server."""
-    denied = data.get(DENY_KEY)
-    return isinstance(denied, list) and any(_entry(v) for v in denied)
+def denied_rules(data: dict[str, Any]) -> list[str]:
+    """Which of :data:`DENY_RULES` the settings hold."""
+    permissions = data.get("permissions")
+    deny = permissions.get("deny") if isinstance(permissions, dict) else None
+    return [r for r in DENY_RULES if isinstance(deny, list) and r in deny]
+
+
+def denies_whole_server(data: dict[str, Any]) -> bool:
+    """Whether the settings hold an earlier memsync swap's ``deniedMcpServers`` entry."""
+    denied = data.get(OLD_DENY_KEY)
+    return isinstance(denied, list) and any(_old_entry(v) for v in denied)
+
+
+def _drop_whole_server_entry(data: dict[str, Any]) -> bool:
+    if not denies_whole_server(data):
+        return False
+    kept = [v for v in data[OLD_DENY_KEY] if not _old_entry(v)]
+    if kept:
+        data[OLD_DENY_KEY] = kept
+    else:
+        del data[OLD_DENY_KEY]
+    return True
+
+
+def _deny_list(data: dict[str, Any], path: Path) -> list[Any]:
+    """The settings' ``permissions.deny`` list (created empty), refusing other shapes."""
+    permissions = data.setdefault("permissions", {})
+    if not isinstance(permissions, dict):
+        raise ClaudeSettingsError(f"permissions in {path} is not a JSON object; fix it, then run again")
+    deny = permissions.setdefault("deny", [])
+    if not isinstance(deny, list):
+        raise ClaudeSettingsError(f"permissions.deny in {path} is not a list; fix it, then run again")
+    return deny
 
 
 def deny_claude_mem_search(path: Path) -> bool:
-    """Add claude-mem's search server to the settings' ``deniedMcpServers``; False when it was there."""
+    """Add the deny rules of claude-mem's three search tools to the settings (and drop an earlier
+    swap's whole-server entry); False when nothing had to change."""
     data = read_settings(path)
-    if is_denied(data):
+    before = json.dumps(data, sort_keys=True)
+    deny = _deny_list(data, path)
+    deny.extend(r for r in DENY_RULES if r not in deny)
+    _drop_whole_server_entry(data)
+    if json.dumps(data, sort_keys=True) == before:
         return False
-    denied = data.get(DENY_KEY)
-    if denied is not None and not isinstance(denied, list):
-        raise ClaudeSettingsError(f"{DENY_KEY} in {path} is not a list; fix it, then run again")
-    data[DENY_KEY] = [*(denied or []), {"serverName": CLAUDE_MEM_SERVER}]
     write_settings(path, data)
     return True
 
 
 def allow_claude_mem_search(path: Path) -> bool:
-    """Remove memsync's entry from ``deniedMcpServers`` (the key too when it is left empty); False when
-    there was none."""
+    """Remove memsync's deny rules (``deny`` and ``permissions`` too when left empty) and an earlier
+    swap's whole-server entry; False when there was none."""
     data = read_settings(path)
-    if not is_denied(data):
+    dropped = _drop_whole_server_entry(data)
+    if denied_rules(data):
+        permissions = data["permissions"]
+        permissions["deny"] = [r for r in permissions["deny"] if r not in DENY_RULES]
+        if not permissions["deny"]:
+            del permissions["deny"]
+        if not permissions:
+            del data["permissions"]
+    elif not dropped:
         return False
-    kept = [v for v in data[DENY_KEY] if not _entry(v)]
-    if kept:
-        data[DENY_KEY] = kept
-    else:
-        del data[DENY_KEY]
     write_settings(path, data)
     return True

@@ -15,11 +15,13 @@ import click
 from memsync.commands.options import EXIT_USAGE, common_options, demo_db_path, fail, settings_from
 from memsync.config.claude_code import (
     CLAUDE_MEM_SERVER,
+    DENY_RULES,
     SERVER_NAME,
     ClaudeSettingsError,
     allow_claude_mem_search,
+    denied_rules,
+    denies_whole_server,
     deny_claude_mem_search,
-    is_denied,
     read_settings,
     settings_path,
 )
@@ -59,18 +61,27 @@ def settings_step(dry_run: bool, deny: bool) -> bool:
     """The settings half of swap (``deny``) or restore, printed; on a dry run only what it would do
     (False then, so the caller stops)."""
     path = settings_path()
+    rules = ", ".join(DENY_RULES)
     try:
-        there = is_denied(read_settings(path))
+        data = read_settings(path)
+        there, old = len(denied_rules(data)) == len(DENY_RULES), denies_whole_server(data)
         if dry_run:
             state = ("already there" if there else "would be added") if deny else \
-                ("would be removed" if there else "not there")
-            click.echo(f"{path}: deniedMcpServers entry for {CLAUDE_MEM_SERVER} {state}")
+                ("would be removed" if denied_rules(data) else "not there")
+            click.echo(f"{path}: permissions.deny rules {rules}: {state}")
+            if old:
+                click.echo(f"{path}: the deniedMcpServers entry for {CLAUDE_MEM_SERVER} (an earlier swap's) would be "
+                           "removed")
             return False
         changed = deny_claude_mem_search(path) if deny else allow_claude_mem_search(path)
     except ClaudeSettingsError as exc:
         fail(str(exc), EXIT_USAGE)
-    done, unchanged = ("denied", "was already denied") if deny else ("allowed again", "was not denied")
-    click.echo(f"{path}: {CLAUDE_MEM_SERVER} {done if changed else unchanged} (deniedMcpServers)")
+    if old:
+        click.echo(f"{path}: removed the deniedMcpServers entry for {CLAUDE_MEM_SERVER} (an earlier swap's: it "
+                   "left out all of claude-mem's tools)")
+    done, unchanged = ("denied", "were already denied") if deny else ("allowed again", "were not denied")
+    click.echo(f"{path}: claude-mem's search tools {done if changed or old else unchanged} (permissions.deny: "
+               f"{rules})")
     return True
 
 
@@ -79,10 +90,11 @@ def claude_code() -> None:
     """Put memsync's search behind claude-mem's search tools in Claude Code, or take it back.
 
     `swap` registers `memsync mcp --profile claude-mem` with `claude mcp add` and denies
-    claude-mem's own search server (plugin:claude-mem:mcp-search) in Claude Code's user
-    settings. claude-mem's plugin stays enabled: its hooks keep recording memory and its
-    mem-search skill keeps teaching search, timeline and get_observations, now answered by
-    memsync. `restore` undoes both. Start a new Claude Code session afterwards.
+    claude-mem's own search, timeline and get_observations tools in Claude Code's user settings
+    (permissions.deny), which leaves them out of the agent's tool list. claude-mem's plugin stays
+    enabled: its hooks keep recording memory, its other tools stay, and its mem-search skill
+    keeps teaching search, timeline and get_observations, now answered by memsync. `restore`
+    undoes both. Start a new Claude Code session afterwards.
     """
 
 
@@ -115,14 +127,14 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
                 "claude-mem"], dry_run)
     if not settings_step(dry_run, deny=True):
         return
-    click.echo("Done: start a new Claude Code session; claude-mem's hooks and skill stay on, its search tools "
-               "are answered by memsync. Undo: memsync claude-code restore")
+    click.echo("Done: start a new Claude Code session; claude-mem's hooks, skill and other tools stay on, its "
+               "search tools are answered by memsync. Undo: memsync claude-code restore")
 
 
 @claude_code.command()
 @claude_option
 def restore(claude_cmd: str, scope: str, dry_run: bool) -> None:
-    """claude-mem's own search server back, memsync's registration removed."""
+    """claude-mem's own search tools back, memsync's registration removed."""
     claude = find_claude(claude_cmd)
     removed = run_claude([claude, "mcp", "remove", "--scope", scope, SERVER_NAME], dry_run, check=False)
     if not settings_step(dry_run, deny=False):
