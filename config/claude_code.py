@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from memsync.config.errors import ConfigError
+
 CLAUDE_MEM_SERVER = "plugin:claude-mem:mcp-search"  # claude-mem's plugin server, as Claude Code names it
 SEARCH_TOOLS = ("search", "timeline", "get_observations")  # the three its mem-search skill teaches
 # Claude Code's names for them: mcp__ + the server name with ':' as '_' + __ + the tool.
@@ -39,7 +41,7 @@ OLD_DENY_KEY = "deniedMcpServers"  # what memsync's first swap used: claude-mem'
 SERVER_NAME = "memsync"  # the name memsync registers under (its tools: mcp__memsync__search, ...)
 
 
-class ClaudeSettingsError(RuntimeError):
+class ClaudeSettingsError(ConfigError):
     """Claude Code's settings file cannot be read as a JSON object: fix or move it, then run again."""
 
 

@@ -1,18 +1,39 @@
-"""Errors shared by the worker, the search and the CLI, named by what the caller should do.
+"""Every error memsync raises on purpose, in one tree named by what the caller should do.
 
     MemsyncError
-    ├── ConfigError            fix the setup, then rerun (exit 2): bad setting, model mismatch,
-    │   ├── ModelMismatchError     store locked by another process, not a claude-mem database
+    ├── ConfigError            fix the setup, then rerun: bad setting, model mismatch,
+    │   ├── ModelMismatchError     store locked by another process
     │   ├── EmbeddingError     the embedding provider refused us: bad key, unknown model, wrong dimension
-    │   └── StoreRefused       Chroma answered but refused us: token, tenant, database, certificate
+    │   ├── StoreRefused       Chroma answered but refused us: token, tenant, database, certificate
+    │   ├── SettingsError      a setting or the config file is unusable (config.settings)
+    │   ├── SchemaError        the file is not a claude-mem database (config.claude_mem.schema)
+    │   └── ClaudeSettingsError  Claude Code's settings file is not a JSON object (config.claude_code)
+    ├── InvalidRequest         a value the caller gave is refused: change the request
+    │   ├── RecordRefError     not a record id, kind or ISO date (config.records)
+    │   ├── SearchError        a search the engine cannot answer: bad anchor, unknown id (search.models)
+    │   └── BadRequest         a value the servers refuse (servers.params)
     ├── SourceUnavailable      the agent's database is missing, locked or unreadable: retry later
+    │   └── QueryTimeout       a statement ran past its time limit: retry, or ask less (search.sql)
     ├── StoreUnavailable       Chroma is down, slow or refused the call: retry with backoff
     │   └── StoreDamaged       Chroma answers but cannot read a collection: rebuild it from the database
     ├── EmbeddingUnavailable   the embedding endpoint is down, slow or rate-limiting: retry with backoff
+    ├── VectorUnavailable      a search cannot ask the vector store now: answer full-text only (search.vectorstore)
     └── NoSpace                a write failed for lack of disk space: free space, then retry
+
+An error is defined beside the code that raises it when only that code raises it (the module in
+brackets); this tree is where they are all listed. Each boundary translates the tree once, with one
+table read through :func:`closest`: the CLI's exit codes (``cli.commands.options``), the HTTP
+API's status and body (``servers.http_api``), the MCP tools' error text (``servers.mcp_tools``).
+The refused-value errors are ``ValueError`` too and the two timeouts of a read ``RuntimeError``,
+as the code that catches them around third-party calls expects.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class MemsyncError(Exception):
@@ -37,6 +58,11 @@ class StoreRefused(ConfigError):
     401/403), a tenant or database it does not have, a certificate we do not trust. The message
     names the server and the setting to fix, never a secret. Commands exit 2; the worker keeps
     asking at the backoff cap (``worker.daemon``), since the fix is often made on the server."""
+
+
+class InvalidRequest(MemsyncError, ValueError):
+    """A value the caller gave is refused; the message names it and what is accepted. Retrying the
+    same request will not help (CLI exit 2, HTTP 400, an MCP tool error that says what to change)."""
 
 
 class SourceUnavailable(MemsyncError):
@@ -71,3 +97,12 @@ class NoSpace(MemsyncError):
     """A write to memsync's own files or to the local Chroma store failed because its file system
     is full. The message names the directory and the fix; commands exit 1, the worker backs off
     and recovers by itself once space is free again."""
+
+
+def closest(exc: MemsyncError, table: Mapping[type[MemsyncError], T]) -> T:
+    """The entry of ``table`` for ``exc``'s own class or, failing that, its nearest base in the
+    tree: a boundary lists only the branches it treats apart, and ``MemsyncError`` for the rest."""
+    for cls in type(exc).__mro__:
+        if issubclass(cls, MemsyncError) and cls in table:
+            return table[cls]
+    return table[MemsyncError]

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal, get_args
 
 from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.errors import InvalidRequest
 
 REF_PREFIX: dict[Kind, str] = {Kind.OBSERVATION: "#", Kind.SUMMARY: "#S", Kind.PROMPT: "#P"}
 # "123", "#123", "S12", "#S12", "P5", "#P5" (and O123): the ids the index format prints.
@@ -42,7 +43,7 @@ KIND_ALIASES: dict[str, Kind] = {
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class RecordRefError(ValueError):
+class RecordRefError(InvalidRequest):
     """Text that is not a record reference, an ISO date or a kind name; the message says what is."""
 
 

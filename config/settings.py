@@ -29,6 +29,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from memsync.config.claude_mem.user_settings import DEFAULT_DIR_RULE, data_dir_choice
+from memsync.config.errors import ConfigError
 
 ENV_PREFIX = "MEMSYNC_"
 DEFAULT_CONFIG_FILE = Path("~/.memsync/config.toml")
@@ -421,7 +422,7 @@ def openai_host(url: str | None) -> bool:
 SECRET_KEYS = frozenset(n for n, f in Settings.model_fields.items() if "SecretStr" in str(f.annotation))
 
 
-class SettingsError(Exception):
+class SettingsError(ConfigError):
     """A setting has a bad value or the config file is unusable; the message names the key."""
 
 

@@ -13,11 +13,12 @@ from enum import StrEnum
 from typing import Any
 
 from memsync.config.claude_mem.schema import Kind
+from memsync.config.errors import InvalidRequest
 
 Key = tuple[Kind, int]  # a row's identity outside SQLite: ids are unique only within a kind
 
 
-class SearchError(ValueError):
+class SearchError(InvalidRequest):
     """A request the engine cannot answer (bad anchor, unknown id); the message says why."""
 
 

@@ -32,7 +32,7 @@ CHUNK = 900  # ids per IN (...) list: under SQLite's bound-variable limit of old
 _first_id_cache: dict[tuple[str, Kind, int], tuple[int, float]] = {}
 
 
-class QueryTimeout(RuntimeError):
+class QueryTimeout(SourceUnavailable, RuntimeError):
     """A statement ran past its time limit and was interrupted."""
 
 

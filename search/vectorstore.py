@@ -39,7 +39,7 @@ from memsync.config.chroma.server import heartbeat_failure
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.docids import DocIdError, parse_doc_id
 from memsync.config.embedding import Embedder, Identity, configured_identity, generation_embedder
-from memsync.config.errors import ConfigError, EmbeddingError, EmbeddingUnavailable, StoreUnavailable
+from memsync.config.errors import ConfigError, EmbeddingError, EmbeddingUnavailable, MemsyncError, StoreUnavailable
 from memsync.config.formats.worker_status import worker_state
 from memsync.config.settings import Settings
 
@@ -49,7 +49,7 @@ COUNT_TTL_S = 5.0
 GENERATION_TTL_S = 2.0  # how often an open store checks which generation is active (one small call)
 
 
-class VectorUnavailable(RuntimeError):
+class VectorUnavailable(MemsyncError, RuntimeError):
     """The vector store cannot answer this query; the message is the reason shown to callers."""
 
 

@@ -31,8 +31,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memsync.config.claude_mem.schema import Kind, SchemaError
-from memsync.config.errors import ConfigError, MemsyncError
+from memsync.config.claude_mem.schema import Kind
+from memsync.config.errors import ConfigError, InvalidRequest, MemsyncError, closest
 from memsync.config.records import MAX_ROW_ID, KindChoice, format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher, VectorUnavailable
@@ -45,6 +45,17 @@ log = logging.getLogger("memsync.http")
 
 RecordKind = Literal["observation", "summary", "prompt"]
 MAX_BODY = 64 * 1024  # bytes; no endpoint takes a body
+
+# How the HTTP API translates the error tree (config.errors): the status and the body's detail
+# ({} is the error's message, file paths left out) of each branch it treats apart, the nearest one
+# for every error. Anything outside the tree is a 500 with a fixed message.
+HTTP_ERRORS: dict[type[MemsyncError], tuple[int, str]] = {
+    InvalidRequest: (400, "{}"),
+    QueryTimeout: (503, "the database did not answer in time ({})"),
+    MemsyncError: (503, "{}"),
+}
+
+
 def is_loopback(host: str) -> bool:
     """Whether ``host`` only accepts connections from this machine."""
     if host == "localhost":
@@ -195,23 +206,12 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         metrics.seconds.labels(name).observe(time.perf_counter() - t)
         return response
 
-    @app.exception_handler(BadRequest)
-    async def bad_request(request: Request, exc: BadRequest) -> JSONResponse:
-        return JSONResponse({"detail": public(str(exc), settings)}, status_code=400)
-
     @app.exception_handler(MemsyncError)
-    async def unavailable(request: Request, exc: MemsyncError) -> JSONResponse:
-        log.warning("%s: %s", request.url.path, exc)
-        return JSONResponse({"detail": public(str(exc), settings)}, status_code=503)
-
-    @app.exception_handler(SchemaError)
-    async def bad_database(request: Request, exc: SchemaError) -> JSONResponse:
-        log.warning("%s: %s", request.url.path, exc)
-        return JSONResponse({"detail": public(str(exc), settings)}, status_code=503)
-
-    @app.exception_handler(QueryTimeout)
-    async def too_slow(request: Request, exc: QueryTimeout) -> JSONResponse:
-        return JSONResponse({"detail": f"the database did not answer in time ({exc})"}, status_code=503)
+    async def refused(request: Request, exc: MemsyncError) -> JSONResponse:
+        status, detail = closest(exc, HTTP_ERRORS)
+        if status >= 500:  # ours to look into; a refused request is the client's
+            log.warning("%s: %s", request.url.path, exc)
+        return JSONResponse({"detail": detail.format(public(str(exc), settings))}, status_code=status)
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, exc: Exception) -> JSONResponse:

@@ -25,8 +25,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from memsync.config.claude_mem.schema import SchemaError
-from memsync.config.errors import MemsyncError
+from memsync.config.errors import InvalidRequest, MemsyncError, closest
 from memsync.config.records import KindChoice, format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Response, Searcher
@@ -37,7 +36,6 @@ from memsync.servers.params import (
     MAX_DEPTH,
     MAX_IDS,
     MAX_LIMIT,
-    BadRequest,
     FindArgs,
     FindBy,
     Requests,
@@ -96,19 +94,27 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
                             open_world_hint=False)
 
 
+# How the MCP tools translate the error tree (config.errors): the text of the tool error for each
+# branch it treats apart ({} is the error's message) and whether file paths are left out of it
+# (``servers.redact``; a refused value is the agent's own, echoed as given), the nearest one for
+# every error. Anything outside the tree stays on the server.
+TOOL_ERRORS: dict[type[MemsyncError], tuple[str, bool]] = {
+    InvalidRequest: ("{}", False),
+    QueryTimeout: ("the database did not answer in time ({}); try a narrower query", True),
+    MemsyncError: ("{}", True),
+}
+
+
 @contextmanager
 def answers(settings: Settings | None = None) -> Iterator[None]:
-    """Expected failures become tool errors with a readable message, file paths left out
-    (``servers.redact``); the rest stay on the server."""
+    """Expected failures become tool errors with a readable message (``TOOL_ERRORS``); the rest
+    stay on the server."""
     try:
         yield
-    except BadRequest as exc:
-        raise ToolError(str(exc)) from None
-    except QueryTimeout as exc:
-        raise ToolError(f"the database did not answer in time ({public(str(exc), settings)}); "
-                        "try a narrower query") from None
-    except (MemsyncError, SchemaError) as exc:
-        raise ToolError(public(str(exc), settings) or type(exc).__name__) from None
+    except MemsyncError as exc:
+        text, redact = closest(exc, TOOL_ERRORS)
+        message = public(str(exc), settings) if redact else str(exc)
+        raise ToolError(text.format(message) or type(exc).__name__) from None
     except Exception:
         # Issue 24: an unexpected error (an OverflowError) reached the agent as an empty message.
         log.exception("unexpected error in an MCP tool")

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from memsync.config.claude_mem.schema import Kind
+from memsync.config.errors import InvalidRequest
 from memsync.config.records import RecordRefError, format_ref, parse_iso, parse_record_ref
 from memsync.search import Filters, Format, Order, Response, Result, Searcher, SearchError, parse_kinds
 
@@ -25,7 +26,7 @@ MAX_PLATFORM_CHARS = 100  # platform names are short (claude, codex, cursor, ...
 FindBy = Literal["concept", "file", "type"]
 
 
-class BadRequest(ValueError):
+class BadRequest(InvalidRequest):
     """A value the servers refuse; the message names it and what is accepted."""
 
 

@@ -40,10 +40,11 @@ from memsync.config.claude_mem.schema import (
     detect,
 )
 from memsync.config.claude_mem.values import LIST_COLUMNS
+from memsync.config.errors import InvalidRequest
 from memsync.config.records import iso_from_ms, ms_from_iso
 
 
-class RecordError(ValueError):
+class RecordError(InvalidRequest):
     """A record cannot be imported; the message names the line and the problem."""
 
 

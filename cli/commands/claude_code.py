@@ -12,12 +12,11 @@ from typing import Any
 
 import click
 
-from memsync.commands.options import EXIT_USAGE, common_options, demo_db_path, fail, settings_from
+from memsync.commands.options import EXIT_USAGE, common_options, demo_db_path, errors_as_exit, fail, settings_from
 from memsync.config.claude_code import (
     CLAUDE_MEM_SERVER,
     DENY_RULES,
     SERVER_NAME,
-    ClaudeSettingsError,
     allow_claude_mem_search,
     denied_rules,
     denies_whole_server,
@@ -62,7 +61,7 @@ def settings_step(dry_run: bool, deny: bool) -> bool:
     (False then, so the caller stops)."""
     path = settings_path()
     rules = ", ".join(DENY_RULES)
-    try:
+    with errors_as_exit():
         data = read_settings(path)
         there, old = len(denied_rules(data)) == len(DENY_RULES), denies_whole_server(data)
         if dry_run:
@@ -74,8 +73,6 @@ def settings_step(dry_run: bool, deny: bool) -> bool:
                            "removed")
             return False
         changed = deny_claude_mem_search(path) if deny else allow_claude_mem_search(path)
-    except ClaudeSettingsError as exc:
-        fail(str(exc), EXIT_USAGE)
     if old:
         click.echo(f"{path}: removed the deniedMcpServers entry for {CLAUDE_MEM_SERVER} (an earlier swap's: it "
                    "left out all of claude-mem's tools)")

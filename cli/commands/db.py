@@ -20,7 +20,7 @@ from memsync.commands.options import (
     graceful_stop,
     settings_from,
 )
-from memsync.config.claude_mem.schema import Era, SchemaError
+from memsync.config.claude_mem.schema import Era
 from memsync.config.settings import LoadedSettings, Settings
 from memsync.servers.render import result_line
 
@@ -56,12 +56,10 @@ def db_import(path: Path, file: Path) -> None:
     One JSON object per line with "kind" (observation | summary | prompt), "project", "session",
     "created_at" (ISO) or "created_at_epoch" (ms), and the kind's fields: docs/operations.md.
     """
-    from memsync.worker.importer import RecordError, import_records, read_jsonl
+    from memsync.worker.importer import import_records, read_jsonl
 
-    try:
+    with errors_as_exit():
         result = import_records(path, read_jsonl(file))
-    except (RecordError, SchemaError) as exc:
-        fail(str(exc), EXIT_USAGE)
     click.echo(f"imported {result.observations} observations, {result.summaries} summaries, "
                f"{result.prompts} prompts ({result.sessions} new sessions)")
 

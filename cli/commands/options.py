@@ -20,23 +20,30 @@ from typing import Any, NoReturn, TypeVar, get_args
 
 import click
 
-from memsync.config.claude_mem.schema import SchemaError
 from memsync.config.claude_mem.user_settings import DEFAULT_DIR_RULE, data_dir_choice
 from memsync.config.diskspace import explain, no_space
-from memsync.config.errors import ConfigError, MemsyncError, StoreUnavailable
+from memsync.config.errors import ConfigError, InvalidRequest, MemsyncError, StoreUnavailable, closest
 from memsync.config.settings import (
     DEFAULT_CONFIG_FILE,
     ENV_PREFIX,
     ChromaMode,
     LoadedSettings,
     Settings,
-    SettingsError,
     load_settings,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+# How the CLI translates the error tree (config.errors): the exit code of each branch it treats
+# apart, the nearest one for every error. Fix the setup or the command line: 2; the rest (down,
+# locked, slow, out of space: try again later) 1.
+EXIT_CODES: dict[type[MemsyncError], int] = {
+    ConfigError: EXIT_USAGE,
+    InvalidRequest: EXIT_USAGE,
+    MemsyncError: EXIT_FAIL,
+}
 
 
 def fail(message: str, code: int = EXIT_FAIL) -> NoReturn:
@@ -94,10 +101,8 @@ def json_option(func: F) -> F:
 def settings_from(kwargs: dict[str, Any]) -> LoadedSettings:
     """Build settings from the common options; a bad value exits 2 with one line naming the key."""
     cli = {k: kwargs.pop(k, None) for k in ("db", "data_dir", "chroma_mode")}
-    try:
+    with errors_as_exit():
         loaded = load_settings(cli=cli, config_file=kwargs.pop("config_file", None))
-    except SettingsError as exc:
-        fail(str(exc), EXIT_USAGE)
     s = loaded.settings
     demo = demo_db_path(s)
     if loaded.origins["db"] == "default" and not s.db.exists() and demo.exists():
@@ -113,17 +118,14 @@ def demo_db_path(settings: Settings) -> Path:
 
 @contextmanager
 def errors_as_exit(settings: Settings | None = None) -> Iterator[None]:
-    """Map memsync errors to one stderr line and an exit code (no stack traces for expected
-    failures). With ``settings``, a write that failed for lack of space (in SQLite or on a file)
-    is one line naming the full directory and the fix too (exit 1)."""
+    """Map memsync errors to one stderr line and their exit code (``EXIT_CODES``; no stack traces
+    for expected failures). With ``settings``, a write that failed for lack of space (in SQLite,
+    on a file, or a local Chroma server's) is one line naming the full directory and the fix."""
     try:
         yield
-    except (ConfigError, SchemaError, SettingsError) as exc:
-        fail(str(exc), EXIT_USAGE)
-    except StoreUnavailable as exc:
-        fail(str(explain(exc, settings) if settings is not None else exc), EXIT_FAIL)
     except MemsyncError as exc:
-        fail(str(exc), EXIT_FAIL)
+        shown = explain(exc, settings) if settings is not None and isinstance(exc, StoreUnavailable) else exc
+        fail(str(shown), closest(exc, EXIT_CODES))
     except (sqlite3.Error, OSError) as exc:
         full = no_space(exc, settings) if settings is not None else None
         if full is None:

@@ -13,6 +13,8 @@ import sqlite3
 from dataclasses import dataclass
 from enum import StrEnum
 
+from memsync.config.errors import ConfigError
+
 
 class Kind(StrEnum):
     """The three kinds of memory row. Ids are unique only within one kind."""
@@ -119,7 +121,7 @@ class SourceSchema:
         return f'{s}."{theirs}" = {row_alias}."{own}"' if own and theirs else "0"
 
 
-class SchemaError(Exception):
+class SchemaError(ConfigError):
     """The file is not a claude-mem database (a required table or column is missing)."""
 
 
