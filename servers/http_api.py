@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.errors import ConfigError, InvalidRequest, MemsyncError, closest
+from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S
 from memsync.config.records import MAX_ROW_ID, KindChoice, format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher, VectorUnavailable
@@ -287,21 +288,27 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         return {"observation": observation_id, "mode": mode, "reason": public(reason, settings),
                 "near_duplicate_threshold": settings.near_duplicate, "results": [r.to_json() for r in results]}
 
-    @app.get("/api/status", dependencies=guarded, summary="Worker state, lag, Chroma reachability, counts")
-    def api_status() -> dict[str, Any]:
-        from memsync.worker.status import status
+    @app.get("/api/status", dependencies=guarded,
+             summary="Worker state, lag, Chroma reachability, counts, and the health verdict")
+    def api_status(max_lag: Annotated[float, Query(ge=0, description="Seconds of lag the health verdict "
+                                                   "tolerates, as `memsync status --check --max-lag`.")]
+                   = DEFAULT_MAX_LAG_S) -> dict[str, Any]:
+        from memsync.worker.status import status, verdict
 
-        report = status(settings).as_dict()
+        state = status(settings)
+        report = state.as_dict()
         worker = {k: public(v, settings) if isinstance(v, str) else v
                   for k, v in report["worker"].items() if k != "db"}
         failures = [{**f, "reason": public(f.get("reason"), settings)} for f in report["failures"]]
+        health = verdict(state, max_lag)
         try:
             searcher.vector.ensure()
             reachable, reason = True, None
         except VectorUnavailable as exc:
             reachable, reason = False, public(str(exc), settings)
         return {**report, "worker": worker, "failures": failures,
-                "chroma": {"reachable": reachable, "reason": reason, "mode": settings.chroma_mode}}
+                "chroma": {"reachable": reachable, "reason": reason, "mode": settings.chroma_mode},
+                "health": {"healthy": health.healthy, "problems": [public(p, settings) for p in health.problems]}}
 
     return app
 

@@ -16,7 +16,7 @@ from typing import Any
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.formats.text_index import index_path, meta_unreadable, read_meta, source_id, unreadable
 from memsync.config.formats.vector_copy import Manifest, copy_dir, damage, open_arrays
-from memsync.config.formats.worker_status import worker_state
+from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S, PHASE_FOLLOWING, worker_state
 from memsync.config.records import KIND_PLURALS
 from memsync.config.settings import Settings
 from memsync.worker.source import SourceReader
@@ -76,6 +76,10 @@ class StatusReport:
             "store": self.store,
             "upstream": self.upstream,
         }
+
+    def starting(self) -> bool:
+        """Whether the worker is up and still in its first pass (``phase`` other than following)."""
+        return bool(self.worker.get("up")) and self.worker.get("phase", PHASE_FOLLOWING) != PHASE_FOLLOWING
 
     def total(self, kind: str) -> Bucket:
         """The sum over projects of one kind."""
@@ -219,3 +223,44 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
     if last:
         report.last_run = {"finished_at_ms": last[0], **json.loads(last[1])}
     return report
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether the worker is healthy, and each problem in words when it is not (issue 28: one
+    verdict for ``memsync status --check`` and ``/api/status``)."""
+
+    problems: tuple[str, ...]
+
+    @property
+    def healthy(self) -> bool:
+        """No problem found."""
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form: ``healthy`` and the ``problems``."""
+        return {"healthy": self.healthy, "problems": list(self.problems)}
+
+
+def verdict(report: StatusReport, max_lag_s: float = DEFAULT_MAX_LAG_S) -> Verdict:
+    """The health verdict on a status report: unhealthy when the worker is down, the lag exceeds
+    ``max_lag_s``, Chroma refuses the worker, or the store and the sync records have differed for
+    over one reconcile interval. Until its first pass is through, a worker is working off the
+    history it found (issue 24): its lag is that backlog's age, not a delay, so it is not checked
+    then, and being degraded is a problem instead."""
+    w = report.worker
+    starting = report.starting()
+    problems = []
+    if not w.get("up"):
+        problems.append(f"worker down ({w.get('reason')})")
+    if report.lag_ms > max_lag_s * 1000 and not starting:
+        problems.append(f"lag {report.lag_ms / 1000:.1f}s > {max_lag_s:g}s")
+    if starting and w.get("degraded"):
+        problems.append(f"worker degraded in its {w.get('phase')}: {w.get('last_error')}")
+    if w.get("up") and w.get("chroma_refused"):
+        problems.append(f"Chroma refuses the worker: {w['chroma_refused']}")
+    store = report.store
+    if store.get("stuck"):
+        problems.append(f"the vector store holds {store['documents']} documents, the sync records "
+                        f"{store['records']}, for over one reconcile interval")
+    return Verdict(tuple(problems))

@@ -29,7 +29,7 @@ from memsync.commands.options import (
 )
 from memsync.config.claude_mem.projects import exclusion
 from memsync.config.claude_mem.version import TESTED_SCHEMA_VERSION, claude_mem_version, schema_warning
-from memsync.config.formats.worker_status import PHASE_FIRST_PASS, PHASE_FOLLOWING
+from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S, PHASE_FIRST_PASS, PHASE_FOLLOWING
 from memsync.config.settings import DEFAULT_DATABASE, DEFAULT_TENANT, LoadedSettings, Settings, describe
 from memsync.servers.render import utc_stamp
 
@@ -136,7 +136,7 @@ def verify(as_json: bool, **kwargs: Any) -> None:
 @common_options
 @json_option
 @click.option("--check", is_flag=True, help="Exit 1 when the worker is down or the lag exceeds --max-lag.")
-@click.option("--max-lag", type=click.FloatRange(min=0), default=60.0, show_default=True,
+@click.option("--max-lag", type=click.FloatRange(min=0), default=DEFAULT_MAX_LAG_S, show_default=True,
               help="Seconds of lag that --check tolerates.")
 def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     """Worker state, lag, and per kind and project: rows in SQLite, documents synced, pending and
@@ -145,6 +145,7 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     loaded = settings_from(kwargs)
     settings = loaded.settings
     from memsync.worker.status import status as run_status
+    from memsync.worker.status import verdict
 
     with errors_as_exit(settings):
         report = run_status(settings)
@@ -152,28 +153,13 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     excluded = exclusion(settings.excluded_projects)
     excluded_json = {"patterns": list(excluded.patterns), "ignored": list(excluded.ignored)}
     w = report.worker
-    # Until its first pass is through, a worker is working off the history it found (issue 24): its
-    # lag is that backlog's age, not a delay, so it is not checked then; a degraded one fails.
-    starting = bool(w.get("up")) and w.get("phase", PHASE_FOLLOWING) != PHASE_FOLLOWING
-    problems = []
-    if not w.get("up"):
-        problems.append(f"worker down ({w.get('reason')})")
-    if report.lag_ms > max_lag * 1000 and not starting:
-        problems.append(f"lag {report.lag_ms / 1000:.1f}s > {max_lag:g}s")
-    if starting and w.get("degraded"):
-        problems.append(f"worker degraded in its {w.get('phase')}: {w.get('last_error')}")
-    if w.get("up") and w.get("chroma_refused"):
-        problems.append(f"Chroma refuses the worker: {w['chroma_refused']}")
-    store = report.store
-    if store.get("stuck"):
-        problems.append(f"the vector store holds {store['documents']} documents, the sync records "
-                        f"{store['records']}, for over one reconcile interval")
     if check:
-        text = ("unhealthy: " + "; ".join(problems) if problems else
-                f"healthy: {_phase_text(w)} (lag not checked until it ends)" if starting else
+        health = verdict(report, max_lag)
+        text = ("unhealthy: " + "; ".join(health.problems) if not health.healthy else
+                f"healthy: {_phase_text(w)} (lag not checked until it ends)" if report.starting() else
                 f"healthy: lag {report.lag_ms / 1000:.1f}s")
-        emit({"healthy": not problems, "problems": problems, "lag_ms": report.lag_ms, "worker": w}, as_json, text)
-        sys.exit(EXIT_FAIL if problems else EXIT_OK)
+        emit({**health.as_dict(), "lag_ms": report.lag_ms, "worker": w}, as_json, text)
+        sys.exit(EXIT_OK if health.healthy else EXIT_FAIL)
     claude_mem = claude_mem_version(settings.claude_mem_timeout_s)
     warning = schema_warning(report.schema_version)
     if warning:
@@ -197,7 +183,7 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
               f"embedding: {embedding}",
               f"lag: {report.lag_ms / 1000:.1f}s; pending rows: {report.pending_rows}; "
               f"failed rows: {sum(report.total(k).failed for k in report.buckets)}",
-              f"collection: {report.collection or '(nothing synced yet)'}; store: {_store_line(store)}",
+              f"collection: {report.collection or '(nothing synced yet)'}; store: {_store_line(report.store)}",
               f"text index: {_text_index_line(report.text_index)}; vector copy: {_copy_line(report.vector_copy)}",
               *_upstream_lines(report.upstream),
               f"{'kind':<13}{'project':<24}{'rows':>8}{'synced':>8}{'docs':>8}{'pending':>8}{'failed':>8}  last sync"]
