@@ -11,8 +11,9 @@ from typing import Any, NamedTuple
 
 from memsync.config.claude_mem.schema import SUMMARY_FIELDS, TABLES, Kind
 from memsync.config.claude_mem.values import LIST_COLUMNS, parse_list
+from memsync.config.inlists import chunks
 from memsync.search.models import Format, Key, Result, Signal
-from memsync.search.sql import ALIAS, SourceRows, chunks
+from memsync.search.sql import ALIAS, SourceRows
 from memsync.search.vectorstore import RowHit
 
 TITLE_CHARS = 120

@@ -24,11 +24,11 @@ from memsync.config.claude_mem.projects import SQL_FUNCTION as EXCLUDED_SQL
 from memsync.config.claude_mem.projects import ProjectExclusion, exclusion
 from memsync.config.claude_mem.schema import SESSIONS_TABLE, TABLES, Kind, SourceSchema, detect
 from memsync.config.errors import SourceUnavailable
+from memsync.config.inlists import chunks
 from memsync.config.settings import Settings
 from memsync.search.models import Filters, Window
 
 ALIAS = "t"
-CHUNK = 900  # ids per IN (...) list: under SQLite's bound-variable limit of old builds (999)
 _first_id_cache: dict[tuple[str, Kind, int], tuple[int, float]] = {}
 
 
@@ -350,12 +350,6 @@ class SourceRows:
         sql = (f"SELECT {ALIAS}.id, {ALIAS}.created_at_epoch FROM {TABLES[kind]} {ALIAS} WHERE {cond} "
                f"ORDER BY {ALIAS}.created_at_epoch {sort}, {ALIAS}.id {sort} LIMIT ? OFFSET ?")
         return [(int(r[0]), int(r[1])) for r in self.query(sql, [*params, limit, offset])]
-
-
-def chunks(items: list[Any], size: int = CHUNK) -> Iterator[list[Any]]:
-    """``items`` in consecutive slices of at most ``size`` (one ``IN (...)`` list each)."""
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
 
 
 def _like(text: str) -> str:

@@ -40,6 +40,7 @@ from memsync.search import QueryTimeout, Searcher, VectorUnavailable
 from memsync.servers.hosts import HostGuard, HostRule
 from memsync.servers.params import MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS, BadRequest, Requests, SearchArgs
 from memsync.servers.redact import public
+from memsync.servers.render import days_text
 from memsync.servers.wire import H11_MAX_HEAD, MAX_QUERY_STRING, QUERY_TOO_LONG, protocol_class
 
 log = logging.getLogger("memsync.http")
@@ -165,7 +166,9 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
     searcher = searcher or Searcher(settings)
     requests = Requests(searcher, settings.max_query_chars)
     metrics = Metrics()
-    page = files("memsync.servers").joinpath("page/index.html").read_text(encoding="utf-8")
+    # The page's default window is the server's setting, filled in here (its one owner).
+    page = (files("memsync.servers").joinpath("page/index.html").read_text(encoding="utf-8")
+            .replace("{window_default}", days_text(settings.window_days)))
     token = settings.bearer_token
 
     app = FastAPI(title="memsync", version=version("memsync"), docs_url=None, redoc_url=None,

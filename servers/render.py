@@ -72,13 +72,16 @@ def mode_text(resp: Response) -> str:
     return resp.mode.value + (f" ({resp.reason})" if resp.reason else "")
 
 
+def days_text(days: int) -> str:
+    """A recency window of ``days`` in words (0 = all time)."""
+    return f"last {days} days" if days else "all time"
+
+
 def window_text(resp: Response) -> str:
     """The window applied, in words."""
     w = resp.window
-    if w.source == "all_time":
-        return "all time"
-    if w.source == "window":
-        return f"last {w.days} days"
+    if w.source in ("all_time", "window"):
+        return days_text(w.days)
     start = when(w.start_ms)[:10] if w.start_ms else "…"
     end = when(w.end_ms)[:10] if w.end_ms else "now"
     return f"{start} to {end}"

@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from memsync.config.embedding import Embedder, vector_identity
 from memsync.config.formats.embedding_store import DDL, decode, encode, hash_key, roundtrip, store_path
+from memsync.config.inlists import chunks
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.documents import Document
@@ -40,7 +41,6 @@ from memsync.worker.state import SyncState, open_wal
 # beside it): a collection keeps unreferenced vectors younger than this, so it never removes one
 # whose record is on its way.
 GC_GRACE_S = 600
-LOOKUP_CHUNK = 500  # keys per SELECT (SQLite allows 32,766 variables; small statements plan fast)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,10 +225,9 @@ class EmbeddingStore:
 
 
 def _select(conn: sqlite3.Connection, columns: str, model: int, text_hashes: Iterable[str]) -> Iterator[Any]:
-    """Rows of ``columns`` of the entries of these text hashes, LOOKUP_CHUNK keys per SELECT."""
-    hashes = list(text_hashes)
-    for start in range(0, len(hashes), LOOKUP_CHUNK):
-        keys = [hash_key(h) for h in hashes[start:start + LOOKUP_CHUNK]]
+    """Rows of ``columns`` of the entries of these text hashes, one ``IN`` list per SELECT."""
+    for part in chunks(list(text_hashes)):
+        keys = [hash_key(h) for h in part]
         marks = ",".join("?" * len(keys))
         yield from conn.execute(f"SELECT {columns} FROM vectors WHERE model = ? AND text_hash IN ({marks})",
                                 [model, *keys])

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from memsync.config.claude_mem.schema import Era, Kind
+from memsync.config.inlists import chunks
 from memsync.config.settings import Settings
 from memsync.search.models import Filters, Window
-from memsync.search.sql import QueryTimeout, SourceRows, chunks
+from memsync.search.sql import QueryTimeout, SourceRows
 from tests.conftest import BASE_MS, make_db, obs, prompt, summary
 
 

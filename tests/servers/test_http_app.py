@@ -1,5 +1,5 @@
-"""One health verdict (issue 28): ``memsync status --check`` and the HTTP API's ``/api/status``
-read the same state and give the same answer, healthy or with the same problems."""
+"""The HTTP app in process (no server, no network): one health verdict for ``memsync status
+--check`` and ``/api/status``, and the page's default window from the server's setting (issue 28)."""
 
 from __future__ import annotations
 
@@ -39,19 +39,23 @@ def cli_verdict(settings: Settings) -> tuple[int, dict[str, Any]]:
     return result.exit_code, json.loads(result.stdout)
 
 
-def api_verdict(settings: Settings) -> dict[str, Any]:
-    settings = settings.model_copy(update={"reconcile_interval_s": 600})
+def ask(settings: Settings, path: str, **params: str) -> httpx.Response:
+    """GET ``path`` from the app on ``settings``."""
     searcher = Searcher(settings)
     app = create_app(settings, searcher)
 
     async def run() -> httpx.Response:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8787") as c:
-            return await c.get("/api/status", params={"max_lag": MAX_LAG})
+            return await c.get(path, params=params)
 
     try:
-        response = asyncio.run(run())
+        return asyncio.run(run())
     finally:
         searcher.close()  # the transport runs no lifespan, so the app's shutdown does not
+
+
+def api_verdict(settings: Settings) -> dict[str, Any]:
+    response = ask(settings.model_copy(update={"reconcile_interval_s": 600}), "/api/status", max_lag=MAX_LAG)
     assert response.status_code == 200, response.text
     health: dict[str, Any] = response.json()["health"]
     return health
@@ -77,3 +81,10 @@ def test_status_check_and_api_status_give_the_same_verdict(settings: Settings, s
     assert api["problems"] == cli["problems"]
     if state != "healthy":
         assert len(cli["problems"]) == 1, cli["problems"]
+
+
+@pytest.mark.parametrize(("window_days", "label"), [(90, "last 90 days"), (7, "last 7 days"), (0, "all time")])
+def test_the_page_offers_the_servers_window_as_its_default(settings: Settings, window_days: int, label: str) -> None:
+    make_db(settings.db, mixed_records(1))
+    page = ask(settings.model_copy(update={"window_days": window_days}), "/").text
+    assert f'<option value="">{label} (default)</option>' in page and "{window_default}" not in page
