@@ -51,6 +51,7 @@ from memsync.search.rerank import rerank
 from memsync.search.semantic import EVIDENCE_KINDS, SemanticAnswer, SemanticSide
 from memsync.search.sql import QueryTimeout, SourceRows
 from memsync.search.threads import one_blas_thread
+from memsync.search.timing import elapsed_ms
 from memsync.search.vectorcopy import VectorCopy
 from memsync.search.vectorstore import RowHit, VectorStore, VectorUnavailable, probe
 
@@ -140,7 +141,7 @@ class Searcher(Lookups):
                     notes.append(f"full-text search incomplete: {exc}")
             if lexical.note:  # the text index could not be read: FTS5 ranked alone
                 notes.append(lexical.note)
-            timings["lexical"] = _ms(t0)
+            timings["lexical"] = elapsed_ms(t0)
             # How many matches the window hides depends on the lexical side only: counted while
             # the semantic side (the longer one) is still at work.
             t3 = time.perf_counter()
@@ -148,7 +149,7 @@ class Searcher(Lookups):
                 excluded = lexical.excluded(kinds, filters, window) if window.source == "window" else 0
             except QueryTimeout:
                 excluded = 0
-            timings["window_count"] = _ms(t3)
+            timings["window_count"] = elapsed_ms(t3)
             if sem_future is not None:
                 try:
                     sem = sem_future.result()
@@ -169,7 +170,7 @@ class Searcher(Lookups):
             if linked:
                 t1 = time.perf_counter()
                 self._link(rows, filters, window, got, self.weights.k)
-                timings["linked"] = _ms(t1)
+                timings["linked"] = elapsed_ms(t1)
             t2 = time.perf_counter()
             if order is Order.RELEVANCE:
                 fused = self._fuse(got)
@@ -181,11 +182,11 @@ class Searcher(Lookups):
                 dated = self._date_order(rows, lexical, kinds, filters, window, got, need, order)
                 total = len(dated)
                 page = dated[offset:need]
-            timings["fuse"] = _ms(t2)
+            timings["fuse"] = elapsed_ms(t2)
             t4 = time.perf_counter()
             results = hydrate.results(rows, page, got.similarity, format)
-            timings["hydrate"] = _ms(t4)
-            timings["total"] = _ms(t0)
+            timings["hydrate"] = elapsed_ms(t4)
+            timings["total"] = elapsed_ms(t0)
             if own := lexical.own_index_note():  # e.g. prompts: claude-mem dropped user_prompts_fts
                 notes.append(own)
             return Response(answered, results, window, excluded, "; ".join(notes) or None, total, timings, query)
@@ -271,11 +272,7 @@ class Searcher(Lookups):
         dated.sort(key=lambda x: (x[0], x[1][1]), reverse=newest)
         page = [PageEntry(k, 1.0, False, True) for _, k in dated[offset:offset + limit]]
         results = hydrate.results(rows, page, {}, format)
-        timings["total"] = _ms(t)
+        timings["total"] = elapsed_ms(t)
         total = sum(rows.count(kind, filters, window) for kind in kinds)
         return Response(Mode.LEXICAL, results, window, 0, "no words in the query: newest records listed",
                         total, timings, query)
-
-
-def _ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000

@@ -31,6 +31,7 @@ from memsync.search import context as prompt_context
 from memsync.search.models import Filters, Key, Window
 from memsync.search.sql import SourceRows
 from memsync.search.threads import one_blas_thread
+from memsync.search.timing import elapsed_ms
 from memsync.search.vectorcopy import VectorCopy
 from memsync.search.vectorstore import RowHit, VectorStore, VectorUnavailable
 
@@ -82,7 +83,7 @@ class SemanticSide:
                 answer = self._search(rows, query, kinds, filters, window, need, depth, linked, context)
         finally:
             rows.close()
-        answer.timings["semantic"] = _ms(t)
+        answer.timings["semantic"] = elapsed_ms(t)
         return answer
 
     def _search(self, rows: SourceRows, query: str, kinds: Sequence[Kind], filters: Filters, window: Window,
@@ -90,7 +91,7 @@ class SemanticSide:
         t = time.perf_counter()
         timings: dict[str, float] = {}
         vec = self.store.embed(query)
-        timings["embed"] = _ms(t)
+        timings["embed"] = elapsed_ms(t)
         restricted = bool(filters.project or filters.platform or filters.types or filters.concepts or filters.files
                           or window.start_ms is not None or window.end_ms is not None)
         linked_kinds = tuple(k for k in EVIDENCE_KINDS if k not in kinds) if Kind.PROMPT in kinds and linked else ()
@@ -110,11 +111,11 @@ class SemanticSide:
                 # next check of the copy rebuilds it.
                 self.copy_damaged, copy = f"{type(exc).__name__}: {exc}"[:120], None
         if copy is not None:
-            timings["vector_copy"] = _ms(t) - timings["embed"]
+            timings["vector_copy"] = elapsed_ms(t) - timings["embed"]
             restricted = False
         else:
             hits, exhaustive = self.store.nearest_docs(vec, depth)
-            timings["vector_query"] = _ms(t) - timings["embed"]
+            timings["vector_query"] = elapsed_ms(t) - timings["embed"]
         if restricted:
             # Filters before the cut: the filtered rows of the unfiltered top-N are the true
             # filtered top rows as far as they go; when too few pass, look deeper (over-fetch),
@@ -128,10 +129,10 @@ class SemanticSide:
                 deeper = min(MAX_OVERFETCH, max(depth * OVERFETCH, int(2 * need / rate * depth / max(1, len(hits)))))
                 hits, exhaustive = self.store.nearest_docs(vec, deeper)
                 passing = passing_hits(rows, hits, wanted, filters, window)
-                timings["vector_overfetch"] = _ms(t) - timings["embed"] - timings["vector_query"]
+                timings["vector_overfetch"] = elapsed_ms(t) - timings["embed"] - timings["vector_query"]
             if not exhaustive and sum(h.kind in kinds for h in passing) < need:
                 passing = self._exact(rows, vec, wanted, filters, window, depth)
-                timings["vector_exact"] = _ms(t) - timings["embed"] - timings["vector_query"]
+                timings["vector_exact"] = elapsed_ms(t) - timings["embed"] - timings["vector_query"]
             hits = passing
         answer = SemanticAnswer([h for h in hits if h.kind in kinds], {(h.kind, h.id): h for h in hits},
                                 timings=timings)
@@ -146,7 +147,7 @@ class SemanticSide:
             if copy is not None:
                 prompts = [h.id for h in answer.hits if h.kind is Kind.PROMPT][:depth]
                 answer.context = prompt_context.ranking(rows, copy, vec, prompts, filters, window)
-            timings["context"] = _ms(t)
+            timings["context"] = elapsed_ms(t)
         if self.copy_damaged:
             answer.note = f"semantic: Chroma (vector copy damaged, the worker rebuilds it: {self.copy_damaged})"
         return answer
@@ -168,15 +169,15 @@ class SemanticSide:
         stages to ``timings`` (candidates, scoring, SQLite's confirmation)."""
         t = time.perf_counter()
         positions = copy.candidates(wanted, filters, window)
-        timings["copy_candidates"] = _ms(t)
+        timings["copy_candidates"] = elapsed_ms(t)
         n_docs = depth * 3
         while True:
             t = time.perf_counter()
             hits, exhaustive = copy.nearest(vec, positions, n_docs)
-            timings["copy_score"] = timings.get("copy_score", 0.0) + _ms(t)
+            timings["copy_score"] = timings.get("copy_score", 0.0) + elapsed_ms(t)
             t = time.perf_counter()
             passing = passing_hits(rows, hits, wanted, filters, window)
-            timings["copy_confirm"] = timings.get("copy_confirm", 0.0) + _ms(t)
+            timings["copy_confirm"] = timings.get("copy_confirm", 0.0) + elapsed_ms(t)
             if exhaustive or sum(h.kind in kinds for h in passing) >= need:
                 return passing
             n_docs *= 4
@@ -244,7 +245,3 @@ def passing_hits(rows: SourceRows, hits: list[RowHit], kinds: set[Kind], filters
         ids = [h.id for h in hits if h.kind is kind]
         keep.update((kind, i) for i in rows.passing(kind, ids, filters, window))
     return [h for h in hits if (h.kind, h.id) in keep]
-
-
-def _ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000
