@@ -1,0 +1,135 @@
+"""One error tree (issue 28): every error memsync raises on purpose is a ``MemsyncError``, and each
+boundary translates it with one table, the nearest branch winning: the CLI's exit code, the HTTP
+API's status and detail, the MCP tools' error text."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+from mcp.server.mcpserver.exceptions import ToolError
+
+from memsync.commands.options import errors_as_exit
+from memsync.config.claude_code import ClaudeSettingsError
+from memsync.config.claude_mem.schema import SchemaError
+from memsync.config.errors import (
+    ConfigError,
+    InvalidRequest,
+    MemsyncError,
+    SourceUnavailable,
+    StoreDamaged,
+    StoreUnavailable,
+    closest,
+)
+from memsync.config.records import InvalidRecordId, RecordRefError
+from memsync.config.settings import Settings, SettingsError
+from memsync.search import Searcher
+from memsync.search.models import SearchError
+from memsync.search.sql import QueryTimeout
+from memsync.search.vectorstore import VectorUnavailable
+from memsync.servers.http_api import create_app
+from memsync.servers.mcp_tools import answers
+from memsync.servers.params import BadRequest
+from memsync.worker.importer import RecordError
+
+def name(value: object) -> str:
+    """A case's id: the error's class."""
+    return type(value).__name__ if isinstance(value, Exception) else ""
+
+
+LONE_BEFORE = [SchemaError, SettingsError, QueryTimeout, VectorUnavailable, SearchError]  # the issue's five
+
+
+class TestTree:
+    @pytest.mark.parametrize("cls", [*LONE_BEFORE, BadRequest, RecordRefError, InvalidRecordId, RecordError,
+                                     ClaudeSettingsError])
+    def test_every_error_raised_on_purpose_is_in_the_tree(self, cls: type[Exception]) -> None:
+        assert issubclass(cls, MemsyncError)
+
+    def test_the_errors_code_catches_as_builtins_stay_those(self) -> None:
+        # lexical.py falls back on a RuntimeError of the text index (a QueryTimeout among them); the
+        # parsers' callers catch ValueError.
+        assert issubclass(QueryTimeout, RuntimeError) and issubclass(VectorUnavailable, RuntimeError)
+        assert all(issubclass(c, ValueError) for c in (SearchError, BadRequest, RecordRefError, RecordError))
+
+    def test_closest_takes_the_nearest_branch(self) -> None:
+        table = {MemsyncError: "any", StoreUnavailable: "store", InvalidRequest: "request"}
+        assert closest(StoreDamaged("gone", "c"), table) == "store"
+        assert closest(BadRequest("x"), table) == "request"
+        assert closest(QueryTimeout("x"), table) == "any"
+        assert closest(QueryTimeout("x"), {**table, SourceUnavailable: "source"}) == "source"
+
+
+CLI_CASES: list[tuple[MemsyncError, int]] = [
+    (ConfigError("bad setup"), 2), (SchemaError("not a claude-mem database"), 2),
+    (SettingsError("invalid setting x"), 2), (ClaudeSettingsError("not JSON"), 2),
+    (SearchError("no observation with id 9"), 2), (RecordError("line 3: no kind"), 2),
+    (StoreUnavailable("Chroma down"), 1), (QueryTimeout("query exceeded 10 ms"), 1),
+    (VectorUnavailable("no vectors"), 1), (SourceUnavailable("locked"), 1),
+]
+
+
+@pytest.mark.parametrize(("error", "code"), CLI_CASES, ids=name)
+def test_the_cli_exits_with_one_line_and_the_branchs_code(error: MemsyncError, code: int,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited, errors_as_exit():
+        raise error
+    assert exited.value.code == code
+    assert capsys.readouterr().err == f"memsync: {error}\n"
+
+
+HTTP_CASES: list[tuple[MemsyncError, int, str]] = [
+    (BadRequest("limit must be an integer from 1 to 100, got 0"), 400, "limit must be an integer from 1 to 100, got 0"),
+    (SearchError("no summary with id 4"), 400, "no summary with id 4"),
+    (QueryTimeout("query exceeded 250 ms"), 503, "the database did not answer in time (query exceeded 250 ms)"),
+    (SchemaError("not a claude-mem database: missing table(s) sdk_sessions"), 503,
+     "not a claude-mem database: missing table(s) sdk_sessions"),
+    (StoreUnavailable("Chroma down at /home/me/.memsync/chroma"), 503, "Chroma down at <path>"),
+]
+
+
+@pytest.mark.parametrize(("error", "status", "detail"), HTTP_CASES,
+                         ids=name)
+def test_the_http_api_answers_the_branchs_status_and_detail(settings: Settings, error: MemsyncError, status: int,
+                                                            detail: str) -> None:
+    searcher = Searcher(settings)
+    app = create_app(settings, searcher)
+
+    @app.get("/raise")
+    def raises() -> None:
+        raise error
+
+    async def run() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8787") as c:
+            return await c.get("/raise")
+
+    try:
+        response = asyncio.run(run())
+    finally:
+        searcher.close()
+    assert (response.status_code, response.json()) == (status, {"detail": detail})
+
+
+MCP_CASES: list[tuple[MemsyncError, str]] = [
+    (BadRequest("file /etc/x is refused"), "file /etc/x is refused"),  # the agent's own value, as given
+    (QueryTimeout("query exceeded 250 ms"), "the database did not answer in time (query exceeded 250 ms); "
+                                           "try a narrower query"),
+    (SchemaError("not a claude-mem database"), "not a claude-mem database"),
+    (StoreUnavailable("Chroma down at /home/me/store"), "Chroma down at <path>"),
+    (StoreUnavailable(""), "StoreUnavailable"),
+]
+
+
+@pytest.mark.parametrize(("error", "text"), MCP_CASES, ids=name)
+def test_the_mcp_tools_answer_the_branchs_text(tmp_path: Path, error: MemsyncError, text: str) -> None:
+    settings = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="embedded")
+    with pytest.raises(ToolError) as refused, answers(settings):
+        raise error
+    assert str(refused.value) == text
+
+
+def test_an_error_outside_the_tree_stays_on_the_server() -> None:
+    with pytest.raises(ToolError, match=r"^internal error \(details are in the server's log\)$"), answers():
+        raise OverflowError("int too large")
