@@ -34,6 +34,7 @@ from memsync.servers.mcp_tools import answers
 from memsync.servers.params import BadRequest
 from memsync.worker.importer import RecordError
 
+
 def name(value: object) -> str:
     """A case's id: the error's class."""
     return type(value).__name__ if isinstance(value, Exception) else ""
