@@ -5,9 +5,10 @@ OpenAPI document that tools and the API fuzz read, with no hand-written schema; 
 already what the MCP SDK runs on. Endpoints call ``servers.params`` and return the search
 library's JSON contract; the page at ``/`` is one static HTML file with a little JavaScript.
 
-Errors: a refused value is 400 ``{"detail": message}``; the database or store being unavailable is
-503 with the reason; anything unexpected is a 500 with a fixed message (the details go to the
-log, never to the client). Listening beyond loopback needs ``api_token``; when a token is set
+Errors (``HTTP_ERRORS``, one table over the error tree): a refused value is 400
+``{"detail": message}``; the database or store being unavailable is 503 with the reason; anything
+unexpected is a 500 with a fixed message (the details go to the log, never to the client).
+Listening beyond loopback needs ``api_token``; when a token is set
 (``Settings.bearer_token``: an empty or blank one is none),
 every endpoint but ``/``, ``/healthz`` and the OpenAPI document needs ``Authorization: Bearer``.
 A request for a foreign ``Host`` (421) or from a foreign ``Origin`` (403) is refused before any
@@ -211,7 +212,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         return response
 
     @app.exception_handler(MemsyncError)
-    async def refused(request: Request, exc: MemsyncError) -> JSONResponse:
+    async def translated(request: Request, exc: MemsyncError) -> JSONResponse:
         status, detail = closest(exc, HTTP_ERRORS)
         if status >= 500:  # ours to look into; a refused request is the client's
             log.warning("%s: %s", request.url.path, exc)
