@@ -102,6 +102,14 @@ def make_window(days: int | None, default_days: int, date_from: datetime | None 
     return Window(d, int((now - timedelta(days=d)).timestamp() * 1000), None, "window")
 
 
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The rows a search may return: its filters and the window applied."""
+
+    filters: Filters
+    window: Window
+
+
 @dataclass(slots=True)
 class Result:
     """One row found."""

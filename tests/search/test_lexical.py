@@ -11,7 +11,7 @@ import pytest
 
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.settings import Settings
-from memsync.search import Mode, Searcher
+from memsync.search import Mode, Searcher, SearchRequest
 from memsync.search.lexical import EXCLUDED_CAP, LexicalSide
 from memsync.search.models import Filters, Order, Window
 from memsync.search.sql import SourceRows
@@ -169,13 +169,13 @@ def test_prompts_are_found_without_user_prompts_fts_and_the_reason_says_by_what(
     import_records(s.db, [prompt(70, prompt_text="a zeppelin prompt written after the drop")])
     engine = Searcher(s)
     try:
-        resp = engine.search("zeppelins", window_days=0, mode=Mode.LEXICAL, kinds=[Kind.PROMPT])
+        resp = engine.search(SearchRequest(query="zeppelins", window_days=0, mode=Mode.LEXICAL, kinds=[Kind.PROMPT]))
         assert sorted(r.id for r in resp.results) == [9, 10]
         assert resp.reason == ("lexical: memsync's own FTS index for prompts (the database has no "
                                "user_prompts_fts)")
         assert (s.data_dir / "lexical.db").exists()
-        others = engine.search("zeppelins", window_days=0, mode=Mode.LEXICAL,
-                               kinds=[Kind.OBSERVATION, Kind.SUMMARY])
+        others = engine.search(SearchRequest(
+            query="zeppelins", window_days=0, mode=Mode.LEXICAL, kinds=[Kind.OBSERVATION, Kind.SUMMARY]))
         assert {(r.kind, r.id) for r in others.results} == {(Kind.OBSERVATION, 9), (Kind.OBSERVATION, 10),
                                                              (Kind.SUMMARY, 9)}
         assert others.reason is None  # the app's tables answered those

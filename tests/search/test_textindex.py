@@ -12,7 +12,7 @@ import pytest
 
 from memsync.config.claude_mem.schema import Era, Kind
 from memsync.config.settings import Settings
-from memsync.search import Filters, Mode, Searcher
+from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.search.models import Window
 from memsync.search.textindex import TextIndex, merge_tail
 from memsync.worker.importer import import_records
@@ -80,7 +80,7 @@ def test_rows_newer_than_the_index_come_from_fts5_until_it_catches_up(tmp_path: 
     assert _status_pending(s) == 1
     engine = Searcher(s)
     try:
-        resp = engine.search("quokka", mode=Mode.LEXICAL, window_days=0)
+        resp = engine.search(SearchRequest(query="quokka", mode=Mode.LEXICAL, window_days=0))
         assert [(r.kind, r.id) for r in resp.results] == [(Kind.OBSERVATION, 5)]
         index = TextIndex.open(s)
         assert index is not None and index.watermark(Kind.OBSERVATION) == 4  # the tail answered
@@ -90,7 +90,8 @@ def test_rows_newer_than_the_index_come_from_fts5_until_it_catches_up(tmp_path: 
         assert index is not None and index.watermark(Kind.OBSERVATION) == 5
         assert [i for i, _ in index.search(Kind.OBSERVATION, "quokka", Filters(), Window(0, None, None, "all_time"),
                                            5)] == [5]
-        assert [(r.kind, r.id) for r in engine.search("quokka", mode=Mode.LEXICAL, window_days=0).results] == [
+        assert [(r.kind, r.id) for r in engine.search(SearchRequest(
+            query="quokka", mode=Mode.LEXICAL, window_days=0)).results] == [
             (Kind.OBSERVATION, 5)]
     finally:
         engine.close()
@@ -131,7 +132,7 @@ def test_appends_wait_for_the_interval_and_fts5_answers_meanwhile(tmp_path: Path
         import_records(s.db, [obs(50, narrative="wombat burrow survey")])
         assert text.step() is None and text.step() is None  # within the interval: no commit
         assert _status_pending(s) == 1
-        resp = engine.search("wombat", mode=Mode.LEXICAL, window_days=0)
+        resp = engine.search(SearchRequest(query="wombat", mode=Mode.LEXICAL, window_days=0))
         assert [(r.kind, r.id) for r in resp.results] == [(Kind.OBSERVATION, 5)]  # from the FTS5 tail
         full = text.step(force_full=True)  # a reconcile does not wait
         assert full is not None and full.appended == {"observation": 1}
@@ -185,7 +186,7 @@ def test_a_failing_index_never_stops_sync_or_search(tmp_path: Path) -> None:
     assert TextIndex.open(s) is None
     engine = Searcher(s)
     try:
-        assert engine.search("caching", mode=Mode.LEXICAL, window_days=0).results
+        assert engine.search(SearchRequest(query="caching", mode=Mode.LEXICAL, window_days=0)).results
     finally:
         engine.close()
 

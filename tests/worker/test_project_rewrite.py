@@ -13,7 +13,7 @@ from typing import Any
 from memsync.config.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.settings import Settings
-from memsync.search import Filters, Mode, Searcher
+from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.search.models import Window
 from memsync.search.textindex import TextIndex
 from memsync.search.vectorcopy import VectorCopy
@@ -88,11 +88,13 @@ def test_a_project_rewritten_in_place_reaches_every_index(tmp_path: Path, fake_e
 
     engine = Searcher(settings)
     try:
-        found = engine.search("problem", window_days=0, mode=Mode.LEXICAL, kinds=[Kind.PROMPT],
-                              filters=Filters(project=NEW), limit=20)
+        found = engine.search(SearchRequest(
+            query="problem", window_days=0, mode=Mode.LEXICAL, kinds=[Kind.PROMPT], filters=Filters(project=NEW),
+            limit=20))
         assert sorted(r.id for r in found.results) == [2, 4, 6, 8, 10, 12]
-        assert engine.search("problem", window_days=0, mode=Mode.LEXICAL, kinds=[Kind.PROMPT],
-                             filters=Filters(project=OLD)).results == []
+        assert engine.search(SearchRequest(
+            query="problem", window_days=0, mode=Mode.LEXICAL, kinds=[Kind.PROMPT],
+            filters=Filters(project=OLD))).results == []
     finally:
         engine.close()
 
