@@ -2,8 +2,8 @@
 
 :class:`SearchRequest` is what ``Searcher.search`` takes (frozen, keyword-only). The CLI, its
 ``--batch`` lines, the HTTP API and the MCP tools receive strings and numbers; each hands them to
-:class:`RequestParser` as :class:`SearchFields`, which checks every value against one policy (limit
-at most ``MAX_LIMIT``, offset at most ``MAX_OFFSET``, ...) and refuses a bad one with
+:class:`RequestParser` as :class:`SearchFields`, which checks every value against one policy
+(``config.limits``: limit at most 100, offset at most 10,000, ...) and refuses a bad one with
 :class:`BadRequest`, naming it and what would be accepted (issue 28: the CLI allowed 500 and
 100,000, the servers 100 and 10,000, and batch lines anything).
 """
@@ -16,14 +16,10 @@ from datetime import UTC, datetime
 from typing import TypedDict
 
 from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.limits import MAX_FILTER_VALUES, MAX_LIMIT, MAX_OFFSET, MAX_PLATFORM_CHARS, MAX_WINDOW_DAYS
 from memsync.config.records import RecordRefError, parse_iso, parse_kinds
 from memsync.search.models import Filters, Format, Mode, Order, SearchError
 
-MAX_LIMIT = 100  # results per page; agents should start small and page with offset
-MAX_OFFSET = 10_000
-MAX_WINDOW_DAYS = 36_500
-MAX_FILTER_VALUES = 20  # types / concepts / files per request
-MAX_PLATFORM_CHARS = 100  # platform names are short (claude, codex, cursor, ...)
 DEFAULT_LIMIT = 20  # the library's page when a request names none
 
 
@@ -122,6 +118,7 @@ class RequestParser:
     def request(self, fields: SearchFields) -> SearchRequest:
         """Every field checked, or BadRequest naming the first bad one."""
         filters = self.filters(fields)
+        limit, offset = self.page(fields.get("limit", DEFAULT_LIMIT), fields.get("offset", 0))
         order = fields.get("order", Order.RELEVANCE)
         try:
             order = Order(str(order).lower())
@@ -129,9 +126,7 @@ class RequestParser:
             raise BadRequest(f"order must be relevance, newest or oldest, got {str(order)[:40]!r}") from None
         return SearchRequest(
             query=self.query(fields.get("query")), kinds=self.kinds(fields.get("kind")), filters=filters,
-            window_days=self.window(fields.get("window_days")), order=order,
-            limit=bounded(fields.get("limit", DEFAULT_LIMIT), "limit", 1, MAX_LIMIT),
-            offset=bounded(fields.get("offset", 0), "offset", 0, MAX_OFFSET),
+            window_days=self.window(fields.get("window_days")), order=order, limit=limit, offset=offset,
             format=Format.FULL if fields.get("full") else Format.INDEX)
 
     def query(self, text: object, name: str = "query") -> str:
@@ -177,6 +172,11 @@ class RequestParser:
         return Filters(project=_text(fields.get("project"), "project"), platform=platform,
                        types=self.types(fields.get("types")), concepts=listed(fields.get("concepts"), "concept"),
                        files=listed(fields.get("files"), "file"), date_from=date_from, date_to=date_to)
+
+    @staticmethod
+    def page(limit: object, offset: object) -> tuple[int, int]:
+        """(limit, offset), each within the policy's bounds."""
+        return bounded(limit, "limit", 1, MAX_LIMIT), bounded(offset, "offset", 0, MAX_OFFSET)
 
     @staticmethod
     def window(days: object) -> int | None:

@@ -62,7 +62,8 @@ def test_a_coarse_link_votes_for_the_prompt_the_observation_talks_about(rows: So
 
 
 def test_without_vectors_a_coarse_link_gets_one_over_its_fan_in(rows: SourceRows) -> None:
-    got = links.votes(rows, None, [[[(Kind.OBSERVATION, 5)], [(Kind.OBSERVATION, 1)]]], Scope(Filters(), NO_WINDOW), 10)[0]
+    evidence = [[[(Kind.OBSERVATION, 5)], [(Kind.OBSERVATION, 1)]]]
+    got = links.votes(rows, None, evidence, Scope(Filters(), NO_WINDOW), 10)[0]
     shares = {v.prompt: round(v.share, 6) for v in got}
     assert shares == {4: 0.25, 2: 1.0}  # four observations under prompt 4, one under prompt 2
     assert [v.prompt for v in got] == [2, 4]  # the stronger vote first
@@ -77,7 +78,8 @@ def test_each_prompt_keeps_its_strongest_vote_and_filters_apply(rows: SourceRows
     evidence = [[(Kind.OBSERVATION, 5), (Kind.OBSERVATION, 1)]]
     got = links.votes(rows, FakeVectorCopy(vectors()), [evidence], Scope(Filters(), NO_WINDOW), 10)[0]
     assert [v.prompt for v in got if v.share > 0.5] == [1, 2]
-    assert links.votes(rows, FakeVectorCopy(vectors()), [evidence], Scope(Filters(project="beta"), NO_WINDOW), 10)[0] == []
+    beta = Scope(Filters(project="beta"), NO_WINDOW)
+    assert links.votes(rows, FakeVectorCopy(vectors()), [evidence], beta, 10)[0] == []
 
 
 def test_rows_without_a_prompt_number_or_unknown_ids_vote_for_nothing(rows: SourceRows) -> None:
