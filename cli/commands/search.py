@@ -99,9 +99,10 @@ def _refused_exits(settings: Settings) -> None:
 @click.option("--order", type=click.Choice(["relevance", "newest", "oldest"]), default="relevance", show_default=True)
 @click.option("--full", is_flag=True, help="Include each full record.")
 @click.option("--batch", type=click.File("r"), default=None,
-              help='Run one search per JSON line of FILE ("-" = stdin): {"query", "project", "platform", "kind", '
-                   '"limit", "window_days", ...} (the HTTP API\'s fields), checked as --limit etc.; one JSON '
-                   'response per line, in order.')
+              help='Run one search per JSON line of FILE ("-" = stdin): {"query", "kind", "project", "platform", '
+                   '"types", "concepts", "files", "date_from", "date_to", "window_days", "order", "limit", "offset", '
+                   '"full"}, within the same bounds as the options (an empty field takes --kind, --limit, '
+                   '--window-days, --project or --platform); one JSON response per line, in order.')
 def search(as_json: bool, query: str, project: str | None, platform: str | None, kind: str, types: tuple[str, ...],
            concepts: tuple[str, ...], files: tuple[str, ...], since: str | None, until: str | None, limit: int,
            offset: int, window_days: int | None, order: str, full: bool, batch: IO[str] | None,
