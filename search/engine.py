@@ -197,7 +197,7 @@ def _lexical(side: LexicalSide, plan: Plan) -> LexicalAnswer:
 def _excluded(side: LexicalSide, plan: Plan) -> int:
     """How many matches the recency window hides (0 for a date range or all time)."""
     try:
-        return side.excluded(plan.kinds, plan.filters, plan.window) if plan.window.source == "window" else 0
+        return side.excluded(plan.kinds, plan.scope) if plan.window.source == "window" else 0
     except QueryTimeout:
         return 0
 
@@ -207,7 +207,7 @@ def _date_order(rows: SourceRows, side: LexicalSide, plan: Plan, sem: SemanticAn
     semantic candidates that are real matches, by date."""
     order = plan.request.order
     dated: dict[Key, tuple[int, bool, bool]] = {}
-    for key, epoch in side.dated(plan.kinds, plan.filters, plan.window, plan.need, order):
+    for key, epoch in side.dated(plan.kinds, plan.scope, plan.need, order):
         dated[key] = (epoch, False, True)
     matches = [h for h in sem.hits if h.similarity >= DATE_ORDER_MIN_SIMILARITY]
     for kind in plan.kinds:
@@ -226,7 +226,7 @@ def _listing(rows: SourceRows, plan: Plan) -> Response:
     newest = request.order is not Order.OLDEST
     dated: list[tuple[int, Key]] = []
     for kind in plan.kinds:
-        dated.extend((e, (kind, i)) for i, e in rows.recent(kind, plan.filters, plan.window, plan.need, 0, newest))
+        dated.extend((e, (kind, i)) for i, e in rows.recent(kind, plan.scope, plan.need, 0, newest))
     dated.sort(key=lambda x: (x[0], x[1][1]), reverse=newest)
     page = [PageEntry(k, 1.0, False, True) for _, k in dated[request.offset:plan.need]]
     results = hydrate.results(rows, page, {}, request.format)

@@ -104,10 +104,13 @@ def make_window(days: int | None, default_days: int, date_from: datetime | None 
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """The rows a search may return: its filters and the window applied."""
+    """The rows a search may return: its filters and the window applied (None: all time). The
+    full-text sources also take ``after_id``: only rows with a larger id (the rows newer than the
+    text index's watermark)."""
 
-    filters: Filters
-    window: Window
+    filters: Filters = Filters()
+    window: Window | None = None
+    after_id: int = 0
 
 
 @dataclass(slots=True)

@@ -16,13 +16,14 @@ from memsync.search.request import SearchRequest
 @dataclass(frozen=True, slots=True)
 class Plan:
     """One search as the engine runs it: the request, its query text without NULs, the kinds (all
-    when the request names none), the scope, ``need`` (offset + limit) and ``depth`` (rows per
+    when the request names none), the window and scope, ``need`` (offset + limit) and ``depth`` (rows per
     ranked list); ``linked`` and ``context`` say whether the linked evidence and the context list
     take part."""
 
     request: SearchRequest
     query: str
     kinds: tuple[Kind, ...]
+    window: Window  # the scope's window (never None here)
     scope: Scope
     need: int
     depth: int
@@ -48,18 +49,13 @@ class Plan:
         # The context list is a second dense list of prompts only: in a search of several kinds it
         # would count prompts' semantic evidence twice and crowd the other kinds out.
         context = ranked_hybrid and set(kinds) == {Kind.PROMPT}
-        return cls(request, query, kinds, Scope(filters, window), need, max(settings.candidates, need), linked,
-                   context)
+        return cls(request, query, kinds, window, Scope(filters, window), need, max(settings.candidates, need),
+                   linked, context)
 
     @property
     def filters(self) -> Filters:
         """The request's filters."""
         return self.scope.filters
-
-    @property
-    def window(self) -> Window:
-        """The window applied."""
-        return self.scope.window
 
     @property
     def evidence_kinds(self) -> tuple[Kind, ...]:
