@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -57,30 +58,28 @@ class Lookups(ABC):
         """A connection to the agent's database for one call; the caller closes it."""
         return SourceRows.open(self.settings)
 
-    def find_by(self, filters: Filters, query: str = "", kinds: Sequence[Kind] | None = None,
-                window_days: int | None = None, limit: int = 20, offset: int = 0,
-                format: Format = Format.INDEX) -> Response:
-        """Filter first in SQLite (concept, file or type), then rank the matches by meaning of
-        ``query`` when one is given (recency breaks ties), else newest first. The filter is applied
-        before any cut, so no match is lost to rows outside it."""
-        order = Order.RELEVANCE if fts.tokens(query) else Order.NEWEST
-        return self.search(SearchRequest(query=query, kinds=kinds or (), filters=filters, window_days=window_days,
-                                         limit=limit, offset=offset, order=order, format=format))
+    def find_by(self, request: SearchRequest) -> Response:
+        """Filter first in SQLite (concept, file or type: the request's filters), then rank the
+        matches by meaning of its query when one is given (recency breaks ties), else newest first.
+        The filter is applied before any cut, so no match is lost to rows outside it."""
+        return self.search(replace(request, order=Order.RELEVANCE if fts.tokens(request.query) else Order.NEWEST))
 
     def find_by_concept(self, concept: str, query: str = "", **kw: Any) -> Response:
-        """Observations tagged with ``concept`` (substring of the concepts list), ranked by ``query``."""
-        return self.find_by(Filters(project=kw.pop("project", None), concepts=(concept,)), query,
-                            (Kind.OBSERVATION,), **kw)
+        """Observations tagged with ``concept`` (substring of the concepts list), ranked by ``query``;
+        ``kw``: ``project`` and any other field of :class:`SearchRequest`."""
+        return self.find_by(SearchRequest(query=query, kinds=(Kind.OBSERVATION,),
+                                          filters=Filters(project=kw.pop("project", None), concepts=(concept,)), **kw))
 
     def find_by_file(self, path: str, query: str = "", **kw: Any) -> Response:
         """Observations and summaries whose files read/modified contain ``path``, ranked by ``query``."""
-        return self.find_by(Filters(project=kw.pop("project", None), files=(path,)), query,
-                            (Kind.OBSERVATION, Kind.SUMMARY), **kw)
+        return self.find_by(SearchRequest(query=query, kinds=(Kind.OBSERVATION, Kind.SUMMARY),
+                                          filters=Filters(project=kw.pop("project", None), files=(path,)), **kw))
 
     def find_by_type(self, types: str | Sequence[str], query: str = "", **kw: Any) -> Response:
         """Observations of the given type(s) (e.g. bugfix, feature), ranked by ``query``."""
         wanted = (types,) if isinstance(types, str) else tuple(types)
-        return self.find_by(Filters(project=kw.pop("project", None), types=wanted), query, (Kind.OBSERVATION,), **kw)
+        return self.find_by(SearchRequest(query=query, kinds=(Kind.OBSERVATION,),
+                                          filters=Filters(project=kw.pop("project", None), types=wanted), **kw))
 
     def get(self, kind: Kind, ids: Sequence[int]) -> tuple[list[dict[str, Any]], list[int]]:
         """Full records in the requested order, and the ids that do not exist (an id past

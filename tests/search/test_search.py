@@ -106,9 +106,9 @@ def test_filters_before_the_cut(searcher: Searcher) -> None:
         query="database connection pool timeout", filters=Filters(types=("bugfix",)), window_days=0,
         mode=Mode.SEMANTIC))
     assert [r.id for r in resp.results] == [131]
-    by_file = searcher.find_by(Filters(files=("grid.css",)), window_days=0)
+    by_file = searcher.find_by(SearchRequest(filters=Filters(files=("grid.css",)), window_days=0))
     assert [r.id for r in by_file.results] == [132]
-    by_concept = searcher.find_by(Filters(concepts=("pattern",)), "layout", window_days=0)
+    by_concept = searcher.find_by(SearchRequest(query="layout", filters=Filters(concepts=("pattern",)), window_days=0))
     assert [r.id for r in by_concept.results] == [132]
     assert [r.id for r in searcher.find_by_concept("pattern", window_days=0).results] == [132]
     assert [r.id for r in searcher.find_by_file("grid.css", "anything", window_days=0).results] == [132]
