@@ -48,7 +48,8 @@ class Requests:
 
     def __init__(self, searcher: Searcher, max_query_chars: int = 4000) -> None:
         self.searcher = searcher
-        self.parser = RequestParser(max_query_chars, searcher.observation_types)
+        # Looked up when a type filter is checked, not now: a searcher need not be able to list them.
+        self.parser = RequestParser(max_query_chars, lambda: self.searcher.observation_types())
 
     def search(self, fields: SearchFields) -> Response:
         """Validate every field (``search.request``), then search."""
