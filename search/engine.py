@@ -1,6 +1,6 @@
 """The search pipeline: both sides at once, linked evidence, fusion, date order, the page, hydration.
 
-How a query is answered (``Searcher.search``):
+How a query is answered (``Searcher.search``), planned once from its request (``search.plan``):
 1. Lexical (``search.lexical``): per kind, BM25 from memsync's text index, with FTS5 for the rows
    newer than it and as the fallback when there is no text index; filters and window inside the
    index query, so nothing inside the filters is cut by rows outside them.
@@ -115,8 +115,10 @@ class Searcher(Lookups):
                     linked = self._link(rows, plan, lex, sem)
             notes = [*([sem.unavailable] if sem.unavailable else []), *lex.notes, *([sem.note] if sem.note else [])]
             with watch.stage("fuse"):
-                entries = self._rank(rows, plan, (lex, sem, linked), notes) if request.order is Order.RELEVANCE \
-                    else _date_order(rows, lexical, plan, sem)
+                by_relevance = request.order is Order.RELEVANCE
+                entries = self._fuse(lex, sem, linked) if by_relevance else _date_order(rows, lexical, plan, sem)
+                if by_relevance and self.settings.rerank_provider != "none":
+                    entries = rerank(self.settings, rows, plan.query, entries, notes)
             with watch.stage("hydrate"):
                 results = hydrate.results(rows, entries[request.offset:plan.need], sem.similarity, request.format)
             watch.total()
@@ -151,11 +153,8 @@ class Searcher(Lookups):
                                                   self.weights.k)
         return LinkedAnswer(lexical, semantic_votes)
 
-    def _rank(self, rows: SourceRows, plan: Plan, found: tuple[LexicalAnswer, SemanticAnswer, LinkedAnswer],
-              notes: list[str]) -> list[PageEntry]:
-        """Both sides' rankings and the linked evidence, fused (weighted RRF), best first, then
-        reranked when a reranker is configured (its failure is added to ``notes``)."""
-        lex, sem, linked = found
+    def _fuse(self, lex: LexicalAnswer, sem: SemanticAnswer, linked: LinkedAnswer) -> list[PageEntry]:
+        """Both sides' rankings and the linked evidence, fused (weighted RRF), best first."""
         w = self.weights
         lists = [Ranked([(k, i) for i in ids], w.lexical, False) for k, ids in lex.ranked.items()]
         lists.append(Ranked([(h.kind, h.id) for h in sem.hits], w.semantic, True))
@@ -164,10 +163,7 @@ class Searcher(Lookups):
                                         (linked.lexical, w.linked_lexical, False)):
             lists.append(Ranked([(Kind.PROMPT, v.prompt) for v in votes], weight, semantic,
                                 [v.rank for v in votes], [v.share for v in votes]))
-        fused = [PageEntry(key, score, sem_found, lex_found) for key, score, sem_found, lex_found in fuse(lists, w.k)]
-        if self.settings.rerank_provider != "none":
-            fused = rerank(self.settings, rows, plan.query, fused, notes)
-        return fused
+        return [PageEntry(key, score, sem_found, lex_found) for key, score, sem_found, lex_found in fuse(lists, w.k)]
 
 
 def _lexical(side: LexicalSide, plan: Plan) -> LexicalAnswer:

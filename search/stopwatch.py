@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-def ms_since(start: float) -> float:
+def _ms_since(start: float) -> float:
     """Milliseconds since ``start`` (a ``time.perf_counter()`` value)."""
     return (time.perf_counter() - start) * 1000
 
@@ -24,8 +24,8 @@ class Stopwatch:
         """Times the block under ``name`` (added up when it runs again); a block that raises is not recorded."""
         start = time.perf_counter()
         yield
-        self.timings[name] = self.timings.get(name, 0.0) + ms_since(start)
+        self.timings[name] = self.timings.get(name, 0.0) + _ms_since(start)
 
     def total(self, name: str = "total") -> None:
         """Records under ``name`` the time since the watch started."""
-        self.timings[name] = ms_since(self.started)
+        self.timings[name] = _ms_since(self.started)
