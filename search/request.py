@@ -116,18 +116,18 @@ class RequestParser:
         self._observation_types = observation_types
 
     def request(self, fields: SearchFields) -> SearchRequest:
-        """Every field checked, or BadRequest naming the first bad one."""
-        filters = self.filters(fields)
-        limit, offset = self.page(fields.get("limit", DEFAULT_LIMIT), fields.get("offset", 0))
+        """Every field checked (in this order: query, kind, filters, order, window, page), or
+        BadRequest naming the first bad one."""
+        query, kinds, filters = self.query(fields.get("query")), self.kinds(fields.get("kind")), self.filters(fields)
         order = fields.get("order", Order.RELEVANCE)
         try:
             order = Order(str(order).lower())
         except ValueError:
             raise BadRequest(f"order must be relevance, newest or oldest, got {str(order)[:40]!r}") from None
-        return SearchRequest(
-            query=self.query(fields.get("query")), kinds=self.kinds(fields.get("kind")), filters=filters,
-            window_days=self.window(fields.get("window_days")), order=order, limit=limit, offset=offset,
-            format=Format.FULL if fields.get("full") else Format.INDEX)
+        window_days = self.window(fields.get("window_days"))
+        limit, offset = self.page(fields.get("limit", DEFAULT_LIMIT), fields.get("offset", 0))
+        return SearchRequest(query=query, kinds=kinds, filters=filters, window_days=window_days, order=order,
+                             limit=limit, offset=offset, format=Format.FULL if fields.get("full") else Format.INDEX)
 
     def query(self, text: object, name: str = "query") -> str:
         """The query string, refused when longer than the configured limit."""
