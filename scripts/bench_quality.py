@@ -53,7 +53,7 @@ import chromadb
 
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.settings import Settings
-from memsync.search import Filters, Mode, Searcher
+from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.search.fusion import Weights
 from memsync.search.models import Result
 from memsync.servers.claude_mem_tools import build_profile_server
@@ -131,8 +131,9 @@ class Runner:
         self.latency: dict[str, list[float]] = defaultdict(list)
 
     def _search(self, q: Question, mode: Mode, limit: int, searcher: Searcher | None = None) -> list[Result]:
-        resp = (searcher or self.searcher).search(q.question, [Kind.PROMPT], Filters(project=q.project),
-                                                  window_days=0, limit=limit, mode=mode)
+        resp = (searcher or self.searcher).search(SearchRequest(
+            query=q.question, kinds=[Kind.PROMPT], filters=Filters(project=q.project), window_days=0, limit=limit,
+            mode=mode))
         if resp.mode is not mode:
             raise SystemExit(f"{mode.value} answered as {resp.mode.value}: {resp.reason}")
         return resp.results

@@ -40,7 +40,7 @@ from memsync.config.chroma.server import ManagedServer, ServerInfo
 from memsync.config.claude_mem.schema import KINDS, TABLES
 from memsync.config.embedding import get_embedder
 from memsync.config.settings import Settings
-from memsync.search import Filters, Mode, Searcher
+from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.worker.demo import PROJECTS, generate
 from memsync.worker.importer import import_records, init_db
 from memsync.worker.resync import resync
@@ -144,18 +144,19 @@ def measure(settings: Settings) -> dict[str, object]:
     window_project = Filters(project=project, date_from=window.date_from)
     try:
         t = time.monotonic()
-        while searcher.search("warm up", window_days=0).mode is not Mode.HYBRID:  # the server loads the index
+        while searcher.search(SearchRequest(
+            query="warm up", window_days=0)).mode is not Mode.HYBRID:  # the server loads the index
             if time.monotonic() - t > 1800:
                 raise SystemExit("Chroma did not answer within 1800 s")
             time.sleep(0.2)
         load_s = time.monotonic() - t
         out: dict[str, object] = {"index load after start s": round(load_s, 1)}
         variants: dict[str, Callable[[str], object]] = {
-            "hybrid all time": lambda q: searcher.search(q, window_days=0),
-            "hybrid 90 d": lambda q: searcher.search(q, filters=window),
-            "hybrid 90 d + project": lambda q: searcher.search(q, filters=window_project),
-            "lexical 90 d": lambda q: searcher.search(q, filters=window, mode=Mode.LEXICAL),
-            "fallback 90 d": lambda q: down.search(q, filters=window),
+            "hybrid all time": lambda q: searcher.search(SearchRequest(query=q, window_days=0)),
+            "hybrid 90 d": lambda q: searcher.search(SearchRequest(query=q, filters=window)),
+            "hybrid 90 d + project": lambda q: searcher.search(SearchRequest(query=q, filters=window_project)),
+            "lexical 90 d": lambda q: searcher.search(SearchRequest(query=q, filters=window, mode=Mode.LEXICAL)),
+            "fallback 90 d": lambda q: down.search(SearchRequest(query=q, filters=window)),
         }
         for name, fn in variants.items():
             p50, p95 = timed(fn)

@@ -32,7 +32,7 @@ from memsync.config.chroma import collections as stores
 from memsync.config.chroma.server import ManagedServer
 from memsync.config.embedding import get_embedder
 from memsync.config.settings import Settings
-from memsync.search import Filters, Mode, Searcher
+from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.worker.demo import PROJECTS, generate
 from memsync.worker.importer import import_records, init_db
 from memsync.worker.resync import resync
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         # The server loads the index on the first query (seconds at this size; searches meanwhile
         # answer lexical_fallback): wait until a hybrid answer comes from Chroma itself (all time:
         # a windowed search is answered by the vector copy and would not wait for the server).
-        while searcher.search("warm up", window_days=0).mode is not Mode.HYBRID:
+        while searcher.search(SearchRequest(query="warm up", window_days=0)).mode is not Mode.HYBRID:
             if time.monotonic() > deadline:
                 raise SystemExit("Chroma did not answer within 300 s")
             time.sleep(1)
@@ -174,22 +174,26 @@ def main(argv: list[str] | None = None) -> int:
 
         variants: dict[str, Callable[[], object]] = {
             "raw Chroma top-100 (baseline)": lambda: searcher.vector.nearest(vectors[nxt()], 100),
-            "hybrid, all time": lambda: searcher.search(nxt(), window_days=0),
-            "hybrid, 90-day window": lambda: searcher.search(nxt()),
-            "hybrid, window + project": lambda: searcher.search(nxt(), filters=Filters(project=project)),
+            "hybrid, all time": lambda: searcher.search(SearchRequest(query=nxt(), window_days=0)),
+            "hybrid, 90-day window": lambda: searcher.search(SearchRequest(query=nxt())),
+            "hybrid, window + project": lambda: searcher.search(SearchRequest(
+                query=nxt(), filters=Filters(project=project))),
             "without the vector copy: hybrid, window + project": lambda: no_copy.search(
-                nxt(), filters=Filters(project=project)),
-            "lexical only, all time": lambda: searcher.search(nxt(), window_days=0, mode=Mode.LEXICAL),
-            "lexical only, window + project": lambda: searcher.search(nxt(), filters=Filters(project=project),
-                                                                      mode=Mode.LEXICAL),
-            "lexical only, FTS5 alone, all time": lambda: fts5.search(nxt(), window_days=0, mode=Mode.LEXICAL),
+                SearchRequest(query=nxt(), filters=Filters(project=project))),
+            "lexical only, all time": lambda: searcher.search(SearchRequest(
+                query=nxt(), window_days=0, mode=Mode.LEXICAL)),
+            "lexical only, window + project": lambda: searcher.search(SearchRequest(
+                query=nxt(), filters=Filters(project=project), mode=Mode.LEXICAL)),
+            "lexical only, FTS5 alone, all time": lambda: fts5.search(SearchRequest(
+                query=nxt(), window_days=0, mode=Mode.LEXICAL)),
             "lexical only, FTS5 alone, window + project": lambda: fts5.search(
-                nxt(), filters=Filters(project=project), mode=Mode.LEXICAL),
-            "fallback (Chroma down), all time": lambda: down.search(nxt(), window_days=0),
-            "fallback (Chroma down), 90-day window": lambda: down.search(nxt()),
-            "fallback, window + project": lambda: down.search(nxt(), filters=Filters(project=project)),
+                SearchRequest(query=nxt(), filters=Filters(project=project), mode=Mode.LEXICAL)),
+            "fallback (Chroma down), all time": lambda: down.search(SearchRequest(query=nxt(), window_days=0)),
+            "fallback (Chroma down), 90-day window": lambda: down.search(SearchRequest(query=nxt())),
+            "fallback, window + project": lambda: down.search(SearchRequest(
+                query=nxt(), filters=Filters(project=project))),
         }
-        assert down.search("x").mode is Mode.LEXICAL_FALLBACK
+        assert down.search(SearchRequest(query="x")).mode is Mode.LEXICAL_FALLBACK
         table = []
         for name, fn in variants.items():
             fn()

@@ -34,7 +34,7 @@ from tokenizers import Tokenizer
 from memsync.commands.db import make_demo_db
 from memsync.config.embedding import tokenizer_json
 from memsync.config.settings import Settings
-from memsync.search import Searcher
+from memsync.search import Searcher, SearchRequest
 from memsync.servers.claude_mem_tools import build_profile_server
 from memsync.servers.mcp_tools import build_server
 from memsync.worker.resync import resync
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         searcher = Searcher(settings)
         try:
             rows, empty_header = asyncio.run(_measure(settings, searcher, tokens))
-            baseline = searcher.search("connection pool timeout", limit=10).to_json()
+            baseline = searcher.search(SearchRequest(query="connection pool timeout", limit=10)).to_json()
         finally:
             searcher.close()
     base_text = json.dumps(baseline)

@@ -51,7 +51,7 @@ from memsync.config.formats.text_index import INDEX_DIR as TEXT_INDEX_DIR
 from memsync.config.formats.vector_copy import DIR as COPY_DIR
 from memsync.config.formats.vector_copy import ENTRIES_FILE, VECTORS_FILE
 from memsync.config.settings import Settings
-from memsync.search import Searcher
+from memsync.search import Searcher, SearchRequest
 from memsync.worker.importer import import_records, init_db
 from scripts.benchlib import ROOT, free_port, print_table, settings_env, size_mb, worker_status, write_json
 
@@ -284,7 +284,7 @@ def searcher_loop(run: Run, findable_after: float) -> None:
                 continue
             (kind, row_id), (w, _) = run.rng.choice(candidates)
             try:
-                resp = searcher.search(w, limit=5, window_days=0)
+                resp = searcher.search(SearchRequest(query=w, limit=5, window_days=0))
             except Exception as exc:  # noqa: BLE001 - a search that raises is a finding, not a crash
                 run.errors.append(f"search {w}: {exc!r}")
                 continue

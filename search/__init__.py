@@ -2,12 +2,14 @@
 with BM25 (memsync's text index, with FTS5 for the rows newer than it and as the fallback when
 there is no text index).
 
-A server imports :class:`Searcher` (one per process) and calls ``search``, ``find_by``,
+A server imports :class:`Searcher` (one per process) and calls ``search`` (with a
+:class:`SearchRequest`; ``search.request`` also holds the one parser of the front ends), ``find_by``,
 ``timeline``, ``recent_context``, ``get`` and ``similar``. Nothing here needs the worker running:
 without its text index the app's FTS5 tables answer, and when the vector store cannot answer,
 results come from the lexical side alone, labelled ``lexical_fallback``.
 
-Modules: ``engine`` (the pipeline, :class:`Searcher`), ``lexical`` and ``semantic`` (the two
+Modules: ``request`` (the request, its limits and parser), ``plan`` (what one search does),
+``engine`` (the pipeline, :class:`Searcher`), ``lexical`` and ``semantic`` (the two
 sides, each deciding which index answers), ``fusion``, ``hydrate``, ``lookups``, ``sql`` (the
 read-only connection, filters as SQL), and the indexes read: ``textindex``, ``app_fts`` (with
 ``fts``, query text → MATCH), ``lexical_index``, ``vectorstore``, ``vectorcopy``.
@@ -27,10 +29,11 @@ from memsync.search.models import (
     Window,
     make_window,
 )
+from memsync.search.request import SearchRequest
 from memsync.search.sql import QueryTimeout
 from memsync.search.vectorstore import VectorUnavailable
 
 __all__ = [
-    "Filters", "Format", "Mode", "Order", "QueryTimeout", "Response", "Result", "SearchError", "Searcher", "Signal",
-    "VectorUnavailable", "Window", "make_window", "parse_kinds",
+    "Filters", "Format", "Mode", "Order", "QueryTimeout", "Response", "Result", "SearchError", "SearchRequest",
+    "Searcher", "Signal", "VectorUnavailable", "Window", "make_window", "parse_kinds",
 ]

@@ -16,7 +16,7 @@ from typing import Any
 from memsync.config.claude_mem.schema import FTS_TABLES, TABLES, Kind
 from memsync.config.errors import SourceUnavailable
 from memsync.search import fts
-from memsync.search.models import Filters, Order, Window
+from memsync.search.models import Order, Scope
 from memsync.search.sql import ALIAS, SourceRows
 
 # A word in more than half the rows has no BM25 weight (FTS5 clamps its idf to ~0), so leaving it
@@ -98,18 +98,18 @@ class AppFts:
             keep = sorted(words, key=lambda w: info[w][1])[:MIN_TERMS]
         return fts.expression_for([info[w][0] for w in keep])
 
-    def ranked(self, kind: Kind, expr: str, filters: Filters, window: Window | None, limit: int,
-               order: Order = Order.RELEVANCE, after_id: int = 0) -> list[tuple[int, float]]:
-        """Rows of ``kind`` (with id > ``after_id``) matching the MATCH expression within
-        filters/window: (id, bm25) with higher = better, best first (or newest/oldest first when
-        ``order`` says so)."""
-        if not self.rows.applicable(kind, filters):
+    def ranked(self, kind: Kind, expr: str, scope: Scope, limit: int,
+               order: Order = Order.RELEVANCE) -> list[tuple[int, float]]:
+        """Rows of ``kind`` matching the MATCH expression within the scope: (id, bm25) with higher =
+        better, best first (or newest/oldest first when ``order`` says so)."""
+        if not self.rows.applicable(kind, scope.filters):
             return []
         table = FTS_TABLES[kind][0]
-        cond, params = self.rows.where(kind, filters, window)
-        if after_id:
+        window = scope.window
+        cond, params = self.rows.where(kind, scope.filters, window)
+        if scope.after_id:
             cond += " AND f.rowid > ?"
-            params.append(after_id)
+            params.append(scope.after_id)
         if window is not None and window.start_ms is not None:
             # Rows are appended in time order, so the window is (almost) an id range, and FTS5 skips
             # whole doclist segments for a rowid bound: ~5x less to score. Exact: the bound is the
@@ -145,17 +145,16 @@ class AppFts:
             row = self.rows.query(sql, [expr, *params, RANK_CAP - 1])
         return int(row[0][0]) if row else None
 
-    def count(self, kind: Kind, expr: str, filters: Filters, window: Window | None, cap: int,
-              after_id: int = 0) -> int:
-        """How many rows (with id > ``after_id``) match, up to ``cap``, e.g. outside the window;
-        unranked, so cheap."""
-        if not self.rows.applicable(kind, filters):
+    def count(self, kind: Kind, expr: str, scope: Scope, cap: int) -> int:
+        """How many rows match within the scope, up to ``cap``, e.g. outside the window; unranked,
+        so cheap."""
+        if not self.rows.applicable(kind, scope.filters):
             return 0
         table = FTS_TABLES[kind][0]
-        cond, params = self.rows.where(kind, filters, window)
-        if after_id:
+        cond, params = self.rows.where(kind, scope.filters, scope.window)
+        if scope.after_id:
             cond += " AND f.rowid > ?"
-            params.append(after_id)
+            params.append(scope.after_id)
         sql = (f"SELECT count(*) FROM (SELECT 1 FROM {table} f JOIN {TABLES[kind]} {ALIAS} "
                f"ON {ALIAS}.id = f.rowid WHERE {table} MATCH ? AND {cond} LIMIT ?)")
         return int(self.rows.query(sql, [expr, *params, cap])[0][0])

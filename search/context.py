@@ -21,20 +21,20 @@ import numpy as np
 import numpy.typing as npt
 
 from memsync.config.claude_mem.schema import Kind
-from memsync.search.models import Filters, Window
+from memsync.search.models import Scope
 from memsync.search.sql import SourceRows
 from memsync.search.vectorcopy import VectorCopy
 
 
 def ranking(rows: SourceRows, copy: VectorCopy, query: npt.NDArray[np.float32], prompts: Sequence[int],
-            filters: Filters, window: Window) -> list[int]:
-    """``prompts`` (the dense side's, best first) and their neighbours within filters/window,
+            scope: Scope) -> list[int]:
+    """``prompts`` (the dense side's, best first) and their neighbours within the scope,
     ranked by the query's cosine with each one's mean vector with its neighbours."""
     if not prompts:
         return []
     neighbours = rows.neighbour_prompts(prompts)
     extra = {n for p in prompts for n in neighbours.get(p, [])} - set(prompts)
-    candidates = [*prompts, *sorted(rows.passing(Kind.PROMPT, sorted(extra), filters, window))]
+    candidates = [*prompts, *sorted(rows.passing(Kind.PROMPT, sorted(extra), scope.filters, scope.window))]
     wanted = set(candidates) | extra | {n for p in candidates for n in neighbours.get(p, [])}
     vectors = copy.row_vectors([(Kind.PROMPT, p) for p in wanted])
     if len(candidates) > len(prompts):

@@ -1,6 +1,6 @@
 """The search pipeline: both sides at once, linked evidence, fusion, date order, the page, hydration.
 
-How a query is answered (``Searcher.search``):
+How a query is answered (``Searcher.search``), planned once from its request (``search.plan``):
 1. Lexical (``search.lexical``): per kind, BM25 from memsync's text index, with FTS5 for the rows
    newer than it and as the fallback when there is no text index; filters and window inside the
    index query, so nothing inside the filters is cut by rows outside them.
@@ -24,11 +24,9 @@ The lookups (find_by_*, get, timeline, recent context, similar) are in ``search.
 from __future__ import annotations
 
 import concurrent.futures
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.claude_mem.schema import Kind
 from memsync.config.embedding import Embedder
 from memsync.config.settings import Settings
 from memsync.search import fts, hydrate, links
@@ -36,41 +34,35 @@ from memsync.search.fusion import Ranked, Weights, fuse
 from memsync.search.hydrate import PageEntry
 from memsync.search.lexical import LexicalSide
 from memsync.search.lookups import Lookups
-from memsync.search.models import (
-    Filters,
-    Format,
-    Key,
-    Mode,
-    Order,
-    Response,
-    SearchError,
-    Window,
-    make_window,
-)
+from memsync.search.models import Filters, Key, Mode, Order, Response, SearchError
+from memsync.search.plan import Plan
+from memsync.search.request import SearchRequest
 from memsync.search.rerank import rerank
-from memsync.search.semantic import EVIDENCE_KINDS, SemanticAnswer, SemanticSide
+from memsync.search.semantic import SemanticAnswer, SemanticSide
 from memsync.search.sql import QueryTimeout, SourceRows
+from memsync.search.stopwatch import Stopwatch
 from memsync.search.threads import one_blas_thread
-from memsync.search.timing import elapsed_ms
-from memsync.search.vectorcopy import VectorCopy
-from memsync.search.vectorstore import RowHit, VectorStore, VectorUnavailable, probe
+from memsync.search.vectorstore import VectorStore, VectorUnavailable, probe
 
 DATE_ORDER_MIN_SIMILARITY = 0.35  # a semantic candidate counts as a match for date order above this
 
 
-@dataclass
-class _Gathered:
-    """What the two sides found for one search."""
+@dataclass(frozen=True, slots=True)
+class LexicalAnswer:
+    """What the lexical side found: each searched kind's rows best first, the evidence rows per
+    evidence kind (linked evidence), and what the response's reason should say."""
 
-    lexical: dict[Kind, list[int]] = field(default_factory=dict)
-    semantic: list[RowHit] = field(default_factory=list)
-    evidence_semantic: list[list[Key]] = field(default_factory=list)  # evidence rows per kind, best first
-    evidence_lexical: list[list[Key]] = field(default_factory=list)
-    linked_semantic: list[links.Vote] = field(default_factory=list)  # the prompts they vouch for
-    linked_lexical: list[links.Vote] = field(default_factory=list)
-    similarity: dict[Key, RowHit] = field(default_factory=dict)
-    context: list[int] = field(default_factory=list)  # prompts ranked in their neighbours' context
-    copy: VectorCopy | None = None  # the vector copy the semantic side read (None: priors only)
+    ranked: dict[Kind, list[int]] = field(default_factory=dict)
+    evidence: list[list[Key]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkedAnswer:
+    """The prompts the evidence rows of each side vouch for (``search.links``), strongest first."""
+
+    lexical: list[links.Vote] = field(default_factory=list)
+    semantic: list[links.Vote] = field(default_factory=list)
 
 
 class Searcher(Lookups):
@@ -96,183 +88,145 @@ class Searcher(Lookups):
         if self._vector is not None:
             self._vector.close()
 
-    def search(self, query: str, kinds: Sequence[Kind] | None = None, filters: Filters | None = None,
-               window_days: int | None = None, limit: int = 20, offset: int = 0,
-               order: Order = Order.RELEVANCE, format: Format = Format.INDEX,
-               mode: Mode = Mode.HYBRID) -> Response:
+    def search(self, request: SearchRequest) -> Response:
         """Hybrid search; see the module docstring. ``mode`` LEXICAL or SEMANTIC uses one side only."""
-        if limit < 1 or offset < 0:
-            raise SearchError("limit must be at least 1 and offset at least 0")
-        filters = filters or Filters()
-        kinds = tuple(kinds or KINDS)
-        window = make_window(window_days, self.settings.window_days, filters.date_from, filters.date_to)
-        timings: dict[str, float] = {}
-        query = query.replace("\x00", " ") if isinstance(query, str) else ""
+        plan, mode = Plan.of(request, self.settings), request.mode
         rows = self._rows()
-        lexical = LexicalSide(self.settings, rows, query, self._pool, use_text_index=mode is not Mode.SEMANTIC)
+        lexical = LexicalSide(self.settings, rows, plan.query, self._pool, use_text_index=mode is not Mode.SEMANTIC)
         try:
-            t0 = time.perf_counter()
-            if not fts.tokens(query):
-                return self._listing(rows, query, kinds, filters, window, limit, offset, order, format, timings)
-            need = offset + limit
-            depth = max(self.settings.candidates, need)
-            got = _Gathered()
-            answered, notes = mode, []
-            # The two sides run at once: the semantic side (embedding, Chroma, its own SQLite
-            # connection) on a pool thread, the lexical side here; both mostly wait outside the GIL.
-            # Linked evidence (observations vouching for the prompt they were recorded under) only
-            # when prompts are searched without observations: with both, each observation is a
-            # result of its own, and boosting its prompt too would count the same evidence twice
-            # (prompts then crowded observations out of mixed results).
-            # Linked evidence and the context list only reorder by relevance: date order skips them.
-            ranked_hybrid = mode is Mode.HYBRID and order is Order.RELEVANCE
-            linked = ranked_hybrid and Kind.PROMPT in kinds and Kind.OBSERVATION not in kinds
-            # The context list is a second dense list of prompts only: in a search of several kinds
-            # it would count prompts' semantic evidence twice and crowd the other kinds out.
-            context = ranked_hybrid and set(kinds) == {Kind.PROMPT}
-            sem_future: concurrent.futures.Future[SemanticAnswer] | None = None
-            if mode is not Mode.LEXICAL:
-                sem_future = self._pool.submit(self._semantic, query, kinds, filters, window, need, depth, linked,
-                                               context)
-            if mode is not Mode.SEMANTIC:
-                try:
-                    self._lexical(rows, lexical, kinds, filters, window, depth, linked, got)
-                except QueryTimeout as exc:  # keep what was gathered; say that the rest is missing
-                    notes.append(f"full-text search incomplete: {exc}")
-            if lexical.note:  # the text index could not be read: FTS5 ranked alone
-                notes.append(lexical.note)
-            timings["lexical"] = elapsed_ms(t0)
-            # How many matches the window hides depends on the lexical side only: counted while
-            # the semantic side (the longer one) is still at work.
-            t3 = time.perf_counter()
-            try:
-                excluded = lexical.excluded(kinds, filters, window) if window.source == "window" else 0
-            except QueryTimeout:
-                excluded = 0
-            timings["window_count"] = elapsed_ms(t3)
-            if sem_future is not None:
-                try:
-                    sem = sem_future.result()
-                    got.semantic, got.similarity, got.context = sem.hits, sem.similarity, sem.context
-                    got.copy = sem.copy
-                    if sem.note:
-                        notes.append(sem.note)
-                    got.evidence_semantic = [[key for key in sem.evidence if key[0] is k] for k in EVIDENCE_KINDS]
-                    timings.update(sem.timings)
-                except VectorUnavailable as exc:
-                    if mode is Mode.SEMANTIC:
-                        return Response(Mode.LEXICAL_FALLBACK, [], window, reason=str(exc), query=query,
-                                        timings_ms=timings)
-                    answered = Mode.LEXICAL_FALLBACK
-                    notes.insert(0, str(exc))
-                except QueryTimeout as exc:
-                    notes.append(f"semantic filtering incomplete: {exc}")
-            if linked:
-                t1 = time.perf_counter()
-                self._link(rows, filters, window, got, self.weights.k)
-                timings["linked"] = elapsed_ms(t1)
-            t2 = time.perf_counter()
-            if order is Order.RELEVANCE:
-                fused = self._fuse(got)
-                if self.settings.rerank_provider != "none":
-                    fused = rerank(self.settings, rows, query, fused, notes)
-                total = len(fused)
-                page = fused[offset:need]
-            else:
-                dated = self._date_order(rows, lexical, kinds, filters, window, got, need, order)
-                total = len(dated)
-                page = dated[offset:need]
-            timings["fuse"] = elapsed_ms(t2)
-            t4 = time.perf_counter()
-            results = hydrate.results(rows, page, got.similarity, format)
-            timings["hydrate"] = elapsed_ms(t4)
-            timings["total"] = elapsed_ms(t0)
+            if not fts.tokens(plan.query):
+                return _listing(rows, plan)
+            watch = Stopwatch()
+            with watch.stage("lexical"):
+                # The two sides run at once: the semantic side (embedding, Chroma, its own SQLite
+                # connection) on a pool thread, the lexical side here; both mostly wait outside the GIL.
+                pending = self._pool.submit(self._semantic, plan) if mode is not Mode.LEXICAL else None
+                lex = _lexical(lexical, plan)
+            with watch.stage("window_count"):  # the lexical side only: counted while the semantic side works
+                excluded = _excluded(lexical, plan)
+            sem = pending.result() if pending is not None else SemanticAnswer()
+            if sem.unavailable and mode is Mode.SEMANTIC:
+                return Response(Mode.LEXICAL_FALLBACK, [], plan.window, reason=sem.unavailable, query=plan.query,
+                                timings_ms=watch.timings)
+            watch.timings.update(sem.timings)
+            linked = LinkedAnswer()
+            if plan.linked:
+                with watch.stage("linked"):
+                    linked = self._link(rows, plan, lex, sem)
+            notes = [*([sem.unavailable] if sem.unavailable else []), *lex.notes, *([sem.note] if sem.note else [])]
+            with watch.stage("fuse"):
+                by_relevance = request.order is Order.RELEVANCE
+                entries = self._fuse(lex, sem, linked) if by_relevance else _date_order(rows, lexical, plan, sem)
+                if by_relevance and self.settings.rerank_provider != "none":
+                    entries = rerank(self.settings, rows, plan.query, entries, notes)
+            with watch.stage("hydrate"):
+                results = hydrate.results(rows, entries[request.offset:plan.need], sem.similarity, request.format)
+            watch.total()
             if own := lexical.own_index_note():  # e.g. prompts: claude-mem dropped user_prompts_fts
                 notes.append(own)
-            return Response(answered, results, window, excluded, "; ".join(notes) or None, total, timings, query)
+            return Response(Mode.LEXICAL_FALLBACK if sem.unavailable else mode, results, plan.window, excluded,
+                            "; ".join(notes) or None, len(entries), watch.timings, plan.query)
         except QueryTimeout as exc:
             raise SearchError(f"the database did not answer in time ({exc}); try again") from exc
         finally:
             lexical.close()
             rows.close()
 
-    def _semantic(self, query: str, kinds: Sequence[Kind], filters: Filters, window: Window, need: int, depth: int,
-                  linked: bool, context: bool) -> SemanticAnswer:
-        """The semantic side (run on a pool thread: loading the model on first use waits there too)."""
-        if self._vector is None:  # no server recorded, or a refused port: answer before loading the model
-            probe(self.settings)
-        return SemanticSide(self.settings, self.vector).search(query, kinds, filters, window, need, depth, linked,
-                                                               context)
+    def _semantic(self, plan: Plan) -> SemanticAnswer:
+        """The semantic side (run on a pool thread: loading the model on first use waits there too);
+        when the store cannot answer, or the database is too slow, an empty answer saying why."""
+        try:
+            if self._vector is None:  # no server recorded, or a refused port: answer before loading the model
+                probe(self.settings)
+            return SemanticSide(self.settings, self.vector).search(plan)
+        except VectorUnavailable as exc:
+            return SemanticAnswer(unavailable=str(exc))
+        except QueryTimeout as exc:
+            return SemanticAnswer(note=f"semantic filtering incomplete: {exc}")
 
-    @staticmethod
-    def _lexical(rows: SourceRows, lexical: LexicalSide, kinds: Sequence[Kind], filters: Filters, window: Window,
-                 depth: int, linked: bool, got: _Gathered) -> None:
-        """The lexical rankings, and with ``linked`` the evidence rows (``EVIDENCE_KINDS``) that match
-        (searched with the project and dates only: they are evidence, not results)."""
-        tasks = [(k, filters) for k in kinds]
-        evidence = [k for k in EVIDENCE_KINDS if k not in kinds] if linked else []
-        evidence_filters = Filters(project=filters.project, platform=filters.platform, date_from=filters.date_from,
-                                   date_to=filters.date_to)
-        tasks.extend((k, evidence_filters) for k in evidence)
-        ranked = lexical.rank(tasks, window, depth)
-        got.lexical = {k: ranked[k] for k in kinds}
-        got.evidence_lexical = [[(k, i) for i in ranked[k]] for k in evidence]
-
-    @staticmethod
-    def _link(rows: SourceRows, filters: Filters, window: Window, got: _Gathered, k: int) -> None:
+    def _link(self, rows: SourceRows, plan: Plan, lex: LexicalAnswer, sem: SemanticAnswer) -> LinkedAnswer:
         """The prompts the evidence rows of both sides vouch for (``search.links``); the vector copy
         the semantic side read tells which prompt an observation talks about."""
+        semantic = [[key for key in sem.evidence if key[0] is k] for k in plan.evidence_kinds]
         with one_blas_thread():
-            got.linked_lexical, got.linked_semantic = links.votes(
-                rows, got.copy, [got.evidence_lexical, got.evidence_semantic], filters, window, k)
+            lexical, semantic_votes = links.votes(rows, sem.copy, [lex.evidence, semantic], plan.scope,
+                                                  self.weights.k)
+        return LinkedAnswer(lexical, semantic_votes)
 
-    def _fuse(self, got: _Gathered) -> list[PageEntry]:
+    def _fuse(self, lex: LexicalAnswer, sem: SemanticAnswer, linked: LinkedAnswer) -> list[PageEntry]:
         """Both sides' rankings and the linked evidence, fused (weighted RRF), best first."""
         w = self.weights
-        lists = [Ranked([(k, i) for i in ids], w.lexical, False) for k, ids in got.lexical.items()]
-        lists.append(Ranked([(h.kind, h.id) for h in got.semantic], w.semantic, True))
-        lists.append(Ranked([(Kind.PROMPT, i) for i in got.context], w.context, True))
-        for votes, weight, sem in ((got.linked_semantic, w.linked_semantic, True),
-                                   (got.linked_lexical, w.linked_lexical, False)):
-            lists.append(Ranked([(Kind.PROMPT, v.prompt) for v in votes], weight, sem,
+        lists = [Ranked([(k, i) for i in ids], w.lexical, False) for k, ids in lex.ranked.items()]
+        lists.append(Ranked([(h.kind, h.id) for h in sem.hits], w.semantic, True))
+        lists.append(Ranked([(Kind.PROMPT, i) for i in sem.context], w.context, True))
+        for votes, weight, semantic in ((linked.semantic, w.linked_semantic, True),
+                                        (linked.lexical, w.linked_lexical, False)):
+            lists.append(Ranked([(Kind.PROMPT, v.prompt) for v in votes], weight, semantic,
                                 [v.rank for v in votes], [v.share for v in votes]))
-        out: list[PageEntry] = []
-        for key, score, sem, lex in fuse(lists, w.k):
-            assert isinstance(key, tuple)
-            out.append(PageEntry((Kind(key[0]), int(key[1])), score, sem, lex))
-        return out
+        return [PageEntry(key, score, sem_found, lex_found) for key, score, sem_found, lex_found in fuse(lists, w.k)]
 
-    @staticmethod
-    def _date_order(rows: SourceRows, lexical: LexicalSide, kinds: Sequence[Kind], filters: Filters,
-                    window: Window, got: _Gathered, need: int, order: Order) -> list[PageEntry]:
-        """The newest (oldest) matches: SQLite's own date-ordered lexical matches, merged with the
-        semantic candidates that are real matches, by date."""
-        dated: dict[Key, tuple[int, bool, bool]] = {}
-        for key, epoch in lexical.dated(kinds, filters, window, need, order):
-            dated[key] = (epoch, False, True)
-        sem = [h for h in got.semantic if h.similarity >= DATE_ORDER_MIN_SIMILARITY]
-        for kind in kinds:
-            ids = [h.id for h in sem if h.kind is kind]
-            for i, epoch in rows.epochs(kind, ids).items():
-                prev = dated.get((kind, i))
-                dated[(kind, i)] = (epoch, True, prev is not None)
-        keys = sorted(dated, key=lambda k: (dated[k][0], k[1]), reverse=order is Order.NEWEST)
-        return [PageEntry(k, got.similarity[k].similarity if k in got.similarity else 1.0, dated[k][1], dated[k][2])
-                for k in keys]
 
-    @staticmethod
-    def _listing(rows: SourceRows, query: str, kinds: Sequence[Kind], filters: Filters, window: Window,
-                 limit: int, offset: int, order: Order, format: Format, timings: dict[str, float]) -> Response:
-        """No words in the query: the newest (or oldest) rows within the filters."""
-        t = time.perf_counter()
-        newest = order is not Order.OLDEST
-        dated: list[tuple[int, Key]] = []
-        for kind in kinds:
-            dated.extend((e, (kind, i)) for i, e in rows.recent(kind, filters, window, offset + limit, 0, newest))
-        dated.sort(key=lambda x: (x[0], x[1][1]), reverse=newest)
-        page = [PageEntry(k, 1.0, False, True) for _, k in dated[offset:offset + limit]]
-        results = hydrate.results(rows, page, {}, format)
-        timings["total"] = elapsed_ms(t)
-        total = sum(rows.count(kind, filters, window) for kind in kinds)
-        return Response(Mode.LEXICAL, results, window, 0, "no words in the query: newest records listed",
-                        total, timings, query)
+def _lexical(side: LexicalSide, plan: Plan) -> LexicalAnswer:
+    """The lexical rankings, and with linked evidence the evidence rows that match (searched with
+    the project, platform and dates only: they are evidence, not results). A database too slow
+    keeps what was gathered and says that the rest is missing."""
+    ranked: dict[Kind, list[int]] = {}
+    evidence: list[list[Key]] = []
+    notes: list[str] = []
+    if plan.request.mode is not Mode.SEMANTIC:
+        f = plan.filters
+        tasks = [(k, f) for k in plan.kinds]
+        evidence_filters = Filters(project=f.project, platform=f.platform, date_from=f.date_from, date_to=f.date_to)
+        tasks.extend((k, evidence_filters) for k in plan.evidence_kinds)
+        try:
+            found = side.rank(tasks, plan.window, plan.depth)
+        except QueryTimeout as exc:
+            notes.append(f"full-text search incomplete: {exc}")
+        else:
+            ranked = {k: found[k] for k in plan.kinds}
+            evidence = [[(k, i) for i in found[k]] for k in plan.evidence_kinds]
+    if side.note:  # the text index could not be read: FTS5 ranked alone
+        notes.append(side.note)
+    return LexicalAnswer(ranked, evidence, notes)
+
+
+def _excluded(side: LexicalSide, plan: Plan) -> int:
+    """How many matches the recency window hides (0 for a date range or all time)."""
+    try:
+        return side.excluded(plan.kinds, plan.scope) if plan.window.source == "window" else 0
+    except QueryTimeout:
+        return 0
+
+
+def _date_order(rows: SourceRows, side: LexicalSide, plan: Plan, sem: SemanticAnswer) -> list[PageEntry]:
+    """The newest (oldest) matches: SQLite's own date-ordered lexical matches, merged with the
+    semantic candidates that are real matches, by date."""
+    order = plan.request.order
+    dated: dict[Key, tuple[int, bool, bool]] = {}
+    for key, epoch in side.dated(plan.kinds, plan.scope, plan.need, order):
+        dated[key] = (epoch, False, True)
+    matches = [h for h in sem.hits if h.similarity >= DATE_ORDER_MIN_SIMILARITY]
+    for kind in plan.kinds:
+        ids = [h.id for h in matches if h.kind is kind]
+        for i, epoch in rows.epochs(kind, ids).items():
+            prev = dated.get((kind, i))
+            dated[(kind, i)] = (epoch, True, prev is not None)
+    keys = sorted(dated, key=lambda k: (dated[k][0], k[1]), reverse=order is Order.NEWEST)
+    return [PageEntry(k, sem.similarity[k].similarity if k in sem.similarity else 1.0, dated[k][1], dated[k][2])
+            for k in keys]
+
+
+def _listing(rows: SourceRows, plan: Plan) -> Response:
+    """No words in the query: the newest (or oldest) rows within the filters."""
+    watch, request = Stopwatch(), plan.request
+    newest = request.order is not Order.OLDEST
+    dated: list[tuple[int, Key]] = []
+    for kind in plan.kinds:
+        dated.extend((e, (kind, i)) for i, e in rows.recent(kind, plan.scope, plan.need, 0, newest))
+    dated.sort(key=lambda x: (x[0], x[1][1]), reverse=newest)
+    page = [PageEntry(k, 1.0, False, True) for _, k in dated[request.offset:plan.need]]
+    results = hydrate.results(rows, page, {}, request.format)
+    watch.total()
+    total = sum(rows.count(kind, plan.filters, plan.window) for kind in plan.kinds)
+    return Response(Mode.LEXICAL, results, plan.window, 0, "no words in the query: newest records listed",
+                    total, watch.timings, plan.query)

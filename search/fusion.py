@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 RRF_K = 10
 LEXICAL_WEIGHT = 1.0
@@ -21,6 +22,8 @@ LINKED_LEXICAL_WEIGHT = 0.5
 # Prompts ranked in the context of their neighbouring prompts (search.context): a second dense list,
 # counted as the first one is.
 CONTEXT_WEIGHT = SEMANTIC_WEIGHT
+
+K = TypeVar("K", bound=Hashable)  # what a list ranks (the engine: a row's (kind, id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,30 +39,30 @@ class Weights:
 
 
 @dataclass(frozen=True, slots=True)
-class Ranked:
+class Ranked(Generic[K]):
     """One input list: keys best first, its weight, and whether it is a semantic signal. Linked
     evidence gives each key the rank of its evidence and a share of that evidence's vote."""
 
-    keys: Sequence[Hashable]
+    keys: Sequence[K]
     weight: float
     semantic: bool
     ranks: Sequence[int] | None = None  # default: the position in ``keys``
     shares: Sequence[float] | None = None  # default: 1 for every key
 
 
-def fuse(lists: Sequence[Ranked], k: int = RRF_K) -> list[tuple[Hashable, float, bool, bool]]:
+def fuse(lists: Sequence[Ranked[K]], k: int = RRF_K) -> list[tuple[K, float, bool, bool]]:
     """(key, score in 0..1, found semantically, found lexically), best first. The score is the
     fused value over the most any key could get from the lists that had something."""
-    score: dict[Hashable, float] = defaultdict(float)
-    sem: set[Hashable] = set()
-    lex: set[Hashable] = set()
+    score: dict[K, float] = defaultdict(float)
+    sem: set[K] = set()
+    lex: set[K] = set()
     best_possible = 0.0
-    first_seen: dict[Hashable, int] = {}
+    first_seen: dict[K, int] = {}
     for li, ranked in enumerate(lists):
         if not ranked.keys:
             continue
         best_possible += ranked.weight / (k + 1)
-        seen: set[Hashable] = set()
+        seen: set[K] = set()
         for pos, key in enumerate(ranked.keys):
             if key in seen:
                 continue

@@ -61,11 +61,11 @@ def results(rows: SourceRows, page: Sequence[PageEntry], similarity: Mapping[Key
         by_kind.setdefault(kind, []).append(i)
     found = {k: records(rows, k, ids) for k, ids in by_kind.items()}
     out: list[Result] = []
-    for (kind, i), score, sem, lex in page:
-        row = found.get(kind, {}).get(i)
+    for entry in page:
+        row = found.get(entry.key[0], {}).get(entry.key[1])
         if row is None:
             continue  # deleted since it was indexed
-        out.append(_result(kind, row, score, sem, lex, similarity.get((kind, i)), format))
+        out.append(_result(entry, row, similarity.get(entry.key), format))
     return out
 
 
@@ -81,11 +81,11 @@ def title_of(kind: Kind, row: dict[str, Any]) -> str:
     return line if len(line) <= TITLE_CHARS else line[:TITLE_CHARS - 3] + "..."
 
 
-def _result(kind: Kind, row: dict[str, Any], score: float, sem: bool, lex: bool, hit: RowHit | None,
-            format: Format) -> Result:
+def _result(entry: PageEntry, row: dict[str, Any], hit: RowHit | None, format: Format) -> Result:
+    kind, sem, lex = entry.key[0], entry.semantic, entry.lexical
     signal = Signal.BOTH if sem and lex else Signal.SEMANTIC if sem else Signal.LEXICAL
     return Result(
-        kind=kind, id=int(row["id"]), score=float(score), signals=signal,
+        kind=kind, id=int(row["id"]), score=float(entry.score), signals=signal,
         similarity=hit.similarity if hit else None,
         created_at_epoch=int(row["created_at_epoch"]) if row.get("created_at_epoch") is not None else None,
         project=row.get("project"), type=row.get("type") if kind is Kind.OBSERVATION else None,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from memsync.config.claude_mem.schema import FTS_TABLES, KINDS, Kind
@@ -26,7 +27,7 @@ from memsync.config.records import KIND_PLURALS
 from memsync.config.settings import Settings
 from memsync.search.app_fts import AppFts
 from memsync.search.lexical_index import LexicalIndex
-from memsync.search.models import Filters, Key, Order, Window
+from memsync.search.models import Filters, Key, Order, Scope, Window
 from memsync.search.sql import SourceRows
 from memsync.search.textindex import TextIndex, merge_tail
 
@@ -39,14 +40,12 @@ class FtsSource(Protocol):
     def expression(self, kind: Kind, text: str) -> str | None:
         """The MATCH expression for ``text`` on ``kind``'s table, or None when it has no word."""
 
-    def ranked(self, kind: Kind, expr: str, filters: Filters, window: Window | None, limit: int,
-               order: Order = Order.RELEVANCE, after_id: int = 0) -> list[tuple[int, float]]:
-        """(id, score) of the matches within filters/window with id > ``after_id``, best (or
-        newest/oldest) first."""
+    def ranked(self, kind: Kind, expr: str, scope: Scope, limit: int,
+               order: Order = Order.RELEVANCE) -> list[tuple[int, float]]:
+        """(id, score) of the matches within the scope, best (or newest/oldest) first."""
 
-    def count(self, kind: Kind, expr: str, filters: Filters, window: Window | None, cap: int,
-              after_id: int = 0) -> int:
-        """How many rows with id > ``after_id`` match within filters/window, up to ``cap``."""
+    def count(self, kind: Kind, expr: str, scope: Scope, cap: int) -> int:
+        """How many rows match within the scope, up to ``cap``."""
 
 
 class _Connection:
@@ -81,16 +80,15 @@ class _Connection:
             self._expressions[kind] = self.fts(kind).expression(kind, self.text)
         return self._expressions[kind]
 
-    def ranked(self, kind: Kind, filters: Filters, window: Window | None, limit: int,
-               order: Order = Order.RELEVANCE, after_id: int = 0) -> list[int]:
+    def ranked(self, kind: Kind, scope: Scope, limit: int, order: Order = Order.RELEVANCE) -> list[int]:
         expr = self.expression(kind)
         if not expr:
             return []
-        return [i for i, _ in self.fts(kind).ranked(kind, expr, filters, window, limit, order, after_id)]
+        return [i for i, _ in self.fts(kind).ranked(kind, expr, scope, limit, order)]
 
-    def count(self, kind: Kind, filters: Filters, window: Window, cap: int, after_id: int) -> int:
+    def count(self, kind: Kind, scope: Scope, cap: int) -> int:
         expr = self.expression(kind)
-        return self.fts(kind).count(kind, expr, filters, window, cap, after_id) if expr else 0
+        return self.fts(kind).count(kind, expr, scope, cap) if expr else 0
 
 
 class LexicalSide:
@@ -154,57 +152,57 @@ class LexicalSide:
             # The text index answers in well under a millisecond per kind: a thread and a connection
             # per kind would cost more than they save.
             here, rest = list(tasks), []
-        futures = [self._pool.submit(self._rank_on_own_connection, k, f, window, depth) for k, f in rest]
-        results = {k: self._rank_one(self._main, k, f, window, depth) for k, f in here}
+        futures = [self._pool.submit(self._rank_on_own_connection, k, Scope(f, window), depth) for k, f in rest]
+        results = {k: self._rank_one(self._main, k, Scope(f, window), depth) for k, f in here}
         for (kind, _), future in zip(rest, futures, strict=True):
             results[kind] = future.result()
         return results
 
-    def _rank_on_own_connection(self, kind: Kind, filters: Filters, window: Window, depth: int) -> list[int]:
+    def _rank_on_own_connection(self, kind: Kind, scope: Scope, depth: int) -> list[int]:
         rows = SourceRows.open(self.settings)
         conn = _Connection(self.settings, rows, self.text, self._own_kinds)
         try:
-            return self._rank_one(conn, kind, filters, window, depth)
+            return self._rank_one(conn, kind, scope, depth)
         finally:
             conn.close()
             rows.close()
 
-    def _rank_one(self, conn: _Connection, kind: Kind, filters: Filters, window: Window, depth: int) -> list[int]:
+    def _rank_one(self, conn: _Connection, kind: Kind, scope: Scope, depth: int) -> list[int]:
         """One kind's ranking: the text index for the rows it holds plus FTS5 for the newer ones,
         or FTS5 alone."""
-        if not conn.rows.applicable(kind, filters):
+        if not conn.rows.applicable(kind, scope.filters):
             return []
-        index, mark = self.index, self._watermark(kind, filters)
+        index, mark = self.index, self._watermark(kind, scope.filters)
         if index is None or mark is None:
-            return conn.ranked(kind, filters, window, depth)
+            return conn.ranked(kind, scope, depth)
         try:
             if self._feedback:
                 columns = text_columns(kind)
-                ranked = [i for i, _ in index.expanded(kind, self.text, filters, window, depth,
+                ranked = [i for i, _ in index.expanded(kind, self.text, scope, depth,
                                                        lambda ids: conn.rows.texts(kind, ids, columns))]
             else:
-                ranked = [i for i, _ in index.search(kind, self.text, filters, window, depth)]
+                ranked = [i for i, _ in index.search(kind, self.text, scope, depth)]
         except (OSError, ValueError, RuntimeError) as exc:  # a segment damaged since the index opened
             self._unreadable(f"{type(exc).__name__}: {exc}"[:120])
-            return conn.ranked(kind, filters, window, depth)
-        tail = conn.ranked(kind, filters, window, depth, after_id=mark) if conn.rows.max_id(kind) > mark else []
+            return conn.ranked(kind, scope, depth)
+        tail = conn.ranked(kind, replace(scope, after_id=mark), depth) if conn.rows.max_id(kind) > mark else []
         return merge_tail(ranked, tail, depth)
 
-    def dated(self, kinds: Sequence[Kind], filters: Filters, window: Window, limit: int,
-              order: Order) -> list[tuple[Key, int]]:
-        """The newest (``Order.NEWEST``) or oldest matches, up to ``limit`` per kind, with their
-        dates, unsorted (FTS5's own date order: the text index ranks by BM25 only)."""
+    def dated(self, kinds: Sequence[Kind], scope: Scope, limit: int, order: Order) -> list[tuple[Key, int]]:
+        """The newest (``Order.NEWEST``) or oldest matches within the scope, up to ``limit`` per
+        kind, with their dates, unsorted (FTS5's own date order: the text index ranks by BM25 only)."""
         out: list[tuple[Key, int]] = []
         for kind in kinds:
-            ids = self._main.ranked(kind, filters, window, limit, order)
+            ids = self._main.ranked(kind, scope, limit, order)
             out.extend(((kind, i), epoch) for i, epoch in self._main.rows.epochs(kind, ids).items())
         return out
 
-    def excluded(self, kinds: Sequence[Kind], filters: Filters, window: Window) -> int:
-        """Rows that match but fall before the window, up to EXCLUDED_CAP."""
-        if window.start_ms is None:
+    def excluded(self, kinds: Sequence[Kind], scope: Scope) -> int:
+        """Rows that match the scope's filters but fall before its window, up to EXCLUDED_CAP."""
+        filters, window = scope.filters, scope.window
+        if window is None or window.start_ms is None:
             return 0
-        outside = Window(0, None, window.start_ms, "before_window")
+        outside = Scope(filters, Window(0, None, window.start_ms, "before_window"))
         n = 0
         index = self.index
         for kind in kinds:
@@ -213,12 +211,12 @@ class LexicalSide:
             mark = self._watermark(kind, filters)
             if index is not None and mark is not None:
                 try:
-                    n += index.count(kind, self.text, filters, outside)
+                    n += index.count(kind, self.text, outside)
                 except (OSError, ValueError, RuntimeError) as exc:
                     self._unreadable(f"{type(exc).__name__}: {exc}"[:120])
                     index, mark = None, None
                 else:
                     if self._main.rows.max_id(kind) <= mark:
                         continue
-            n += self._main.count(kind, filters, outside, EXCLUDED_CAP, after_id=mark or 0)
+            n += self._main.count(kind, replace(outside, after_id=mark or 0), EXCLUDED_CAP)
         return min(n, EXCLUDED_CAP)

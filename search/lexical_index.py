@@ -20,7 +20,7 @@ from pathlib import Path
 from memsync.config.claude_mem.schema import FTS_TABLES, KINDS, TABLES, Kind
 from memsync.config.settings import Settings
 from memsync.search import fts
-from memsync.search.models import Filters, Order, Window
+from memsync.search.models import Order, Scope
 from memsync.search.sql import ALIAS, SourceRows
 
 INDEX_FILE = "lexical.db"
@@ -92,26 +92,25 @@ class LexicalIndex:
         finally:
             conn.close()
 
-    def ranked(self, kind: Kind, expr: str, filters: Filters, window: Window | None, limit: int,
-               order: Order = Order.RELEVANCE, after_id: int = 0) -> list[tuple[int, float]]:
-        """Like ``AppFts.ranked``: every match, then the filters and window applied by the source
-        rows (this index holds text only), best (or newest/oldest) first."""
-        if not self.rows.applicable(kind, filters):
+    def ranked(self, kind: Kind, expr: str, scope: Scope, limit: int,
+               order: Order = Order.RELEVANCE) -> list[tuple[int, float]]:
+        """Like ``AppFts.ranked``: every match, then the scope applied by the source rows (this
+        index holds text only), best (or newest/oldest) first."""
+        if not self.rows.applicable(kind, scope.filters):
             return []
-        matches = [(i, s) for i, s in self.match(kind, expr) if i > after_id]
+        matches = [(i, s) for i, s in self.match(kind, expr) if i > scope.after_id]
         if not matches:
             return []
-        keep = self.rows.passing(kind, [i for i, _ in matches], filters, window)
+        keep = self.rows.passing(kind, [i for i, _ in matches], scope.filters, scope.window)
         out = [(i, s) for i, s in matches if i in keep]
         if order is not Order.RELEVANCE:
             epochs = self.rows.epochs(kind, [i for i, _ in out])
             out.sort(key=lambda x: (epochs.get(x[0], 0), x[0]), reverse=order is Order.NEWEST)
         return out[:limit]
 
-    def count(self, kind: Kind, expr: str, filters: Filters, window: Window | None, cap: int,
-              after_id: int = 0) -> int:
-        """How many rows (with id > ``after_id``) match within filters/window, up to ``cap``."""
-        return len(self.ranked(kind, expr, filters, window, cap, after_id=after_id))
+    def count(self, kind: Kind, expr: str, scope: Scope, cap: int) -> int:
+        """How many rows match within the scope, up to ``cap``."""
+        return len(self.ranked(kind, expr, scope, cap))
 
 
 def _index_table(kind: Kind) -> str:

@@ -24,7 +24,7 @@ vectors memsync already has); without the copy only the prior is known, so the r
 ``1 / fan_in`` and no other prompt is guessed at. Summaries are recorded the same way (session and
 ``prompt_number``) and can be treated alike, with every prompt of the session equally likely a
 priori; measured, that costs recall (a summary covers a whole session), so the search passes
-observations only (``search.semantic.EVIDENCE_KINDS``).
+observations only (``EVIDENCE_KINDS``).
 """
 
 from __future__ import annotations
@@ -37,9 +37,15 @@ import numpy as np
 import numpy.typing as npt
 
 from memsync.config.claude_mem.schema import Kind
-from memsync.search.models import Filters, Key, Window
+from memsync.search.models import Key, Scope
 from memsync.search.sql import SourceRows
 from memsync.search.vectorcopy import VectorCopy
+
+# Rows that vouch for the prompt they were recorded under, searched beside prompts (``search.plan``).
+# Summaries too were measured as evidence (attributed to the session's prompt nearest to them):
+# recall@10 -0.003 to -0.007 on every linking. A summary covers a whole session, so the prompt
+# nearest to it is not the one a query is after; they stay results of their own.
+EVIDENCE_KINDS = (Kind.OBSERVATION,)
 
 TEMPERATURE = 0.05  # cosine differences of ~0.1 between prompts decide the attribution (e^2)
 MAX_CANDIDATES = 64  # prompts of the session an observation can be attributed to (the latest ones)
@@ -55,12 +61,12 @@ class Vote:
     share: float
 
 
-def votes(rows: SourceRows, copy: VectorCopy | None, sides: Sequence[Sequence[Sequence[Key]]], filters: Filters,
-          window: Window, k: int) -> list[list[Vote]]:
+def votes(rows: SourceRows, copy: VectorCopy | None, sides: Sequence[Sequence[Sequence[Key]]], scope: Scope,
+          k: int) -> list[list[Vote]]:
     """For each side (the lexical and the semantic evidence: one ranking per kind of observations or
     summaries, best first), the prompts its rows vouch for, each with the best (rank, share) any
     evidence row gives it, judged as fusion will count it (``share / (k + rank + 1)``), within
-    filters/window; strongest first. The rows' links and vectors are read once for all sides."""
+    the scope; strongest first. The rows' links and vectors are read once for all sides."""
     every = list(dict.fromkeys(key for lists in sides for keys in lists for key in keys))
     sources = rows.recorded_under(every) if every else {}
     if not sources:
@@ -88,7 +94,7 @@ def votes(rows: SourceRows, copy: VectorCopy | None, sides: Sequence[Sequence[Se
                         best[prompt] = (strength, rank, share)
         if allowed is None:
             every_prompt = sorted({p for split in shares.values() for p in split})
-            allowed = rows.passing(Kind.PROMPT, every_prompt, filters, window)
+            allowed = rows.passing(Kind.PROMPT, every_prompt, scope.filters, scope.window)
         order = sorted((p for p in best if p in allowed), key=lambda p: -best[p][0])
         out.append([Vote(p, best[p][1], best[p][2]) for p in order])
     return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,20 @@ from memsync.config.records import InvalidRecordId, RecordRefError, ms_from_iso,
 from memsync.config.settings import Settings
 from memsync.search import fts, hydrate
 from memsync.search.hydrate import PageEntry
-from memsync.search.models import Filters, Format, Key, Mode, Order, Response, Result, SearchError, Signal, make_window
+from memsync.search.models import (
+    Filters,
+    Format,
+    Key,
+    Mode,
+    Order,
+    Response,
+    Result,
+    Scope,
+    SearchError,
+    Signal,
+    make_window,
+)
+from memsync.search.request import SearchRequest
 from memsync.search.semantic import passing_hits
 from memsync.search.sql import SourceRows
 from memsync.search.vectorstore import VectorStore, VectorUnavailable
@@ -32,10 +46,7 @@ class Lookups(ABC):
     settings: Settings
 
     @abstractmethod
-    def search(self, query: str, kinds: Sequence[Kind] | None = None, filters: Filters | None = None,
-               window_days: int | None = None, limit: int = 20, offset: int = 0,
-               order: Order = Order.RELEVANCE, format: Format = Format.INDEX,
-               mode: Mode = Mode.HYBRID) -> Response:
+    def search(self, request: SearchRequest) -> Response:
         """Hybrid search (``search.engine``)."""
 
     @property
@@ -47,29 +58,28 @@ class Lookups(ABC):
         """A connection to the agent's database for one call; the caller closes it."""
         return SourceRows.open(self.settings)
 
-    def find_by(self, filters: Filters, query: str = "", kinds: Sequence[Kind] | None = None,
-                window_days: int | None = None, limit: int = 20, offset: int = 0,
-                format: Format = Format.INDEX) -> Response:
-        """Filter first in SQLite (concept, file or type), then rank the matches by meaning of
-        ``query`` when one is given (recency breaks ties), else newest first. The filter is applied
-        before any cut, so no match is lost to rows outside it."""
-        order = Order.RELEVANCE if fts.tokens(query) else Order.NEWEST
-        return self.search(query, kinds, filters, window_days, limit, offset, order, format)
+    def find_by(self, request: SearchRequest) -> Response:
+        """Filter first in SQLite (concept, file or type: the request's filters), then rank the
+        matches by meaning of its query when one is given (recency breaks ties), else newest first.
+        The filter is applied before any cut, so no match is lost to rows outside it."""
+        return self.search(replace(request, order=Order.RELEVANCE if fts.tokens(request.query) else Order.NEWEST))
 
     def find_by_concept(self, concept: str, query: str = "", **kw: Any) -> Response:
-        """Observations tagged with ``concept`` (substring of the concepts list), ranked by ``query``."""
-        return self.find_by(Filters(project=kw.pop("project", None), concepts=(concept,)), query,
-                            (Kind.OBSERVATION,), **kw)
+        """Observations tagged with ``concept`` (substring of the concepts list), ranked by ``query``;
+        ``kw``: ``project`` and any other field of :class:`SearchRequest`."""
+        return self.find_by(SearchRequest(query=query, kinds=(Kind.OBSERVATION,),
+                                          filters=Filters(project=kw.pop("project", None), concepts=(concept,)), **kw))
 
     def find_by_file(self, path: str, query: str = "", **kw: Any) -> Response:
         """Observations and summaries whose files read/modified contain ``path``, ranked by ``query``."""
-        return self.find_by(Filters(project=kw.pop("project", None), files=(path,)), query,
-                            (Kind.OBSERVATION, Kind.SUMMARY), **kw)
+        return self.find_by(SearchRequest(query=query, kinds=(Kind.OBSERVATION, Kind.SUMMARY),
+                                          filters=Filters(project=kw.pop("project", None), files=(path,)), **kw))
 
     def find_by_type(self, types: str | Sequence[str], query: str = "", **kw: Any) -> Response:
         """Observations of the given type(s) (e.g. bugfix, feature), ranked by ``query``."""
         wanted = (types,) if isinstance(types, str) else tuple(types)
-        return self.find_by(Filters(project=kw.pop("project", None), types=wanted), query, (Kind.OBSERVATION,), **kw)
+        return self.find_by(SearchRequest(query=query, kinds=(Kind.OBSERVATION,),
+                                          filters=Filters(project=kw.pop("project", None), types=wanted), **kw))
 
     def get(self, kind: Kind, ids: Sequence[int]) -> tuple[list[dict[str, Any]], list[int]]:
         """Full records in the requested order, and the ids that do not exist (an id past
@@ -100,7 +110,8 @@ class Lookups(ABC):
     def recent_context(self, project: str | None = None, limit: int = 10,
                        kinds: Sequence[Kind] = (Kind.SUMMARY, Kind.OBSERVATION)) -> list[Result]:
         """The newest summaries and observations (of a project), newest first."""
-        return self.search("", kinds, Filters(project=project), 0, limit, order=Order.NEWEST).results
+        return self.search(SearchRequest(kinds=kinds, filters=Filters(project=project), window_days=0, limit=limit,
+                                         order=Order.NEWEST)).results
 
     def timeline(self, anchor: str, depth_before: int = 5, depth_after: int = 5,
                  project: str | None = None, format: Format = Format.INDEX) -> tuple[list[Result], Key]:
@@ -155,7 +166,7 @@ class Lookups(ABC):
             return None, ms_from_iso(text)
         except RecordRefError:
             pass
-        found = self.search(text, None, Filters(project=project), 0, 1)
+        found = self.search(SearchRequest(query=text, filters=Filters(project=project), window_days=0, limit=1))
         if not found.results:
             raise SearchError(f"nothing matches {text[:80]!r}")
         best = found.results[0]
@@ -189,7 +200,7 @@ class Lookups(ABC):
             mean /= float(np.linalg.norm(mean)) or 1.0
             hits = self.vector.nearest(mean.astype(np.float32), self.settings.candidates)
         except VectorUnavailable as exc:
-            resp = self.search(text, None, None, window_days, limit + 1, mode=Mode.LEXICAL)
+            resp = self.search(SearchRequest(query=text, window_days=window_days, limit=limit + 1, mode=Mode.LEXICAL))
             results = [r for r in resp.results if r.key != (Kind.OBSERVATION, observation_id)][:limit]
             return results, Mode.LEXICAL_FALLBACK, str(exc)
         hits = [h for h in hits if (h.kind, h.id) != (Kind.OBSERVATION, observation_id)]
@@ -197,7 +208,7 @@ class Lookups(ABC):
         rows = self._rows()
         try:
             if window.start_ms is not None:
-                hits = passing_hits(rows, hits, set(KINDS), Filters(), window)
+                hits = passing_hits(rows, hits, set(KINDS), Scope(Filters(), window))
             page = [PageEntry((h.kind, h.id), h.similarity, True, False) for h in hits[:limit]]
             results = hydrate.results(rows, page, {(h.kind, h.id): h for h in hits}, Format.INDEX)
         finally:

@@ -103,6 +103,17 @@ def make_window(days: int | None, default_days: int, date_from: datetime | None 
     return Window(d, int((now - timedelta(days=d)).timestamp() * 1000), None, "window")
 
 
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The rows a search may return: its filters and the window applied (None: all time). The
+    full-text sources also take ``after_id``: only rows with a larger id (the rows newer than the
+    text index's watermark)."""
+
+    filters: Filters = Filters()
+    window: Window | None = None
+    after_id: int = 0
+
+
 @dataclass(slots=True)
 class Result:
     """One row found."""

@@ -26,7 +26,7 @@ from memsync.config.claude_mem.schema import SESSIONS_TABLE, TABLES, Kind, Sourc
 from memsync.config.errors import SourceUnavailable
 from memsync.config.inlists import chunks
 from memsync.config.settings import Settings
-from memsync.search.models import Filters, Window
+from memsync.search.models import Filters, Scope, Window
 
 ALIAS = "t"
 _first_id_cache: dict[tuple[str, Kind, int], tuple[int, float]] = {}
@@ -340,12 +340,12 @@ class SourceRows:
         cond, params = self.where(kind, filters, window)
         return int(self.query(f"SELECT COUNT(*) FROM {TABLES[kind]} {ALIAS} WHERE {cond}", params)[0][0])
 
-    def recent(self, kind: Kind, filters: Filters, window: Window | None, limit: int,
-               offset: int = 0, newest: bool = True) -> list[tuple[int, int]]:
-        """(id, epoch) of the newest (or oldest) rows within filters/window."""
-        if not self.applicable(kind, filters):
+    def recent(self, kind: Kind, scope: Scope, limit: int, offset: int = 0,
+               newest: bool = True) -> list[tuple[int, int]]:
+        """(id, epoch) of the newest (or oldest) rows within the scope's filters and window."""
+        if not self.applicable(kind, scope.filters):
             return []
-        cond, params = self.where(kind, filters, window)
+        cond, params = self.where(kind, scope.filters, scope.window)
         sort = "DESC" if newest else "ASC"
         sql = (f"SELECT {ALIAS}.id, {ALIAS}.created_at_epoch FROM {TABLES[kind]} {ALIAS} WHERE {cond} "
                f"ORDER BY {ALIAS}.created_at_epoch {sort}, {ALIAS}.id {sort} LIMIT ? OFFSET ?")

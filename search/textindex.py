@@ -38,7 +38,7 @@ from memsync.config.formats.text_index import (
 )
 from memsync.config.settings import Settings
 from memsync.search import fts
-from memsync.search.models import Filters, Window
+from memsync.search.models import Filters, Scope
 
 _EPOCH_MAX = 2**62
 FEEDBACK_DOCS = 5  # best matches whose words expand the query
@@ -92,8 +92,7 @@ class TextIndex:
         """Whether the index can apply these filters itself (concepts, files and platform it cannot)."""
         return not filters.concepts and not filters.files and not filters.platform
 
-    def _query(self, kind: Kind, text: str, filters: Filters, window: Window | None,
-               extra: Mapping[str, float] | None = None) -> Any | None:
+    def _query(self, kind: Kind, text: str, scope: Scope, extra: Mapping[str, float] | None = None) -> Any | None:
         wanted = query_terms(text)
         if not wanted:
             return None
@@ -104,6 +103,7 @@ class TextIndex:
         words = Q.boolean_query(should)
         must: list[tuple[Any, Any]] = [(Occur.Must, words),
                                        (Occur.Must, Q.term_query(self._schema, "kind", KIND_TERM[kind]))]
+        filters, window = scope.filters, scope.window
         if filters.project:
             must.append((Occur.Must, Q.term_query(self._schema, "project", filters.project)))
         if filters.types:
@@ -115,22 +115,22 @@ class TextIndex:
             must.append((Occur.Must, Q.range_query(self._schema, "epoch", tantivy.FieldType.Integer, lo, hi)))
         return Q.boolean_query(must)
 
-    def search(self, kind: Kind, text: str, filters: Filters, window: Window | None,
-               limit: int, extra: Mapping[str, float] | None = None) -> list[tuple[int, float]]:
-        """(row id, BM25 score) best first, among rows at or below the watermark; ``extra`` words
-        are added to the query with their weights."""
-        query = self._query(kind, text, filters, window, extra)
+    def search(self, kind: Kind, text: str, scope: Scope, limit: int,
+               extra: Mapping[str, float] | None = None) -> list[tuple[int, float]]:
+        """(row id, BM25 score) best first, among rows at or below the watermark within the scope's
+        filters and window; ``extra`` words are added to the query with their weights."""
+        query = self._query(kind, text, scope, extra)
         if query is None:
             return []
         hits = self._searcher.search(query, limit, count=False).hits
         rows = self._searcher.fast_field_values("row", [addr for _, addr in hits])  # no stored-doc reads
         return [(int(r), float(score)) for (score, _), r in zip(hits, rows, strict=True) if r is not None]
 
-    def expanded(self, kind: Kind, text: str, filters: Filters, window: Window | None, limit: int,
+    def expanded(self, kind: Kind, text: str, scope: Scope, limit: int,
                  texts: Callable[[list[int]], Mapping[int, str]]) -> list[tuple[int, float]]:
         """``search`` with pseudo-relevance feedback (see the module docstring); ``texts`` gives the
         indexed text of rows by id (the index stores none). The plain ranking when nothing is added."""
-        first = self.search(kind, text, filters, window, limit)
+        first = self.search(kind, text, scope, limit)
         top = first[:FEEDBACK_DOCS]
         if not top or top[0][1] <= 0:
             return first
@@ -146,11 +146,11 @@ class TextIndex:
             weight[term] = weight[term] * math.log(n_docs / (1 + df)) if df <= FEEDBACK_MAX_DF * n_docs else 0.0
         best = sorted((w, t) for t, w in weight.items() if w > 0)[::-1][:FEEDBACK_TERMS]
         extra = {t: FEEDBACK_WEIGHT for _, t in best}
-        return self.search(kind, text, filters, window, limit, extra) if extra else first
+        return self.search(kind, text, scope, limit, extra) if extra else first
 
-    def count(self, kind: Kind, text: str, filters: Filters, window: Window | None) -> int:
-        """How many indexed rows match (e.g. outside the window)."""
-        query = self._query(kind, text, filters, window)
+    def count(self, kind: Kind, text: str, scope: Scope) -> int:
+        """How many indexed rows match within the scope's filters and window (e.g. outside the window)."""
+        query = self._query(kind, text, scope)
         return 0 if query is None else int(self._searcher.search(query, 1, count=True).count or 0)
 
 

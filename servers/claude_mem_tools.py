@@ -30,12 +30,14 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 from mcp.types import Tool
 
+from memsync.config.limits import MAX_LIMIT, MAX_OFFSET
 from memsync.config.records import RecordRefError, parse_iso
 from memsync.config.settings import Settings
 from memsync.search import Searcher
+from memsync.search.request import BadRequest, SearchFields, bounded
 from memsync.servers import claude_mem_render as show
 from memsync.servers.mcp_tools import READ_ONLY, answers
-from memsync.servers.params import MAX_DEPTH, MAX_LIMIT, BadRequest, Requests, SearchArgs, bounded
+from memsync.servers.params import MAX_DEPTH, Requests
 
 PROFILE = "claude-mem"
 CLAUDE_MEM_VERSION = "13.25.3"  # the release whose tool schemas these are (tests compare with it)
@@ -161,7 +163,7 @@ def build_profile_server(settings: Settings, searcher: Searcher | None = None) -
                offset: float | str | None = None, orderBy: str | None = None) -> str:
         """Step 1: search memory."""
         with answers(settings):
-            text = requests.query(query)
+            text = requests.parser.query(query)
             kind = KINDS_BY_TYPE.get((type or "").strip().lower())
             types = comma_list(obs_type, None if kind or not type else type)
             # Relevance with a query, newest first without one, unless orderBy asks for dates.
@@ -174,11 +176,13 @@ def build_profile_server(settings: Settings, searcher: Searcher | None = None) -
                 # claude-mem filters by any type and finds nothing; memsync says which exist.
                 return (f'No results found matching "{text or "undefined"}"\n_no observation of type '
                         f'{", ".join(types)}; this database has: {", ".join(sorted(known)) or "(no observations)"}_\n')
-            args = SearchArgs(text, kind or "all", project, [t for t in types if t in known] or None, None, None,
-                              date_value(dateStart, "dateStart"), date_value(dateEnd, "dateEnd", end=True), None,
-                              order, whole(limit, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT),
-                              whole(offset, "offset", 0, 0, 10_000), True, platformSource)
-            return show.search_text(requests.search(args), text, by_date=order != "relevance")
+            fields = SearchFields(query=text, kind=kind or "all", project=project, platform=platformSource,
+                                  types=[t for t in types if t in known] or None,
+                                  date_from=date_value(dateStart, "dateStart"),
+                                  date_to=date_value(dateEnd, "dateEnd", end=True), order=order,
+                                  limit=whole(limit, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT),
+                                  offset=whole(offset, "offset", 0, 0, MAX_OFFSET), full=True)
+            return show.search_text(requests.search(fields), text, by_date=order != "relevance")
 
     @tool
     def timeline(anchor: float | str | None = None, query: str | None = None, depth_before: float | str | None = None,

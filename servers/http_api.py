@@ -35,11 +35,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.errors import ConfigError, InvalidRequest, MemsyncError, closest
 from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S
+from memsync.config.limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
 from memsync.config.records import MAX_ROW_ID, KindChoice, format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher, VectorUnavailable
+from memsync.search.request import BadRequest, SearchFields
 from memsync.servers.hosts import HostGuard, HostRule
-from memsync.servers.params import MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS, BadRequest, Requests, SearchArgs
+from memsync.servers.params import MAX_DEPTH, Requests
 from memsync.servers.redact import public
 from memsync.servers.render import days_text
 from memsync.servers.wire import H11_MAX_HEAD, MAX_QUERY_STRING, QUERY_TOO_LONG, protocol_class
@@ -254,8 +256,10 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
         full: Annotated[bool, Query(description="Include each full record.")] = False,
     ) -> dict[str, Any]:
-        resp = requests.search(SearchArgs(q, kind, project, type, concept, file, date_from, date_to, window_days, order,
-                                          limit, offset, full, platform))
+        resp = requests.search(SearchFields(query=q, kind=kind, project=project, platform=platform, types=type,
+                                            concepts=concept, files=file, date_from=date_from, date_to=date_to,
+                                            window_days=window_days, order=order, limit=limit, offset=offset,
+                                            full=full))
         metrics.modes.labels(resp.mode.value).inc()
         return {**resp.to_json(), "reason": public(resp.reason, settings), "limit": limit, "offset": offset}
 

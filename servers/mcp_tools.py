@@ -26,22 +26,15 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from memsync.config.errors import InvalidRequest, MemsyncError, closest
+from memsync.config.limits import MAX_LIMIT
 from memsync.config.records import KindChoice, format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Response, Searcher
+from memsync.search.request import SearchFields
 from memsync.servers import render
 from memsync.servers import structured as out
 from memsync.servers.hosts import HostGuard, HostRule
-from memsync.servers.params import (
-    MAX_DEPTH,
-    MAX_IDS,
-    MAX_LIMIT,
-    FindArgs,
-    FindBy,
-    Requests,
-    SearchArgs,
-    parse_ref,
-)
+from memsync.servers.params import MAX_DEPTH, MAX_IDS, FindArgs, FindBy, Requests, parse_ref
 from memsync.servers.redact import public
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -147,9 +140,9 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
         resp = replace(resp, reason=public(resp.reason, settings))
         return answer(render.search_markdown(resp, offset, full), lambda: out.search_output(resp, offset))
 
-    def run_search(args: SearchArgs) -> CallToolResult:
+    def run_search(fields: SearchFields) -> CallToolResult:
         with answers(settings):
-            return search_answer(requests.search(args), args.offset, args.full)
+            return search_answer(requests.search(fields), fields.get("offset", 0), bool(fields.get("full")))
 
     def run_find(by: FindBy, value: str | list[str], args: FindArgs) -> CallToolResult:
         with answers(settings):
@@ -163,8 +156,10 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
         """Search all memory (observations, session summaries, user prompts) by meaning and words.
         Use first when you need anything from past sessions. Each result line has an id (#123,
         #S12, #P5), type, date, score and which signals found it."""
-        return run_search(SearchArgs(query, kind, project, type, concept, file, date_from, date_to, window_days,
-                                     order, limit, offset, format == "full", platform))
+        return run_search(SearchFields(query=query, kind=kind, project=project, platform=platform, types=type,
+                                       concepts=concept, files=file, date_from=date_from, date_to=date_to,
+                                       window_days=window_days, order=order, limit=limit, offset=offset,
+                                       full=format == "full"))
 
     @tool("Search observations")
     def search_observations(query: Query = "", project: Project = None, type: Types = None,
@@ -174,8 +169,10 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
                             platform: Platform = None) -> SearchAnswer:
         """Search observations only: what was done, found or decided in past work (bugfixes,
         features, decisions, discoveries), with their files and concepts."""
-        return run_search(SearchArgs(query, "observations", project, type, concept, file, date_from, date_to,
-                                     window_days, order, limit, offset, format == "full", platform))
+        return run_search(SearchFields(query=query, kind="observations", project=project, platform=platform,
+                                       types=type, concepts=concept, files=file, date_from=date_from, date_to=date_to,
+                                       window_days=window_days, order=order, limit=limit, offset=offset,
+                                       full=format == "full"))
 
     @tool("Search session summaries")
     def search_sessions(query: Query = "", project: Project = None, date_from: DateFrom = None,
@@ -184,8 +181,9 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
                         platform: Platform = None) -> SearchAnswer:
         """Search session summaries: what each past session asked for, learned, completed and left
         as next steps. Good for "where did we leave X"."""
-        return run_search(SearchArgs(query, "sessions", project, None, None, None, date_from, date_to, window_days,
-                                     order, limit, offset, format == "full", platform))
+        return run_search(SearchFields(query=query, kind="sessions", project=project, platform=platform,
+                                       date_from=date_from, date_to=date_to, window_days=window_days, order=order,
+                                       limit=limit, offset=offset, full=format == "full"))
 
     @tool("Search user prompts")
     def search_user_prompts(query: Query = "", project: Project = None, date_from: DateFrom = None,
@@ -193,8 +191,9 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
                             limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index",
                             platform: Platform = None) -> SearchAnswer:
         """Search what the user asked in past sessions (their prompts, verbatim)."""
-        return run_search(SearchArgs(query, "prompts", project, None, None, None, date_from, date_to, window_days,
-                                     order, limit, offset, format == "full", platform))
+        return run_search(SearchFields(query=query, kind="prompts", project=project, platform=platform,
+                                       date_from=date_from, date_to=date_to, window_days=window_days, order=order,
+                                       limit=limit, offset=offset, full=format == "full"))
 
     @tool("Find observations by concept")
     def find_by_concept(concept: Annotated[str, Field(description="A concept tag, e.g. 'how-it-works'.")],

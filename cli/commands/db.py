@@ -22,6 +22,7 @@ from memsync.commands.options import (
 )
 from memsync.config.claude_mem.schema import Era
 from memsync.config.settings import LoadedSettings, Settings
+from memsync.search import SearchRequest
 from memsync.servers.render import result_line
 
 DEMO_QUERIES = ("database query timeout", "flaky tests and time", "dark mode in the dashboard")
@@ -130,7 +131,7 @@ def _demo_steps(settings: Settings, stop: threading.Event) -> None:
     try:
         for query in DEMO_QUERIES:
             click.echo(f"\nsearch: {query}")
-            resp = searcher.search(query, window_days=0, limit=3)
+            resp = searcher.search(SearchRequest(query=query, window_days=0, limit=3))
             click.echo("  " + "\n  ".join(result_line(r) for r in resp.results))
     finally:
         searcher.close()

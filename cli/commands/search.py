@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 from datetime import datetime
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 import click
 
@@ -23,12 +23,14 @@ from memsync.commands.options import (
     settings_note,
 )
 from memsync.config.errors import StoreUnavailable
+from memsync.config.limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
 from memsync.config.records import KIND_CHOICES, RecordRefError, parse_iso
 from memsync.config.settings import Settings
 from memsync.servers.render import response_text, result_line
 
 if TYPE_CHECKING:  # the search library loads when a command runs, not with `memsync --help`
     from memsync.search import Searcher
+    from memsync.search.request import RequestParser, SearchFields
 
 WINDOW = setting_default("window_days")
 SEARCH_HELP = f"""Search memory by meaning and by words (hybrid), newest {WINDOW} days by default.
@@ -49,21 +51,19 @@ def _date(value: str | None, name: str) -> datetime | None:
         fail(f"{name} must be an ISO date like 2026-11-01 or 2026-11-01T10:00:00Z, got {value!r}", EXIT_USAGE)
 
 
-def _batch_request(searcher: Searcher, line: str, defaults: dict[str, Any]) -> dict[str, Any]:
-    """One line of `search --batch`: a JSON request in, the JSON contract (or an error) out."""
-    from memsync.search import Filters, SearchError, parse_kinds
+def _batch_line(searcher: Searcher, parser: RequestParser, line: str, defaults: SearchFields) -> dict[str, Any]:
+    """One line of `search --batch`: a JSON request in (the fields of ``search.request.SearchFields``;
+    the command's options fill the ones a line leaves empty), the JSON contract (or an error) out."""
+    from memsync.search import SearchError
 
     try:
         req = json.loads(line)
         if not isinstance(req, dict) or not isinstance(req.get("query"), str):
             raise ValueError('each line must be a JSON object with a string "query"')
-        kinds = parse_kinds(req.get("kind") or defaults["kind"])
-        limit = int(req.get("limit") or defaults["limit"])
-        wd = req.get("window_days", defaults["window_days"])
-        filters = Filters(project=req.get("project") or defaults["project"],
-                          platform=req.get("platform") or defaults["platform"])
-        resp = searcher.search(req["query"], kinds, filters, None if wd is None else int(wd), limit)
-        return resp.to_json()
+        # An empty value takes the option's, but a line's window_days of 0 or null is its own (all
+        # time, the configured window).
+        fields = {**defaults, **{k: v for k, v in req.items() if v or k == "window_days"}}
+        return searcher.search(parser.request(cast("SearchFields", fields))).to_json()
     except (ValueError, TypeError, SearchError) as exc:
         return {"error": str(exc)}
 
@@ -92,42 +92,44 @@ def _refused_exits(settings: Settings) -> None:
 @click.option("--file", "files", multiple=True, help="Substring of a file read or modified (repeatable).")
 @click.option("--since", default=None, help="Only records at or after this ISO date (replaces the window).")
 @click.option("--until", default=None, help="Only records at or before this ISO date.")
-@click.option("--limit", type=click.IntRange(1, 500), default=10, show_default=True, help="Results to show.")
-@click.option("--offset", type=click.IntRange(0, 100_000), default=0, show_default=True, help="Results to skip.")
-@click.option("--window-days", type=click.IntRange(0, None), default=None,
+@click.option("--limit", type=click.IntRange(1, MAX_LIMIT), default=10, show_default=True, help="Results to show.")
+@click.option("--offset", type=click.IntRange(0, MAX_OFFSET), default=0, show_default=True, help="Results to skip.")
+@click.option("--window-days", type=click.IntRange(0, MAX_WINDOW_DAYS), default=None,
               help=f"Recency window in days; 0 = all time {settings_note('window_days')}.")
 @click.option("--order", type=click.Choice(["relevance", "newest", "oldest"]), default="relevance", show_default=True)
 @click.option("--full", is_flag=True, help="Include each full record.")
 @click.option("--batch", type=click.File("r"), default=None,
-              help='Run one search per JSON line of FILE ("-" = stdin): {"query", "project", "platform", "kind", '
-                   '"limit", "window_days"}; one JSON response per line, in order.')
+              help='Run one search per JSON line of FILE ("-" = stdin): {"query", "kind", "project", "platform", '
+                   '"types", "concepts", "files", "date_from", "date_to", "window_days", "order", "limit", "offset", '
+                   '"full"}, within the same bounds as the options (an empty field takes --kind, --limit, '
+                   '--window-days, --project or --platform); one JSON response per line, in order.')
 def search(as_json: bool, query: str, project: str | None, platform: str | None, kind: str, types: tuple[str, ...],
            concepts: tuple[str, ...], files: tuple[str, ...], since: str | None, until: str | None, limit: int,
            offset: int, window_days: int | None, order: str, full: bool, batch: IO[str] | None,
            **kwargs: Any) -> None:
     """``memsync search``: its help is SEARCH_HELP (the window's default read from the settings)."""
     settings = settings_from(kwargs).settings
-    from memsync.search import Filters, Format, Order, Searcher, SearchError, parse_kinds
+    from memsync.search import Searcher
+    from memsync.search.request import RequestParser, SearchFields
 
     with errors_as_exit(settings):
         _refused_exits(settings)
     searcher = Searcher(settings)
+    parser = RequestParser(settings.max_query_chars, searcher.observation_types)
     try:
         with errors_as_exit(settings):
             if batch is not None:
-                defaults = {"kind": None if kind == "all" else kind, "limit": limit, "window_days": window_days,
-                            "project": project, "platform": platform}
+                defaults = SearchFields(kind=None if kind == "all" else kind, limit=limit, window_days=window_days,
+                                        project=project, platform=platform)
                 for line in batch:
                     if line.strip():
-                        click.echo(json.dumps(_batch_request(searcher, line, defaults), default=str))
+                        click.echo(json.dumps(_batch_line(searcher, parser, line, defaults), default=str))
                 return
-            filters = Filters(project=project, platform=platform, types=types, concepts=concepts, files=files,
-                              date_from=_date(since, "--since"), date_to=_date(until, "--until"))
-            try:
-                resp = searcher.search(query, parse_kinds(kind), filters, window_days, limit, offset, Order(order),
-                                       Format.FULL if full else Format.INDEX)
-            except SearchError as exc:
-                fail(str(exc), EXIT_USAGE)
+            fields = SearchFields(query=query, kind=kind, project=project, platform=platform, types=types,
+                                  concepts=concepts, files=files, date_from=_date(since, "--since"),
+                                  date_to=_date(until, "--until"), window_days=window_days, order=order,
+                                  limit=limit, offset=offset, full=full)
+            resp = searcher.search(parser.request(fields))  # a refused value: errors_as_exit, exit 2
             emit(resp.to_json(), as_json, response_text(resp))
     finally:
         searcher.close()
@@ -150,15 +152,12 @@ def timeline(as_json: bool, anchor: str, depth_before: int, depth_after: int, pr
     timestamp, or a query (the anchor is then its best match).
     """
     settings = settings_from(kwargs).settings
-    from memsync.search import Searcher, SearchError
+    from memsync.search import Searcher
 
     searcher = Searcher(settings)
     try:
         with errors_as_exit(settings):
-            try:
-                results, key = searcher.timeline(anchor, depth_before, depth_after, project)
-            except SearchError as exc:
-                fail(str(exc), EXIT_USAGE)
+            results, key = searcher.timeline(anchor, depth_before, depth_after, project)
             data = {"anchor": {"kind": key[0].value, "id": key[1]}, "results": [r.to_json() for r in results]}
             emit(data, as_json, "\n".join(result_line(r) for r in results) or "(no records)")
     finally:

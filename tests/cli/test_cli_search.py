@@ -64,6 +64,26 @@ def test_batch_one_response_per_line_in_order(opts: list[str], tmp_path: Path) -
     assert got[4]["mode"] == "lexical"
 
 
+@pytest.mark.parametrize(("option", "value", "bounds"), [("--limit", "101", "1<=x<=100"),
+                                                         ("--offset", "10001", "0<=x<=10000")])
+def test_the_page_is_bounded_as_in_the_servers(opts: list[str], option: str, value: str, bounds: str) -> None:
+    """Issue 28: one limit policy (limit 1-100, offset 0-10,000) for the CLI, its batches and the servers."""
+    code, _, err = run("search", "x", *opts, option, value)
+    assert code == 2 and option in err and bounds in err and "Traceback" not in err
+
+
+def test_batch_lines_are_bounded_as_the_options(opts: list[str], tmp_path: Path) -> None:
+    lines = [{"query": "uploads", "limit": 500}, {"query": "uploads", "offset": 10_001},
+             {"query": "uploads", "window_days": 0, "limit": 100, "offset": 10_000}]
+    f = tmp_path / "q.jsonl"
+    f.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    code, out, _ = run("search", *opts, "--batch", str(f))
+    got = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and got[0] == {"error": "limit must be an integer from 1 to 100, got 500"}
+    assert got[1] == {"error": "offset must be an integer from 0 to 10000, got 10001"}
+    assert got[2]["results"] == [] and got[2]["total"] is not None
+
+
 def test_bad_date_is_usage_error(opts: list[str]) -> None:
     code, _, err = run("search", "x", *opts, "--since", "yesterday")
     assert code == 2 and "--since" in err and "Traceback" not in err

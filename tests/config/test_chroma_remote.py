@@ -26,7 +26,7 @@ from memsync.config.chroma.server import ManagedServer, ServerInfo, chroma_execu
 from memsync.config.errors import StoreRefused
 from memsync.config.settings import DEFAULT_DATABASE, DEFAULT_TENANT, Settings, describe, load_settings
 from memsync.main import main
-from memsync.search import Searcher
+from memsync.search import Searcher, SearchRequest
 from memsync.worker.daemon import Worker
 from memsync.worker.resync import resync
 from tests.conftest import FakeEmbedder, free_port, make_db, mixed_records
@@ -237,7 +237,7 @@ class TestTenantAndDatabase:
         assert result.added > 0
         searcher = Searcher(s, embedder=fake_embedder)
         try:
-            resp = searcher.search("observation 3")
+            resp = searcher.search(SearchRequest(query="observation 3"))
         finally:
             searcher.close()
         assert resp.mode.value == "hybrid" and resp.results, resp.to_json()
@@ -298,7 +298,7 @@ class TestToken:
             worker._shutdown()
         searcher = Searcher(s)
         try:
-            resp = searcher.search("observation 1")
+            resp = searcher.search(SearchRequest(query="observation 1"))
         finally:
             searcher.close()
         assert resp.mode.value == "lexical_fallback" and "HTTP 401" in (resp.reason or ""), resp.to_json()

@@ -12,7 +12,7 @@ import pytest
 
 from memsync.config.claude_mem.schema import Era, Kind
 from memsync.search import context
-from memsync.search.models import Filters, Window
+from memsync.search.models import Filters, Scope, Window
 from memsync.search.sql import SourceRows
 from tests.conftest import FakeVectorCopy, make_db, prompt
 
@@ -49,7 +49,7 @@ def test_a_terse_prompt_is_lifted_by_the_prompts_around_it(rows: SourceRows) -> 
                (Kind.PROMPT, 3): unit(1, 0.4, 0), (Kind.PROMPT, 4): unit(0.3, 1, 0)}
     query = unit(1, 0, 0)[0]
     dense_order = [1, 3, 4, 2]
-    got = context.ranking(rows, FakeVectorCopy(vectors), query, dense_order, Filters(), NO_WINDOW)
+    got = context.ranking(rows, FakeVectorCopy(vectors), query, dense_order, Scope(Filters(), NO_WINDOW))
     assert got.index(2) < got.index(4)  # in context, "yes, do that" is about certificates
     assert set(got) == {1, 2, 3, 4}  # session c's prompts were not found and have no neighbour here
 
@@ -57,7 +57,7 @@ def test_a_terse_prompt_is_lifted_by_the_prompts_around_it(rows: SourceRows) -> 
 def test_neighbours_join_the_ranking_only_within_the_filters(rows: SourceRows) -> None:
     vectors = {(Kind.PROMPT, i): unit(1, i, 0) for i in (1, 2, 3, 4)}
     query = unit(1, 0, 0)[0]
-    assert sorted(context.ranking(rows, FakeVectorCopy(vectors), query, [1], Filters(), NO_WINDOW)) == [1, 2]
-    assert context.ranking(rows, FakeVectorCopy(vectors), query, [4], Filters(project="beta"), NO_WINDOW) == [4]
-    assert context.ranking(rows, FakeVectorCopy({}), query, [1], Filters(), NO_WINDOW) == []
-    assert context.ranking(rows, FakeVectorCopy(vectors), query, [], Filters(), NO_WINDOW) == []
+    assert sorted(context.ranking(rows, FakeVectorCopy(vectors), query, [1], Scope(Filters(), NO_WINDOW))) == [1, 2]
+    assert context.ranking(rows, FakeVectorCopy(vectors), query, [4], Scope(Filters(project="beta"), NO_WINDOW)) == [4]
+    assert context.ranking(rows, FakeVectorCopy({}), query, [1], Scope(Filters(), NO_WINDOW)) == []
+    assert context.ranking(rows, FakeVectorCopy(vectors), query, [], Scope(Filters(), NO_WINDOW)) == []

@@ -18,7 +18,7 @@ import pytest
 
 from memsync.config.chroma.server import ServerInfo
 from memsync.config.settings import Settings
-from memsync.search import Mode, Searcher
+from memsync.search import Mode, Searcher, SearchRequest
 from memsync.search.vectorstore import VectorUnavailable, probe
 from tests.conftest import FakeEmbedder, fake_chroma_run, free_port, make_db, mixed_records
 
@@ -65,7 +65,7 @@ def timed_search(s: Settings, query: str = "caching") -> tuple[float, Mode, str]
         # counts say: where a test file's imports shift it, in the timed search. Not what is timed.
         gc.collect()
         t = time.perf_counter()
-        resp = engine.search(query, window_days=0)
+        resp = engine.search(SearchRequest(query=query, window_days=0))
         elapsed = time.perf_counter() - t
         assert resp.results, "the lexical side still answers"
         return elapsed, resp.mode, resp.reason or ""
@@ -129,7 +129,7 @@ def test_a_one_shot_search_falls_back_before_loading_the_model(managed: Settings
     engine = Searcher(managed)  # the shipped model, loaded on first use of the vector side
     try:
         t = time.perf_counter()
-        resp = engine.search("caching", window_days=0)
+        resp = engine.search(SearchRequest(query="caching", window_days=0))
         elapsed = time.perf_counter() - t
         assert resp.mode is Mode.LEXICAL_FALLBACK and resp.results
         assert engine._vector is None, "the model was loaded for a store that cannot answer"

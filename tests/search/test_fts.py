@@ -20,7 +20,7 @@ from memsync.search import fts
 from memsync.search.app_fts import AppFts
 from memsync.search.lexical import FtsSource
 from memsync.search.lexical_index import LexicalIndex
-from memsync.search.models import Filters
+from memsync.search.models import Scope
 from memsync.search.sql import SourceRows
 from tests.conftest import make_db
 
@@ -61,7 +61,7 @@ def run(source: FtsSource, text: str) -> list[int]:
     expr = source.expression(Kind.OBSERVATION, text)
     if expr is None:
         return []
-    return [i for i, _ in source.ranked(Kind.OBSERVATION, expr, Filters(), None, 10)]
+    return [i for i, _ in source.ranked(Kind.OBSERVATION, expr, Scope(), 10)]
 
 
 @pytest.mark.parametrize("text", HOSTILE, ids=range(len(HOSTILE)))
@@ -88,7 +88,7 @@ def test_any_text_is_a_valid_expression(source: FtsSource, text: str) -> None:
 
 def test_multi_word_question_matches_words_not_a_phrase(source: FtsSource) -> None:
     # Upstream defect 7: the whole query as one phrase matches nothing here; its words do.
-    assert source.ranked(Kind.OBSERVATION, '"postgres connection timeout"', Filters(), None, 10) == []
+    assert source.ranked(Kind.OBSERVATION, '"postgres connection timeout"', Scope(), 10) == []
     assert run(source, "why did the postgres connection time out?") == [1]
 
 

@@ -11,9 +11,9 @@ import pytest
 
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.settings import Settings
-from memsync.search import Mode, Searcher
+from memsync.search import Mode, Searcher, SearchRequest
 from memsync.search.lexical import EXCLUDED_CAP, LexicalSide
-from memsync.search.models import Filters, Order, Window
+from memsync.search.models import Filters, Order, Scope, Window
 from memsync.search.sql import SourceRows
 from memsync.worker.importer import import_records
 from memsync.worker.textsync import TextSync
@@ -112,12 +112,13 @@ def test_date_order_and_the_count_outside_the_window(tmp_path: Path, pool: concu
     rows = SourceRows.open(s)
     side = LexicalSide(s, rows, "zeppelin", pool)
     try:
-        newest = side.dated([Kind.OBSERVATION], Filters(), ALL_TIME, 3, Order.NEWEST)
+        newest = side.dated([Kind.OBSERVATION], Scope(Filters(), ALL_TIME), 3, Order.NEWEST)
         assert {k for k, _ in newest} == {(Kind.OBSERVATION, i) for i in (115, 114, 113)}
         recent = Window(1, BASE_MS + 50_500, None, "window")  # obs 50 and 51 fall before it
-        assert side.excluded([Kind.OBSERVATION], Filters(), recent) == 1  # obs(50), at +50 s
-        assert side.excluded([Kind.OBSERVATION], Filters(), Window(1, BASE_MS + 10**9, None, "window")) == EXCLUDED_CAP
-        assert side.excluded(list(KINDS), Filters(), ALL_TIME) == 0
+        assert side.excluded([Kind.OBSERVATION], Scope(Filters(), recent)) == 1  # obs(50), at +50 s
+        later = Window(1, BASE_MS + 10**9, None, "window")
+        assert side.excluded([Kind.OBSERVATION], Scope(Filters(), later)) == EXCLUDED_CAP
+        assert side.excluded(list(KINDS), Scope(Filters(), ALL_TIME)) == 0
     finally:
         side.close()
         rows.close()
@@ -169,13 +170,13 @@ def test_prompts_are_found_without_user_prompts_fts_and_the_reason_says_by_what(
     import_records(s.db, [prompt(70, prompt_text="a zeppelin prompt written after the drop")])
     engine = Searcher(s)
     try:
-        resp = engine.search("zeppelins", window_days=0, mode=Mode.LEXICAL, kinds=[Kind.PROMPT])
+        resp = engine.search(SearchRequest(query="zeppelins", window_days=0, mode=Mode.LEXICAL, kinds=[Kind.PROMPT]))
         assert sorted(r.id for r in resp.results) == [9, 10]
         assert resp.reason == ("lexical: memsync's own FTS index for prompts (the database has no "
                                "user_prompts_fts)")
         assert (s.data_dir / "lexical.db").exists()
-        others = engine.search("zeppelins", window_days=0, mode=Mode.LEXICAL,
-                               kinds=[Kind.OBSERVATION, Kind.SUMMARY])
+        others = engine.search(SearchRequest(
+            query="zeppelins", window_days=0, mode=Mode.LEXICAL, kinds=[Kind.OBSERVATION, Kind.SUMMARY]))
         assert {(r.kind, r.id) for r in others.results} == {(Kind.OBSERVATION, 9), (Kind.OBSERVATION, 10),
                                                              (Kind.SUMMARY, 9)}
         assert others.reason is None  # the app's tables answered those

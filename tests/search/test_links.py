@@ -13,7 +13,7 @@ import pytest
 from memsync.config.claude_mem.schema import Era, Kind
 from memsync.search import links
 from memsync.search.fusion import Ranked, fuse
-from memsync.search.models import Filters, Key, Window
+from memsync.search.models import Filters, Key, Scope, Window
 from memsync.search.sql import SourceRows
 from tests.conftest import FakeVectorCopy, make_db, obs, prompt, summary
 
@@ -51,38 +51,40 @@ def vectors() -> dict[Key, npt.NDArray[np.float32]]:
 
 
 def test_a_precise_link_keeps_its_whole_vote_whatever_the_vectors_say(rows: SourceRows) -> None:
-    got = links.votes(rows, FakeVectorCopy(vectors()), [[[(Kind.OBSERVATION, 1)]]], Filters(), NO_WINDOW, 10)[0]
+    got = links.votes(rows, FakeVectorCopy(vectors()), [[[(Kind.OBSERVATION, 1)]]], Scope(Filters(), NO_WINDOW), 10)[0]
     assert [(v.prompt, v.rank, round(v.share, 6)) for v in got][0] == (2, 0, 1.0)
 
 
 def test_a_coarse_link_votes_for_the_prompt_the_observation_talks_about(rows: SourceRows) -> None:
-    got = links.votes(rows, FakeVectorCopy(vectors()), [[[(Kind.OBSERVATION, 5)]]], Filters(), NO_WINDOW, 10)[0]
+    got = links.votes(rows, FakeVectorCopy(vectors()), [[[(Kind.OBSERVATION, 5)]]], Scope(Filters(), NO_WINDOW), 10)[0]
     assert got[0].prompt == 1 and got[0].share > 0.9  # not the recorded prompt 4
     assert {v.prompt for v in got} <= {1, 2, 3, 4}  # only prompts numbered up to its own
 
 
 def test_without_vectors_a_coarse_link_gets_one_over_its_fan_in(rows: SourceRows) -> None:
-    got = links.votes(rows, None, [[[(Kind.OBSERVATION, 5)], [(Kind.OBSERVATION, 1)]]], Filters(), NO_WINDOW, 10)[0]
+    evidence = [[[(Kind.OBSERVATION, 5)], [(Kind.OBSERVATION, 1)]]]
+    got = links.votes(rows, None, evidence, Scope(Filters(), NO_WINDOW), 10)[0]
     shares = {v.prompt: round(v.share, 6) for v in got}
     assert shares == {4: 0.25, 2: 1.0}  # four observations under prompt 4, one under prompt 2
     assert [v.prompt for v in got] == [2, 4]  # the stronger vote first
 
 
 def test_summaries_vote_for_the_prompt_they_are_closest_to(rows: SourceRows) -> None:
-    got = links.votes(rows, FakeVectorCopy(vectors()), [[[(Kind.SUMMARY, 1)]]], Filters(), NO_WINDOW, 10)[0]
+    got = links.votes(rows, FakeVectorCopy(vectors()), [[[(Kind.SUMMARY, 1)]]], Scope(Filters(), NO_WINDOW), 10)[0]
     assert got[0].prompt == 3 and got[0].share > 0.9
 
 
 def test_each_prompt_keeps_its_strongest_vote_and_filters_apply(rows: SourceRows) -> None:
     evidence = [[(Kind.OBSERVATION, 5), (Kind.OBSERVATION, 1)]]
-    got = links.votes(rows, FakeVectorCopy(vectors()), [evidence], Filters(), NO_WINDOW, 10)[0]
+    got = links.votes(rows, FakeVectorCopy(vectors()), [evidence], Scope(Filters(), NO_WINDOW), 10)[0]
     assert [v.prompt for v in got if v.share > 0.5] == [1, 2]
-    assert links.votes(rows, FakeVectorCopy(vectors()), [evidence], Filters(project="beta"), NO_WINDOW, 10)[0] == []
+    beta = Scope(Filters(project="beta"), NO_WINDOW)
+    assert links.votes(rows, FakeVectorCopy(vectors()), [evidence], beta, 10)[0] == []
 
 
 def test_rows_without_a_prompt_number_or_unknown_ids_vote_for_nothing(rows: SourceRows) -> None:
-    assert links.votes(rows, None, [[[(Kind.OBSERVATION, 999)]]], Filters(), NO_WINDOW, 10)[0] == []
-    assert links.votes(rows, None, [[]], Filters(), NO_WINDOW, 10)[0] == []
+    assert links.votes(rows, None, [[[(Kind.OBSERVATION, 999)]]], Scope(Filters(), NO_WINDOW), 10)[0] == []
+    assert links.votes(rows, None, [[]], Scope(Filters(), NO_WINDOW), 10)[0] == []
 
 
 def test_fusion_counts_a_vote_at_its_evidence_rank_and_share() -> None:
@@ -96,15 +98,15 @@ def test_fusion_counts_a_vote_at_its_evidence_rank_and_share() -> None:
 
 def test_each_side_gets_its_own_votes_from_one_read(rows: SourceRows) -> None:
     sides = [[[(Kind.OBSERVATION, 1)]], [[(Kind.OBSERVATION, 5)]]]
-    lexical, semantic = links.votes(rows, FakeVectorCopy(vectors()), sides, Filters(), NO_WINDOW, 10)
+    lexical, semantic = links.votes(rows, FakeVectorCopy(vectors()), sides, Scope(Filters(), NO_WINDOW), 10)
     assert [v.prompt for v in lexical] == [2] and semantic[0].prompt == 1
 
 
 def test_a_prompt_not_in_the_copy_yet_leaves_the_others_attributed(rows: SourceRows) -> None:
     partial = vectors()
     del partial[(Kind.PROMPT, 3)]  # say, synced after the search's copy was read
-    got = links.votes(rows, FakeVectorCopy(partial), [[[(Kind.OBSERVATION, 5)]]], Filters(), NO_WINDOW, 10)[0]
+    got = links.votes(rows, FakeVectorCopy(partial), [[[(Kind.OBSERVATION, 5)]]], Scope(Filters(), NO_WINDOW), 10)[0]
     assert got[0].prompt == 1 and got[0].share > 0.9
     del partial[(Kind.PROMPT, 4)]  # its own recorded prompt missing: the prior only
-    got = links.votes(rows, FakeVectorCopy(partial), [[[(Kind.OBSERVATION, 5)]]], Filters(), NO_WINDOW, 10)[0]
+    got = links.votes(rows, FakeVectorCopy(partial), [[[(Kind.OBSERVATION, 5)]]], Scope(Filters(), NO_WINDOW), 10)[0]
     assert [(v.prompt, round(v.share, 6)) for v in got] == [(4, 0.25)]

@@ -14,7 +14,7 @@ import pytest
 from memsync.config.claude_mem.platform import normalize_platform
 from memsync.config.claude_mem.schema import Era, Kind
 from memsync.config.settings import Settings
-from memsync.search import Filters, Mode, Searcher
+from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.worker.resync import resync
 from tests.conftest import make_db
 
@@ -64,21 +64,25 @@ def searcher(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 @pytest.mark.parametrize("window_days", [0, 90])
 def test_a_platform_filter_applies_before_the_cut(searcher: Searcher, mode: Mode, window_days: int) -> None:
     query = "database connection pool timeout" if mode is not Mode.LEXICAL else "connection"
-    codex = searcher.search(query, kinds=(Kind.OBSERVATION,), filters=Filters(platform="codex"), mode=mode,
-                            window_days=window_days, limit=5)
+    codex = searcher.search(SearchRequest(
+        query=query, kinds=(Kind.OBSERVATION,), filters=Filters(platform="codex"), mode=mode, window_days=window_days,
+        limit=5))
     assert codex.mode is mode and [r.id for r in codex.results] == [61]
     # "Claude Code" and "" were recorded by claude as well: all of them, and nothing else.
-    claude = searcher.search(query, kinds=(Kind.OBSERVATION,), filters=Filters(platform=" Claude "), mode=mode,
-                             window_days=window_days, limit=100)
+    claude = searcher.search(SearchRequest(
+        query=query, kinds=(Kind.OBSERVATION,), filters=Filters(platform=" Claude "), mode=mode,
+        window_days=window_days, limit=100))
     assert sorted(r.id for r in claude.results) == list(range(1, 61))
-    assert searcher.search(query, filters=Filters(platform="windsurf"), mode=mode,
-                           window_days=window_days).results == []
+    assert searcher.search(SearchRequest(
+        query=query, filters=Filters(platform="windsurf"), mode=mode, window_days=window_days)).results == []
 
 
 def test_prompts_take_the_platform_of_their_session(searcher: Searcher) -> None:
-    resp = searcher.search("connection pool", kinds=(Kind.PROMPT,), filters=Filters(platform="cursor"))
+    resp = searcher.search(SearchRequest(
+        query="connection pool", kinds=(Kind.PROMPT,), filters=Filters(platform="cursor")))
     assert [(r.kind, r.id) for r in resp.results] == [(Kind.PROMPT, 1)]
-    assert searcher.search("connection pool", kinds=(Kind.PROMPT,), filters=Filters(platform="claude")).results == []
+    assert searcher.search(SearchRequest(
+        query="connection pool", kinds=(Kind.PROMPT,), filters=Filters(platform="claude"))).results == []
 
 
 def test_chroma_metadata_holds_the_normalised_platform(searcher: Searcher) -> None:
@@ -92,8 +96,9 @@ def test_a_file_without_platforms_is_all_claude(tmp_path: Path) -> None:
     resync(settings)
     engine = Searcher(settings)
     try:
-        assert [r.id for r in engine.search("connection pool", filters=Filters(platform="claude")).results] == [1]
-        assert engine.search("connection pool", filters=Filters(platform="codex")).results == []
+        assert [r.id for r in engine.search(SearchRequest(
+            query="connection pool", filters=Filters(platform="claude"))).results] == [1]
+        assert engine.search(SearchRequest(query="connection pool", filters=Filters(platform="codex"))).results == []
     finally:
         engine.close()
 
@@ -112,9 +117,10 @@ def test_a_prompt_without_a_session_is_kept_without_a_project(tmp_path: Path) ->
     engine = Searcher(settings)
     try:
         for mode in (Mode.HYBRID, Mode.LEXICAL):
-            resp = engine.search("signing keys", mode=mode)
+            resp = engine.search(SearchRequest(query="signing keys", mode=mode))
             assert [(r.kind, r.id, r.project) for r in resp.results] == [(Kind.PROMPT, 1, None)], mode
-        assert [r.id for r in engine.search("signing keys", filters=Filters(platform="claude")).results] == [1]
-        assert engine.search("signing keys", filters=Filters(project="alpha")).results == []
+        assert [r.id for r in engine.search(SearchRequest(
+            query="signing keys", filters=Filters(platform="claude"))).results] == [1]
+        assert engine.search(SearchRequest(query="signing keys", filters=Filters(project="alpha"))).results == []
     finally:
         engine.close()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from memsync.config.claude_mem.schema import Era, Kind
 from memsync.config.settings import Settings
-from memsync.search import Filters, Mode, Order, Searcher, SearchError, Signal
+from memsync.search import Filters, Mode, Order, Searcher, SearchError, SearchRequest, Signal
 from memsync.worker.resync import resync
 from tests.conftest import make_db
 
@@ -85,7 +85,7 @@ def test_window_applied_before_the_cut(searcher: Searcher) -> None:
     # (upstream) the recent match vanishes. Semantic only: lexical cannot rescue it here.
     naive = searcher.vector.nearest(searcher.vector.embed("database connection pool timeout"), 25)
     assert (Kind.OBSERVATION, 131) not in [(h.kind, h.id) for h in naive]  # the trap is set
-    resp = searcher.search("database connection pool timeout", mode=Mode.SEMANTIC, limit=5)
+    resp = searcher.search(SearchRequest(query="database connection pool timeout", mode=Mode.SEMANTIC, limit=5))
     exact_path = "vector_copy" if searcher.settings.vector_copy else "vector_exact"
     assert resp.mode is Mode.SEMANTIC and exact_path in resp.timings_ms
     assert resp.results, resp
@@ -94,20 +94,21 @@ def test_window_applied_before_the_cut(searcher: Searcher) -> None:
 
 
 def test_window_reports_what_it_excluded(searcher: Searcher) -> None:
-    resp = searcher.search("database connection pool timeout", window_days=90)
+    resp = searcher.search(SearchRequest(query="database connection pool timeout", window_days=90))
     assert resp.window.days == 90 and resp.window.source == "window"
     assert resp.excluded_by_window >= 100
-    everything = searcher.search("database connection pool timeout", window_days=0, limit=200)
+    everything = searcher.search(SearchRequest(query="database connection pool timeout", window_days=0, limit=200))
     assert everything.excluded_by_window == 0 and len(everything.results) >= 131
 
 
 def test_filters_before_the_cut(searcher: Searcher) -> None:
-    resp = searcher.search("database connection pool timeout", filters=Filters(types=("bugfix",)), window_days=0,
-                           mode=Mode.SEMANTIC)
+    resp = searcher.search(SearchRequest(
+        query="database connection pool timeout", filters=Filters(types=("bugfix",)), window_days=0,
+        mode=Mode.SEMANTIC))
     assert [r.id for r in resp.results] == [131]
-    by_file = searcher.find_by(Filters(files=("grid.css",)), window_days=0)
+    by_file = searcher.find_by(SearchRequest(filters=Filters(files=("grid.css",)), window_days=0))
     assert [r.id for r in by_file.results] == [132]
-    by_concept = searcher.find_by(Filters(concepts=("pattern",)), "layout", window_days=0)
+    by_concept = searcher.find_by(SearchRequest(query="layout", filters=Filters(concepts=("pattern",)), window_days=0))
     assert [r.id for r in by_concept.results] == [132]
     assert [r.id for r in searcher.find_by_concept("pattern", window_days=0).results] == [132]
     assert [r.id for r in searcher.find_by_file("grid.css", "anything", window_days=0).results] == [132]
@@ -116,25 +117,26 @@ def test_filters_before_the_cut(searcher: Searcher) -> None:
 
 
 def test_offset_pages_through_results(searcher: Searcher) -> None:
-    two = searcher.search("connection pool timeout", window_days=0, limit=2)
-    second = searcher.search("connection pool timeout", window_days=0, limit=1, offset=1)
+    two = searcher.search(SearchRequest(query="connection pool timeout", window_days=0, limit=2))
+    second = searcher.search(SearchRequest(query="connection pool timeout", window_days=0, limit=1, offset=1))
     assert [r.key for r in second.results] == [two.results[1].key]
 
 
 def test_project_includes_merged_projects(searcher: Searcher) -> None:
-    resp = searcher.search("caching", filters=Filters(project="alpha"), window_days=0)
+    resp = searcher.search(SearchRequest(query="caching", filters=Filters(project="alpha"), window_days=0))
     assert 134 in [r.id for r in resp.results if r.kind is Kind.OBSERVATION]
-    beta = searcher.search("caching pasta", filters=Filters(project="beta"), window_days=0)
+    beta = searcher.search(SearchRequest(query="caching pasta", filters=Filters(project="beta"), window_days=0))
     assert {r.project for r in beta.results} == {"beta"}
 
 
 # -- defect 6: relevance order survives hydration ------------------------------------------------
 def test_relevance_order_is_not_resorted_by_date(searcher: Searcher) -> None:
-    resp = searcher.search("layout engine CSS grid", window_days=0, limit=5)
+    resp = searcher.search(SearchRequest(query="layout engine CSS grid", window_days=0, limit=5))
     assert resp.results[0].id == 132  # 10 days old, yet first: newer rows match less
     dates = [r.created_at_epoch for r in resp.results]
     assert dates != sorted(dates, reverse=True)
-    newest = searcher.search("layout engine CSS grid pool", window_days=0, limit=5, order=Order.NEWEST)
+    newest = searcher.search(SearchRequest(
+        query="layout engine CSS grid pool", window_days=0, limit=5, order=Order.NEWEST))
     ndates = [r.created_at_epoch for r in newest.results]
     assert ndates == sorted(ndates, reverse=True)
 
@@ -151,7 +153,7 @@ def test_id_spaces_are_separate(tmp_path: Path) -> None:
     try:
         for word, kind, text_key in (("zebra", Kind.OBSERVATION, "narrative"), ("giraffe", Kind.SUMMARY, "learned"),
                                      ("okapi", Kind.PROMPT, "prompt_text")):
-            resp = engine.search(word, window_days=0, limit=3)
+            resp = engine.search(SearchRequest(query=word, window_days=0, limit=3))
             top = resp.results[0]
             assert (top.kind, top.id) == (kind, 5)
             rows, missing = engine.get(kind, [5])
@@ -164,7 +166,7 @@ def test_id_spaces_are_separate(tmp_path: Path) -> None:
 
 # -- defect 9: epoch milliseconds --------------------------------------------------------------------
 def test_window_uses_milliseconds(searcher: Searcher) -> None:
-    resp = searcher.search("billing service pool", window_days=90, limit=50)
+    resp = searcher.search(SearchRequest(query="billing service pool", window_days=90, limit=50))
     assert all(r.created_at_epoch and r.created_at_epoch > NOW_MS - 90 * DAY_MS for r in resp.results)
     assert resp.window.start_ms is not None and abs(resp.window.start_ms - (NOW_MS - 90 * DAY_MS)) < 600_000
 
@@ -175,7 +177,7 @@ def test_managed_server_down_falls_back_to_lexical(tmp_path: Path) -> None:
     # resync started and stopped its own managed server: nothing is running now.
     engine = Searcher(settings)
     try:
-        resp = engine.search("postgres pooled connection stalled", window_days=0)
+        resp = engine.search(SearchRequest(query="postgres pooled connection stalled", window_days=0))
         assert resp.mode is Mode.LEXICAL_FALLBACK
         assert resp.reason and "Chroma" in resp.reason
         assert resp.results and resp.results[0].signals is Signal.LEXICAL
@@ -191,10 +193,10 @@ def test_real_server_up_then_stopped(tmp_path: Path) -> None:
     server.ensure()
     engine = Searcher(settings)
     try:
-        up = engine.search("postgres pooled connection stalled", window_days=0)
+        up = engine.search(SearchRequest(query="postgres pooled connection stalled", window_days=0))
         assert up.mode is Mode.HYBRID and up.results
         server.stop()
-        down = engine.search("postgres pooled connection stalled", window_days=0)
+        down = engine.search(SearchRequest(query="postgres pooled connection stalled", window_days=0))
         assert down.mode is Mode.LEXICAL_FALLBACK and down.results
         assert [r.key for r in down.results][:1] == [r.key for r in up.results][:1]
     finally:
@@ -271,14 +273,15 @@ def test_database_without_fts_uses_own_index(tmp_path: Path) -> None:
             fts=False)
     engine = Searcher(settings)
     try:
-        resp = engine.search("zebra crossings", window_days=0, mode=Mode.LEXICAL)
+        resp = engine.search(SearchRequest(query="zebra crossings", window_days=0, mode=Mode.LEXICAL))
         assert [(r.kind, r.id) for r in resp.results] == [(Kind.OBSERVATION, 1)]
         from memsync.worker.importer import import_records
 
         import_records(settings.db, [o("a later zebra sighting", 0.5)])
-        again = engine.search("zebra", window_days=0, mode=Mode.LEXICAL)
+        again = engine.search(SearchRequest(query="zebra", window_days=0, mode=Mode.LEXICAL))
         assert {r.id for r in again.results} == {1, 2}
-        assert engine.search("anything", window_days=0).mode is Mode.LEXICAL_FALLBACK  # nothing synced
+        assert engine.search(SearchRequest(
+            query="anything", window_days=0)).mode is Mode.LEXICAL_FALLBACK  # nothing synced
     finally:
         engine.close()
     assert (settings.data_dir / "lexical.db").exists()
@@ -294,7 +297,7 @@ def _free_port() -> int:
 @hyp_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_any_query_string_lexical_and_hybrid(searcher: Searcher, text: str) -> None:
     for mode in (Mode.LEXICAL, Mode.HYBRID):
-        resp = searcher.search(text, mode=mode, window_days=0, limit=5)
+        resp = searcher.search(SearchRequest(query=text, mode=mode, window_days=0, limit=5))
         assert resp.mode in (mode, Mode.LEXICAL)  # LEXICAL: no words, newest rows listed
         assert all(0.0 <= r.score <= 1.0 for r in resp.results)
 
@@ -302,7 +305,7 @@ def test_any_query_string_lexical_and_hybrid(searcher: Searcher, text: str) -> N
 @pytest.mark.parametrize("text", ["", '"', "AND OR NOT", "NEAR(a b)", "title:x", "a*", "^x", "(((", "\x00",
                                   "x" * 100_000, "🚀 日本語", "connection\x00pool"])
 def test_hostile_queries_hybrid(searcher: Searcher, text: str) -> None:
-    resp = searcher.search(text, window_days=0)
+    resp = searcher.search(SearchRequest(query=text, window_days=0))
     assert resp.mode in (Mode.HYBRID, Mode.LEXICAL)
 
 
@@ -314,7 +317,7 @@ def test_hybrid_on_a_legacy_database(tmp_path: Path) -> None:
     resync(settings)
     engine = Searcher(settings)
     try:
-        resp = engine.search("okapi migration", filters=Filters(project="old"), window_days=0)
+        resp = engine.search(SearchRequest(query="okapi migration", filters=Filters(project="old"), window_days=0))
         assert resp.mode is Mode.HYBRID
         assert {(r.kind, r.project) for r in resp.results} == {(Kind.PROMPT, "old"), (Kind.OBSERVATION, "old")}
         assert all(r.signals is Signal.BOTH for r in resp.results)
@@ -331,11 +334,11 @@ def test_exact_filtered_path_with_and_without_sync_records(tmp_path: Path) -> No
     try:
         collection = engine.vector.collection_name()
         assert synced_doc_ids(settings.state_path, collection, Kind.OBSERVATION, [41]) == ["obs_41_narrative"]
-        first = engine.search("database connection pool timeout", mode=Mode.SEMANTIC, limit=2)
+        first = engine.search(SearchRequest(query="database connection pool timeout", mode=Mode.SEMANTIC, limit=2))
         assert "vector_exact" in first.timings_ms and first.results[0].id == 41
         settings.state_path.rename(tmp_path / "moved.db")  # a search server on another machine
         assert synced_doc_ids(settings.state_path, collection, Kind.OBSERVATION, [41]) is None
-        second = engine.search("database connection pool timeout", mode=Mode.SEMANTIC, limit=2)
+        second = engine.search(SearchRequest(query="database connection pool timeout", mode=Mode.SEMANTIC, limit=2))
         assert [r.key for r in second.results] == [r.key for r in first.results]
     finally:
         engine.close()
@@ -347,10 +350,10 @@ def test_linked_evidence_only_for_prompts_alone(tmp_path: Path) -> None:
                p("another unrelated question about taxes", 1, number=2)]
     engine = Searcher(build(tmp_path, records))
     try:
-        mixed = engine.search("zebra crossing", window_days=0)
+        mixed = engine.search(SearchRequest(query="zebra crossing", window_days=0))
         assert mixed.results[0].key == (Kind.OBSERVATION, 1)
         assert (Kind.PROMPT, 1) not in [r.key for r in mixed.results if r.signals is not Signal.SEMANTIC]
-        prompts = engine.search("zebra crossing", kinds=[Kind.PROMPT], window_days=0)
+        prompts = engine.search(SearchRequest(query="zebra crossing", kinds=[Kind.PROMPT], window_days=0))
         assert prompts.results[0].key == (Kind.PROMPT, 1)  # vouched for by its observation
     finally:
         engine.close()

@@ -12,7 +12,7 @@ import pytest
 
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.settings import Settings
-from memsync.search import Filters, Mode, Searcher
+from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.worker.resync import resync
 from tests.conftest import make_db
 
@@ -48,7 +48,8 @@ def synced(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 def run(settings: Settings, filters: Filters, window_days: int) -> tuple[list[tuple[Kind, int]], set[str]]:
     engine = Searcher(settings)
     try:
-        resp = engine.search(QUERY, filters=filters, window_days=window_days, limit=3, mode=Mode.SEMANTIC)
+        resp = engine.search(SearchRequest(
+            query=QUERY, filters=filters, window_days=window_days, limit=3, mode=Mode.SEMANTIC))
     finally:
         engine.close()
     assert resp.mode is Mode.SEMANTIC

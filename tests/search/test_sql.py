@@ -10,7 +10,7 @@ import pytest
 from memsync.config.claude_mem.schema import Era, Kind
 from memsync.config.inlists import chunks
 from memsync.config.settings import Settings
-from memsync.search.models import Filters, Window
+from memsync.search.models import Filters, Scope, Window
 from memsync.search.sql import QueryTimeout, SourceRows
 from tests.conftest import BASE_MS, make_db, obs, prompt, summary
 
@@ -92,8 +92,8 @@ def test_window_and_the_id_bound_it_gives(rows: SourceRows) -> None:
 
 def test_listings(rows: SourceRows) -> None:
     assert rows.distinct(Kind.OBSERVATION, "type") == ["bugfix", "feature"]
-    assert [i for i, _ in rows.recent(Kind.OBSERVATION, Filters(), None, 2)] == [4, 3]
-    assert [i for i, _ in rows.recent(Kind.OBSERVATION, Filters(), None, 2, newest=False)] == [1, 2]
+    assert [i for i, _ in rows.recent(Kind.OBSERVATION, Scope(), 2)] == [4, 3]
+    assert [i for i, _ in rows.recent(Kind.OBSERVATION, Scope(), 2, newest=False)] == [1, 2]
     assert [i for i, _ in rows.around(Kind.OBSERVATION, BASE_MS + 2000, None, True, 5)] == [1]
     assert [i for i, _ in rows.around(Kind.OBSERVATION, BASE_MS + 2000, "beta", False, 5, inclusive=True)] == [4]
     assert [i for i, _ in rows.around(Kind.OBSERVATION, BASE_MS + 2000, None, False, 2, inclusive=True)] == [2, 3]

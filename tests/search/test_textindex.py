@@ -12,8 +12,8 @@ import pytest
 
 from memsync.config.claude_mem.schema import Era, Kind
 from memsync.config.settings import Settings
-from memsync.search import Filters, Mode, Searcher
-from memsync.search.models import Window
+from memsync.search import Filters, Mode, Searcher, SearchRequest
+from memsync.search.models import Scope, Window
 from memsync.search.textindex import TextIndex, merge_tail
 from memsync.worker.importer import import_records
 from memsync.worker.source import SourceReader
@@ -47,17 +47,17 @@ def test_index_holds_every_kind_with_filters(tmp_path: Path, era: Era) -> None:
     assert index is not None
     assert index.watermark(Kind.OBSERVATION) == 8 and index.watermark(Kind.PROMPT) == 7
     everything = Window(0, None, None, "all_time")
-    assert {i for i, _ in index.search(Kind.OBSERVATION, "zeppelins", Filters(), everything, 10)} == {7, 8}
-    assert [i for i, _ in index.search(Kind.OBSERVATION, "zeppelin", Filters(types=("bugfix",)), everything,
+    assert {i for i, _ in index.search(Kind.OBSERVATION, "zeppelins", Scope(Filters(), everything), 10)} == {7, 8}
+    assert [i for i, _ in index.search(Kind.OBSERVATION, "zeppelin", Scope(Filters(types=("bugfix",)), everything),
                                        10)] == [8]
-    assert index.search(Kind.OBSERVATION, "zeppelin", Filters(project="alpha"), everything, 10) == []
-    assert [i for i, _ in index.search(Kind.PROMPT, "zeppelin", Filters(project="delta"), everything, 10)] == [7]
+    assert index.search(Kind.OBSERVATION, "zeppelin", Scope(Filters(project="alpha"), everything), 10) == []
+    assert [i for i, _ in index.search(Kind.PROMPT, "zeppelin", Scope(Filters(project="delta"), everything), 10)] == [7]
     # Ids of the three kinds are separate spaces: summary 7 does not exist, prompt 7 does.
-    assert index.search(Kind.SUMMARY, "zeppelin", Filters(), everything, 10) == []
+    assert index.search(Kind.SUMMARY, "zeppelin", Scope(Filters(), everything), 10) == []
     recent = Window(1, BASE_MS + 100_500, None, "window")  # obs(i) is created at BASE + i s: only obs(101)
-    assert [i for i, _ in index.search(Kind.OBSERVATION, "zeppelin", Filters(), recent, 10)] == [8]
+    assert [i for i, _ in index.search(Kind.OBSERVATION, "zeppelin", Scope(Filters(), recent), 10)] == [8]
     before = Window(0, None, BASE_MS + 100_500, "before_window")
-    assert index.count(Kind.OBSERVATION, "zeppelin", Filters(), before) == 1
+    assert index.count(Kind.OBSERVATION, "zeppelin", Scope(Filters(), before)) == 1
 
 
 def _status_pending(s: Settings) -> int:
@@ -80,7 +80,7 @@ def test_rows_newer_than_the_index_come_from_fts5_until_it_catches_up(tmp_path: 
     assert _status_pending(s) == 1
     engine = Searcher(s)
     try:
-        resp = engine.search("quokka", mode=Mode.LEXICAL, window_days=0)
+        resp = engine.search(SearchRequest(query="quokka", mode=Mode.LEXICAL, window_days=0))
         assert [(r.kind, r.id) for r in resp.results] == [(Kind.OBSERVATION, 5)]
         index = TextIndex.open(s)
         assert index is not None and index.watermark(Kind.OBSERVATION) == 4  # the tail answered
@@ -88,9 +88,10 @@ def test_rows_newer_than_the_index_come_from_fts5_until_it_catches_up(tmp_path: 
         assert _status_pending(s) == 0
         index = TextIndex.open(s)
         assert index is not None and index.watermark(Kind.OBSERVATION) == 5
-        assert [i for i, _ in index.search(Kind.OBSERVATION, "quokka", Filters(), Window(0, None, None, "all_time"),
-                                           5)] == [5]
-        assert [(r.kind, r.id) for r in engine.search("quokka", mode=Mode.LEXICAL, window_days=0).results] == [
+        all_time = Scope(Filters(), Window(0, None, None, "all_time"))
+        assert [i for i, _ in index.search(Kind.OBSERVATION, "quokka", all_time, 5)] == [5]
+        assert [(r.kind, r.id) for r in engine.search(SearchRequest(
+            query="quokka", mode=Mode.LEXICAL, window_days=0)).results] == [
             (Kind.OBSERVATION, 5)]
     finally:
         engine.close()
@@ -118,7 +119,7 @@ def test_edit_below_the_watermark_rebuilds_the_kind_at_a_full_refresh(tmp_path: 
         text.close()
     index = TextIndex.open(s)
     assert index is not None
-    assert [i for i, _ in index.search(Kind.OBSERVATION, "axolotl", Filters(), None, 5)] == [2]
+    assert [i for i, _ in index.search(Kind.OBSERVATION, "axolotl", Scope(Filters(), None), 5)] == [2]
 
 
 def test_appends_wait_for_the_interval_and_fts5_answers_meanwhile(tmp_path: Path) -> None:
@@ -131,7 +132,7 @@ def test_appends_wait_for_the_interval_and_fts5_answers_meanwhile(tmp_path: Path
         import_records(s.db, [obs(50, narrative="wombat burrow survey")])
         assert text.step() is None and text.step() is None  # within the interval: no commit
         assert _status_pending(s) == 1
-        resp = engine.search("wombat", mode=Mode.LEXICAL, window_days=0)
+        resp = engine.search(SearchRequest(query="wombat", mode=Mode.LEXICAL, window_days=0))
         assert [(r.kind, r.id) for r in resp.results] == [(Kind.OBSERVATION, 5)]  # from the FTS5 tail
         full = text.step(force_full=True)  # a reconcile does not wait
         assert full is not None and full.appended == {"observation": 1}
@@ -155,8 +156,8 @@ def test_a_replaced_database_is_indexed_from_scratch(tmp_path: Path) -> None:
         text.close()
     index = TextIndex.open(s)
     assert index is not None and index.watermark(Kind.OBSERVATION) == 1
-    assert [i for i, _ in index.search(Kind.OBSERVATION, "narwhal", Filters(), None, 5)] == [1]
-    assert index.search(Kind.OBSERVATION, "caching", Filters(), None, 5) == []
+    assert [i for i, _ in index.search(Kind.OBSERVATION, "narwhal", Scope(Filters(), None), 5)] == [1]
+    assert index.search(Kind.OBSERVATION, "caching", Scope(Filters(), None), 5) == []
 
 
 def test_an_index_of_another_database_is_not_used(tmp_path: Path) -> None:
@@ -185,7 +186,7 @@ def test_a_failing_index_never_stops_sync_or_search(tmp_path: Path) -> None:
     assert TextIndex.open(s) is None
     engine = Searcher(s)
     try:
-        assert engine.search("caching", mode=Mode.LEXICAL, window_days=0).results
+        assert engine.search(SearchRequest(query="caching", mode=Mode.LEXICAL, window_days=0)).results
     finally:
         engine.close()
 

@@ -23,6 +23,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.types import CallToolResult, Tool
 
 from memsync.config.settings import Settings
+from memsync.search import SearchRequest
 from memsync.servers.claude_mem_tools import SCHEMAS, comma_list, date_value, whole
 from memsync.servers.params import BadRequest
 from memsync.worker.resync import resync
@@ -250,7 +251,8 @@ def test_the_profile_ranks_as_memsyncs_own_search(served: Settings) -> None:
     served_ids = run_client(profile_params(served), body)
     searcher = Searcher(served)
     try:
-        library = [[format_ref(r.kind, r.id) for r in searcher.search(q, limit=10).results] for q in queries]
+        library = [[format_ref(r.kind, r.id) for r in searcher.search(SearchRequest(
+            query=q, limit=10)).results] for q in queries]
     finally:
         searcher.close()
     assert served_ids == library

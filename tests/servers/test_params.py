@@ -1,11 +1,11 @@
-"""servers.params: the one validator of MCP and HTTP input (more of it is driven through both
-servers in test_mcp.py and test_http.py)."""
+"""search.request and servers.params: the one validator of CLI, batch, MCP and HTTP input (more of
+it is driven through both servers in test_mcp.py and test_http.py, and the CLI in test_cli_search.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from memsync.servers.params import BadRequest, bounded
+from memsync.search.request import BadRequest, bounded
 
 
 def test_a_bound_check_describes_a_number_too_large_to_print() -> None:

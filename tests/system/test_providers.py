@@ -13,7 +13,7 @@ import pytest
 
 from memsync.config.chroma.server import ManagedServer
 from memsync.config.settings import LOCAL_MODEL, Settings
-from memsync.search import Searcher
+from memsync.search import Searcher, SearchRequest
 from memsync.search import vectorstore as vectorstore_module
 from memsync.search.models import Mode
 from memsync.worker.importer import import_records
@@ -144,7 +144,7 @@ def test_rebuild_to_another_provider_keeps_searches_answering(
 
     def search_now(rows: int, docs: int) -> None:
         if not during:  # once, in the middle of the rebuild (its first batch is written)
-            during.append(searcher.search("Narrative number 5 about caching", window_days=0))
+            during.append(searcher.search(SearchRequest(query="Narrative number 5 about caching", window_days=0)))
             during.append(searcher.vector.embedder.model_id)
 
     try:
@@ -156,17 +156,17 @@ def test_rebuild_to_another_provider_keeps_searches_answering(
         assert model == LOCAL_MODEL  # the old generation's model, not the configured one
         probe = 1  # the writer learns the dimension from one request (embedding_dimension unset)
         assert openai_server.stats()["inputs"] - served_before == result.embedded + probe  # no query went there
-        after = searcher.search("Narrative number 5 about caching", window_days=0)
+        after = searcher.search(SearchRequest(query="Narrative number 5 about caching", window_days=0))
         assert after.mode is Mode.HYBRID, after.reason
         assert searcher.vector.embedder.model_id == "openai:minilm-test"
         assert openai_server.stats()["inputs"] == served_before + result.embedded + probe + 1  # the query, once
-        searcher.search("Narrative number 5 about caching", window_days=0)
+        searcher.search(SearchRequest(query="Narrative number 5 about caching", window_days=0))
         assert openai_server.stats()["inputs"] == served_before + result.embedded + probe + 1  # cached
         # Back to the local settings while the active generation is the endpoint's, and it is down.
         openai_server.stop()
         local = Searcher(managed)
         try:
-            fallback = local.search("something new entirely", window_days=0)
+            fallback = local.search(SearchRequest(query="something new entirely", window_days=0))
             assert fallback.mode is Mode.LEXICAL_FALLBACK
             assert "cannot connect" in str(fallback.reason) and "memsync resync --rebuild" in str(fallback.reason)
             assert "embedding_provider=openai" in str(fallback.reason)
@@ -185,7 +185,7 @@ def test_a_slow_endpoint_costs_a_search_its_deadline_only(settings: Settings, op
     openai_server.faults(delay_s=3, count=-1)
     searcher = Searcher(s)
     try:
-        response = searcher.search("caching narrative", window_days=0)
+        response = searcher.search(SearchRequest(query="caching narrative", window_days=0))
         assert response.mode is Mode.LEXICAL_FALLBACK and "no answer within 0.4 s" in str(response.reason)
         assert response.results and response.timings_ms["total"] < 2500
     finally:
@@ -200,13 +200,13 @@ def test_reranker_reorders_the_fused_top_and_falls_back_on_failure(settings: Set
     query = "Narrative number 7 about caching"
     plain = Searcher(settings)  # embedded Chroma is single-process: one searcher at a time
     try:
-        fused = plain.search(query, window_days=0)
+        fused = plain.search(SearchRequest(query=query, window_days=0))
     finally:
         plain.close()
     ranked = Searcher(settings.model_copy(update={"rerank_provider": "openai", "rerank_base_url": openai_server.url,
                                                   "rerank_model": openai_server.model, "rerank_top_n": 10}))
     try:
-        reranked = ranked.search(query, window_days=0)
+        reranked = ranked.search(SearchRequest(query=query, window_days=0))
         assert openai_server.stats()["rerank"] == 1 and reranked.reason is None, reranked.reason
         assert reranked.mode is Mode.HYBRID and len(reranked.results) == len(fused.results)
         top = [r.key for r in reranked.results[:10]]
@@ -215,7 +215,7 @@ def test_reranker_reorders_the_fused_top_and_falls_back_on_failure(settings: Set
         scores = [r.score for r in reranked.results]
         assert scores == sorted(scores, reverse=True)
         openai_server.faults(status=500, count=-1)
-        kept = ranked.search(query, window_days=0)
+        kept = ranked.search(SearchRequest(query=query, window_days=0))
         assert [r.key for r in kept.results] == [r.key for r in fused.results]
         assert kept.mode is Mode.HYBRID and "reranker skipped, fused order kept" in str(kept.reason)
     finally:

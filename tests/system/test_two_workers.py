@@ -13,7 +13,7 @@ import pytest
 
 from memsync.config.chroma.server import INFO_FILE, ServerInfo, heartbeat, pid_alive
 from memsync.config.settings import Settings
-from memsync.search import Mode, Searcher
+from memsync.search import Mode, Searcher, SearchRequest
 from memsync.worker.verify import verify
 from tests.conftest import mixed_records
 from tests.system.test_e2e import env_for
@@ -59,7 +59,7 @@ def test_two_workers_on_two_data_dirs_run_at_once(two: tuple[Settings, Settings]
         for s in two:
             engine = Searcher(s)
             try:
-                resp = engine.search("Narrative about caching", window_days=0)
+                resp = engine.search(SearchRequest(query="Narrative about caching", window_days=0))
                 assert resp.mode is Mode.HYBRID, resp.reason
             finally:
                 engine.close()

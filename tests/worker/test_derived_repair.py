@@ -20,7 +20,7 @@ from memsync.config.formats.text_index import index_path, unreadable
 from memsync.config.formats.vector_copy import ENTRIES_FILE, MANIFEST_FILE, VECTORS_FILE, Manifest, copy_dir
 from memsync.config.settings import Settings
 from memsync.main import main
-from memsync.search import Filters, Mode, Searcher
+from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.search.textindex import TextIndex
 from memsync.search.vectorcopy import VectorCopy
 from memsync.servers.render import header
@@ -61,7 +61,7 @@ def _search(s: Settings, mode: Mode = Mode.HYBRID) -> tuple[Mode, str, int]:
     """A search that reads both derived files: a project filter (the vector copy answers it)."""
     engine = Searcher(s, embedder=FakeEmbedder())
     try:
-        resp = engine.search("caching", filters=Filters(project="alpha"), window_days=0, mode=mode)
+        resp = engine.search(SearchRequest(query="caching", filters=Filters(project="alpha"), window_days=0, mode=mode))
         return resp.mode, resp.reason or "", len(resp.results)
     finally:
         engine.close()
@@ -255,7 +255,7 @@ def test_the_command_line_and_the_json_name_what_answered_and_what_is_damaged(sy
     _damage_index(s, "garble_segment")
     engine = Searcher(s, embedder=FakeEmbedder())
     try:
-        resp = engine.search("caching", filters=Filters(project="alpha"), window_days=0)
+        resp = engine.search(SearchRequest(query="caching", filters=Filters(project="alpha"), window_days=0))
     finally:
         engine.close()
     assert resp.mode is Mode.HYBRID and resp.results

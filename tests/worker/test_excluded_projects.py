@@ -14,7 +14,7 @@ import pytest
 from memsync.config.chroma import collections as stores
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.settings import Settings
-from memsync.search import Filters, Mode, Searcher
+from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.worker.resync import resync
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.tail import SourceTail
@@ -48,7 +48,8 @@ def stored_projects(settings: Settings) -> set[str]:
 def found_projects(settings: Settings, mode: Mode) -> set[str]:
     engine = Searcher(settings)
     try:
-        resp = engine.search("deploy key rotation", filters=Filters(), window_days=0, mode=mode, limit=50)
+        resp = engine.search(SearchRequest(
+            query="deploy key rotation", filters=Filters(), window_days=0, mode=mode, limit=50))
         assert resp.mode is mode
         return {str(r.project) for r in resp.results}
     finally:

@@ -13,8 +13,8 @@ from typing import Any
 from memsync.config.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.settings import Settings
-from memsync.search import Filters, Mode, Searcher
-from memsync.search.models import Window
+from memsync.search import Filters, Mode, Searcher, SearchRequest
+from memsync.search.models import Scope, Window
 from memsync.search.textindex import TextIndex
 from memsync.search.vectorcopy import VectorCopy
 from memsync.worker.resync import resync
@@ -83,16 +83,18 @@ def test_a_project_rewritten_in_place_reaches_every_index(tmp_path: Path, fake_e
     assert index is not None and damaged is None
     words = {Kind.OBSERVATION: "narrative", Kind.SUMMARY: "request", Kind.PROMPT: "problem"}
     for kind, word in words.items():  # each kind's rows 2, 4, ... 12 were beta's
-        assert {i for i, _ in index.search(kind, word, Filters(project=NEW), ALL, 50)} == {2, 4, 6, 8, 10, 12}
-        assert index.search(kind, word, Filters(project=OLD), ALL, 50) == []
+        assert {i for i, _ in index.search(kind, word, Scope(Filters(project=NEW), ALL), 50)} == {2, 4, 6, 8, 10, 12}
+        assert index.search(kind, word, Scope(Filters(project=OLD), ALL), 50) == []
 
     engine = Searcher(settings)
     try:
-        found = engine.search("problem", window_days=0, mode=Mode.LEXICAL, kinds=[Kind.PROMPT],
-                              filters=Filters(project=NEW), limit=20)
+        found = engine.search(SearchRequest(
+            query="problem", window_days=0, mode=Mode.LEXICAL, kinds=[Kind.PROMPT], filters=Filters(project=NEW),
+            limit=20))
         assert sorted(r.id for r in found.results) == [2, 4, 6, 8, 10, 12]
-        assert engine.search("problem", window_days=0, mode=Mode.LEXICAL, kinds=[Kind.PROMPT],
-                             filters=Filters(project=OLD)).results == []
+        assert engine.search(SearchRequest(
+            query="problem", window_days=0, mode=Mode.LEXICAL, kinds=[Kind.PROMPT],
+            filters=Filters(project=OLD))).results == []
     finally:
         engine.close()
 
@@ -112,5 +114,5 @@ def test_a_merge_reaches_the_text_index_too(tmp_path: Path, fake_embedder: FakeE
     resync(settings, embedder=fake_embedder)
     index, _ = TextIndex.open_checked(settings)
     assert index is not None
-    assert {i for i, _ in index.search(Kind.OBSERVATION, "narrative", Filters(project="alpha"), ALL, 50)} == set(
+    assert {i for i, _ in index.search(Kind.OBSERVATION, "narrative", Scope(Filters(project="alpha"), ALL), 50)} == set(
         range(1, 13))

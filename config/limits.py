@@ -1,0 +1,12 @@
+"""What every front end accepts in a search request (the CLI and its ``--batch`` lines, the HTTP API,
+the MCP tools): one policy, applied by the one parser (``search.request``). Its own module so that
+the CLI's options can show the bounds without loading the search library.
+"""
+
+from __future__ import annotations
+
+MAX_LIMIT = 100  # results per page; agents should start small and page with offset
+MAX_OFFSET = 10_000
+MAX_WINDOW_DAYS = 36_500
+MAX_FILTER_VALUES = 20  # types / concepts / files per request
+MAX_PLATFORM_CHARS = 100  # platform names are short (claude, codex, cursor, ...)
