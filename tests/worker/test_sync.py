@@ -20,7 +20,7 @@ from memsync.worker.resync import resync
 from memsync.worker.sink import ChromaSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import SyncState
-from memsync.worker.sync import Syncer, SyncResult
+from memsync.worker.sync import Destination, Syncer, SyncOptions, SyncResult
 from memsync.worker.verify import verify
 from tests.conftest import FakeEmbedder, make_db, mixed_records, obs, write
 
@@ -65,8 +65,8 @@ def run(settings: Settings, client: Any, embedder: FakeEmbedder, **kw: Any) -> t
     sink = RecordingSink(ChromaSink(col))
     with SourceReader(settings.db) as reader, SyncState(settings.state_path) as state:
         state.set_meta("active_collection", col.name)
-        syncer = Syncer(reader, sink, state, embedder, collection=col.name,
-                        read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size)
+        options = SyncOptions(read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size)
+        syncer = Syncer(reader, state, Destination(col.name, sink), embedder, options)
         return syncer.run(**kw), sink
 
 
@@ -213,8 +213,8 @@ def run_reading(
     col = stores.open_collection(client, settings, embedder.model_id, embedder.dimension)
     sink = RecordingSink(ChromaSink(col))
     with ReadingReader(settings.db) as reader, SyncState(settings.state_path) as state:
-        syncer = Syncer(reader, sink, state, embedder, collection=col.name,
-                        read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size)
+        options = SyncOptions(read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size)
+        syncer = Syncer(reader, state, Destination(col.name, sink), embedder, options)
         return syncer.run(**kw), sink, reader.full
 
 
@@ -329,8 +329,8 @@ class TestCrashSafety:
         with stores.connect(settings) as handle:
             col = stores.open_collection(handle.client, settings, fake_embedder.model_id, fake_embedder.dimension)
             with SourceReader(settings.db) as reader, CrashingState(settings.state_path) as state:
-                syncer = Syncer(reader, ChromaSink(col), state, fake_embedder, collection=col.name,
-                                read_batch_rows=50, batch_size=5)
+                syncer = Syncer(reader, state, Destination(col.name, ChromaSink(col)), fake_embedder,
+                                SyncOptions(read_batch_rows=50, batch_size=5))
                 with pytest.raises(Crash):
                     syncer.run()
             # The first chunk (5 documents) reached Chroma; no record holds its hashes. Their rows vanish.
