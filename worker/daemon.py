@@ -1,7 +1,7 @@
 """``memsync worker``: keeps Chroma in step with the agent's database, beside the agent.
 
-The loop only (schedule, wake, back off, stop); each unit of work is a sync pass (worker/sync.py)
-run on this thread:
+The loop only (schedule, wake, back off, stop); each unit of work is a sync pass
+(``worker.syncpass``, the one ``resync`` runs too) run on this thread:
 - **Tail**: every ``poll_interval_s`` (or sooner, when a file event wakes it) compare the database
   files' stamp; only when it moved, read the highest ids, and sync rows above the watermarks
   (``worker.tail``). Polling is the truth; watchdog events are hints (style 4), and no work runs

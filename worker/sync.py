@@ -368,8 +368,27 @@ class Syncer:
     def _execute(self, kind: Kind, plan: _Plan) -> Outcome:
         """Apply a plan; what it did beyond the plan's own counts, ``interrupted`` when stopped in
         between (everything recorded so far is exact)."""
+        out = self._write_unembedded(kind, plan)
+        written, rejected = self._write_embedded(kind, plan)
+        out += written
+        if out.interrupted:
+            return out
+        for sid, reason in rejected.items():
+            done = plan.done_rows.pop(sid, None)
+            if done is not None:
+                plan.failed_rows.append(RowFailed(sid, done.row_hash, done.project, done.merged_into_project, reason))
+        if plan.done_rows:
+            self.state.mark_rows(self.collection, kind, list(plan.done_rows.values()))
+        if plan.failed_rows:
+            self.state.mark_failed(self.collection, kind, plan.failed_rows)
+            for failed in plan.failed_rows:
+                self.log.warning(logs.ROW_FAILED, kind=kind.value, id=failed.source_id, reason=failed.reason[:200])
+        return out + Outcome(failed_rows=len(plan.failed_rows),
+                             failures=tuple((kind.value, f.source_id, f.reason) for f in plan.failed_rows))
+
+    def _write_unembedded(self, kind: Kind, plan: _Plan) -> Outcome:
+        """What needs no vector: deletes, rows gone, texts named, metadata updates."""
         assert self.sink is not None
-        model = self.embedder.model_id
         upsert_s = 0.0
         if plan.delete:
             t = time.perf_counter()
@@ -385,7 +404,12 @@ class Syncer:
             ids, metas = [d.doc_id for d in plan.relabel], [self.derivation.metadata(d) for d in plan.relabel]
             self.sink.update_metadata(ids, metas)
             upsert_s += time.perf_counter() - t
-            self.state.record_synced(self.collection, kind, _records(plan.relabel), model)
+            self.state.record_synced(self.collection, kind, _records(plan.relabel), self.embedder.model_id)
+        return Outcome(upsert_seconds=upsert_s)
+
+    def _write_embedded(self, kind: Kind, plan: _Plan) -> tuple[Outcome, dict[int, str]]:
+        """Embed (or look up) and upsert the documents to embed, chunk by chunk; what it did, and
+        the rows Chroma refused (source id → its first reason)."""
         if plan.embed and self.store is not None and self._store_model is None:
             self._store_model = store_model(self.store, self.embedder)
         vectors_of = BatchVectors(self.embedder, self.store, self._store_model)
@@ -411,27 +435,13 @@ class Syncer:
                 in_flight = pool.submit(self._write_chunk, kind, chunk, vectors)
             if in_flight is not None:
                 chunks.append(in_flight.result())
-        out = unwritten + Outcome(embedded=vectors_of.embedded, reused=vectors_of.reused,
-                                  embed_seconds=vectors_of.embed_s, store_seconds=vectors_of.store_s,
-                                  upsert_seconds=upsert_s + sum(c.seconds for c in chunks))
-        if out.interrupted:
-            return out
         rejected: dict[int, str] = {}
         for c in chunks:  # a row's first refusal names it
             for sid, reason in c.rejected.items():
                 rejected.setdefault(sid, reason)
-        for sid, reason in rejected.items():
-            done = plan.done_rows.pop(sid, None)
-            if done is not None:
-                plan.failed_rows.append(RowFailed(sid, done.row_hash, done.project, done.merged_into_project, reason))
-        if plan.done_rows:
-            self.state.mark_rows(self.collection, kind, list(plan.done_rows.values()))
-        if plan.failed_rows:
-            self.state.mark_failed(self.collection, kind, plan.failed_rows)
-            for failed in plan.failed_rows:
-                self.log.warning(logs.ROW_FAILED, kind=kind.value, id=failed.source_id, reason=failed.reason[:200])
-        return out + Outcome(failed_rows=len(plan.failed_rows),
-                             failures=tuple((kind.value, f.source_id, f.reason) for f in plan.failed_rows))
+        return unwritten + Outcome(embedded=vectors_of.embedded, reused=vectors_of.reused,
+                                   embed_seconds=vectors_of.embed_s, store_seconds=vectors_of.store_s,
+                                   upsert_seconds=sum(c.seconds for c in chunks)), rejected
 
     def _write_chunk(self, kind: Kind, docs: list[Document], vectors: npt.NDArray[np.float32]) -> _Chunk:
         """Intent records, upsert, then records of what Chroma acknowledged (on the upsert thread)."""
