@@ -62,7 +62,7 @@ class Outcome:
     interrupted: bool = False  # stopped before the end
 
     def __add__(self, other: Outcome) -> Outcome:
-        summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)
+        summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(Outcome)
                   if f.name != "interrupted"}
         return Outcome(**summed, interrupted=self.interrupted or other.interrupted)
 
@@ -70,33 +70,19 @@ class Outcome:
 STOPPED = Outcome(interrupted=True)
 
 
-@dataclass(frozen=True, slots=True)
-class SyncResult:
-    """What one pass did, in documents (rows where named): its batches' :class:`Outcome` summed."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SyncResult(Outcome):
+    """What one pass did: its batches' outcomes summed, with the collection it wrote and its time."""
 
     collection: str
-    added: int = 0
-    updated: int = 0
-    deleted: int = 0
-    unchanged: int = 0
-    embedded: int = 0  # texts embedded
-    reused: int = 0  # documents written with a stored vector or one of an identical text: no embedding
-    rows: int = 0
-    failed_rows: int = 0
     seconds: float = 0.0
-    embed_seconds: float = 0.0
-    upsert_seconds: float = 0.0
-    read_seconds: float = 0.0
-    store_seconds: float = 0.0  # lookups and writes of the embedding store
-    interrupted: bool = False
     dry_run: bool = False
-    failures: tuple[tuple[str, int, str], ...] = ()
     upstream: SyncResult | None = None  # the same pass into the upstream-readable store, when on
 
     @classmethod
     def of(cls, collection: str, outcome: Outcome, seconds: float, dry_run: bool) -> SyncResult:
-        """A pass's result from the sum of its batches' outcomes (the same field names)."""
-        return cls(collection, seconds=seconds, dry_run=dry_run,
+        """A pass's result from the sum of its batches' outcomes."""
+        return cls(collection=collection, seconds=seconds, dry_run=dry_run,
                    **{f.name: getattr(outcome, f.name) for f in fields(Outcome)})
 
     @property

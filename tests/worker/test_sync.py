@@ -419,3 +419,24 @@ def test_legacy_database_syncs(tmp_path: Path, settings: Settings, fake_embedder
     result = resync(settings, embedder=fake_embedder)
     assert result.added == 5 + 15 + 15 and result.failed_rows == 0
     assert verify(settings).clean
+
+
+class TestOutcomes:
+    """Per-batch outcomes are values: summed on the sync thread, never shared with the upsert thread."""
+
+    def test_outcomes_sum_field_by_field_and_any_interruption_interrupts(self) -> None:
+        from memsync.worker.sync import STOPPED, Outcome
+
+        a = Outcome(added=2, unchanged=5, rows=3, upsert_seconds=0.5, failures=(("prompt", 1, "bad"),))
+        b = Outcome(added=-1, updated=1, rows=4, upsert_seconds=0.25, failures=(("summary", 2, "worse"),))
+        total = a + b
+        assert (total.added, total.updated, total.unchanged, total.rows) == (1, 1, 5, 7)
+        assert total.upsert_seconds == 0.75 and total.failures == (("prompt", 1, "bad"), ("summary", 2, "worse"))
+        assert not total.interrupted and (total + STOPPED).interrupted
+
+    def test_a_pass_result_carries_its_outcome_under_the_same_names(self) -> None:
+        from memsync.worker.sync import Outcome
+
+        result = SyncResult.of("c", Outcome(added=3, deleted=1, reused=2, read_seconds=0.1), 1.5, dry_run=False)
+        assert (result.collection, result.added, result.deleted, result.reused) == ("c", 3, 1, 2)
+        assert result.read_seconds == 0.1 and result.seconds == 1.5 and result.written == 4
