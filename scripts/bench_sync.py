@@ -53,7 +53,7 @@ from memsync.worker.importer import import_records, init_db
 from memsync.worker.resync import resync
 from memsync.worker.source import SourceReader
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState
-from memsync.worker.sync import Syncer, SyncResult
+from memsync.worker.sync import Destination, Syncer, SyncOptions, SyncResult
 from scripts import peer_langchain
 from scripts.benchlib import print_table, report
 
@@ -119,8 +119,8 @@ def unchanged_pass_cpu(settings: Settings, embedder: Embedder) -> float:
         collection = state.get_meta(ACTIVE_COLLECTION)
         assert collection is not None
         t = time.process_time()
-        r = Syncer(reader, None, state, embedder, collection=collection,
-                   read_batch_rows=settings.read_batch_rows).run(dry_run=True)
+        r = Syncer(reader, state, Destination(collection, None), embedder,
+                   SyncOptions.from_settings(settings)).run(dry_run=True)
         assert r.written == 0, r
         return time.process_time() - t
 

@@ -47,7 +47,7 @@ def upstream_pass(settings: Settings, store: bool) -> SyncResult:
             stores.connect(settings) as handle:
         embeddings = EmbeddingStore.open(settings) if store else None
         try:
-            return upstream_resync(settings, handle.client, reader, state, embeddings, None, None)
+            return upstream_resync(settings, handle.client, reader, state, embeddings)
         finally:
             if embeddings is not None:
                 embeddings.close()

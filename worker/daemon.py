@@ -1,7 +1,7 @@
 """``memsync worker``: keeps Chroma in step with the agent's database, beside the agent.
 
-The loop only (schedule, wake, back off, stop); each unit of work is a sync pass (worker/sync.py)
-run on this thread:
+The loop only (schedule, wake, back off, stop); each unit of work is a sync pass
+(``worker.syncpass``, the one ``resync`` runs too) run on this thread:
 - **Tail**: every ``poll_interval_s`` (or sooner, when a file event wakes it) compare the database
   files' stamp; only when it moved, read the highest ids, and sync rows above the watermarks
   (``worker.tail``). Polling is the truth; watchdog events are hints (style 4), and no work runs
@@ -35,7 +35,6 @@ One worker per data directory (``DATA_DIR/worker.lock``, held by ``worker.lock``
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import faulthandler
 import os
 import signal
@@ -44,7 +43,7 @@ import threading
 from typing import Any
 
 from memsync.config.diskspace import explain, no_space
-from memsync.config.embedding import close_embedder, make_embedder, upstream_embedder
+from memsync.config.embedding import close_embedder, make_embedder
 from memsync.config.errors import (
     EmbeddingUnavailable,
     NoSpace,
@@ -61,12 +60,13 @@ from memsync.worker.lock import WorkerLock
 from memsync.worker.maintenance import Compaction, CopyCheck, CopyOrder, StoreCollection, fill_copy
 from memsync.worker.memory import Trimmer
 from memsync.worker.signals import SignalRelay
+from memsync.worker.sink import MirroredSink
 from memsync.worker.state import SyncState
-from memsync.worker.sync import Syncer, SyncResult
+from memsync.worker.sync import Destination, SyncOptions, SyncResult
+from memsync.worker.syncpass import Scope, SyncPass
 from memsync.worker.tail import SourceTail
-from memsync.worker.target import SyncTarget, check_store, store_counts
+from memsync.worker.target import SyncTarget, store_counts
 from memsync.worker.textsync import TextSync
-from memsync.worker.upstream import upstream_syncer
 
 
 class Worker:
@@ -352,38 +352,45 @@ class Worker:
                 self._target.warmup.start(self._target.sink.collection, self._target.embedder.dimension, self.stop)
         return self._state
 
+    def _sync_pass(self, state: SyncState) -> SyncPass:
+        """The pass (``worker.syncpass``) over this worker's source, records and embedding store."""
+        reader = self._tail.reader
+        assert reader is not None
+        # worker.json counts the rows of memsync's own pass: no upstream progress.
+        options = SyncOptions.from_settings(self.s, self.stop, self.health.pass_progress)
+        return SyncPass(self.s, reader, state, self._store, options, upstream_progress=False)
+
     def _check_store(self, state: SyncState) -> bool:
         """Check the active collection against the records (aligning them when they differ); True
         when records were corrected, so a full pass must follow."""
         sink = self._target.sink
         assert sink is not None
         self._store_due = False
-        check = check_store(self.s, state, sink, self._target.copy, self._target.embedder.model_id)
-        self.health.store_checked(check)
-        repaired = check.repaired
-        up = self._target.upstream
-        if up is not None:  # the upstream-readable store: its own records
-            repaired = check_store(self.s, state, up, None, upstream_embedder(self.s).model_id).repaired or repaired
-        return repaired
+        checked = self._sync_pass(state).check(sink, self._target.copy, self._target.embedder.model_id,
+                                               self._target.upstream)
+        self.health.store_checked(checked.own)
+        return checked.repaired
 
     def _pass(self, full: bool) -> SyncResult:
-        reader, state, sink = self._tail.reader, self._state, self._target.sink
-        assert reader is not None and state is not None and sink is not None
-        start_after = None if full else state.watermarks(sink.name)
+        state, sink = self._state, self._target.sink
+        assert state is not None and sink is not None
         self._upstream_level = False  # until the upstream pass after ours is through (it may fail or stop)
         self.health.pass_started(full)
-        syncer = Syncer(reader, sink, state, self._target.embedder, collection=sink.name,
-                        read_batch_rows=self.s.read_batch_rows, batch_size=self.s.batch_size, stop=self.stop,
-                        progress=self.health.pass_progress, max_row_attempts=self.s.max_row_attempts,
-                        copy=self._target.copy, store=self._store)
-        result = syncer.run(start_after=start_after)
-        if not result.interrupted:
-            self._collection.passed(full, result.updated, result.deleted)
-        if syncer.copy is None:  # a copy write failed: stop using it
-            self._target.close_copy()
-        self.health.record_pass(result, full)
-        if not result.interrupted and (up := self._upstream_pass(full)) is not None:
-            result = dataclasses.replace(result, upstream=up)
+        # A copy write that fails closes the copy (the next CopyCheck opens it again; worker.maintenance).
+        mirror = MirroredSink(sink, self._target.copy, on_drop=self._target.close_copy)
+
+        def passed(result: SyncResult, upstream: bool) -> None:
+            if not result.interrupted:
+                # The upstream-readable store is level after its whole pass; texts' vectors may be garbage now.
+                self._upstream_level = self._upstream_level or upstream
+                self._collection.passed(full, result.updated, result.deleted)
+            if not upstream:
+                self.health.record_pass(result, full)
+            elif result.failed_rows:
+                self.log.warning("upstream_rows_failed", collection=result.collection, rows=result.failed_rows)
+
+        result = self._sync_pass(state).run(Destination(sink.name, mirror), self._target.embedder,
+                                            lambda: self._target.upstream, Scope(full=full), passed)
         if full and self.health.status.store_differs_since_ms is not None:
             # After a repair's pass: the counts as they are now (the next health check would too).
             self.health.store_checked(store_counts(state, sink))
@@ -402,22 +409,6 @@ class Worker:
         ours, theirs = state.watermarks(collection), state.watermarks(up.name)
         self._upstream_level = all(theirs.get(kind, 0) >= mark for kind, mark in ours.items())
         return not self._upstream_level
-
-    def _upstream_pass(self, full: bool) -> SyncResult | None:
-        """The same pass into the upstream-readable store (``worker.upstream``), after memsync's own:
-        its texts were mostly just embedded, so its vectors come from the embedding store."""
-        reader, state = self._tail.reader, self._state
-        up = self._target.upstream
-        if up is None or reader is None or state is None:
-            return None
-        result = upstream_syncer(self.s, reader, up, state, self._store, self.stop).run(
-            start_after=None if full else state.watermarks(up.name))
-        if not result.interrupted:
-            self._upstream_level = True
-            self._collection.passed(full, result.updated, result.deleted)  # its texts' vectors may be garbage now
-        if result.failed_rows:
-            self.log.warning("upstream_rows_failed", collection=up.name, rows=result.failed_rows)
-        return result
 
     def _update_lag(self) -> None:
         self.health.update_lag(self._tail.reader, self._state, self._target.collection)

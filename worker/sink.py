@@ -1,4 +1,5 @@
 """The vector sink: Chroma writes, behind a narrow Protocol so sync logic can be tested with fakes.
+A :class:`MirroredSink` applies each write to the local vector copy too, behind the same Protocol.
 
 Upsert only (design decision 3): deterministic ids, batches no larger than the server's
 ``get_max_batch_size()``, no document text stored in memsync's own collection (search hydrates rows
@@ -9,7 +10,7 @@ become StoreUnavailable (retry later), rejected input becomes RejectedBatch (a r
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -17,6 +18,8 @@ import numpy.typing as npt
 
 from memsync.config.chroma.collections import server_failed
 from memsync.config.errors import MemsyncError, StoreDamaged, StoreUnavailable
+from memsync.worker import logs
+from memsync.worker.vectorcopy import VectorCopyWriter
 
 
 class RejectedBatch(ValueError):
@@ -140,3 +143,65 @@ class ChromaSink:
             ids = got["ids"]
             for doc_id, meta in zip(ids, got["metadatas"] or [{}] * len(ids), strict=False):
                 yield doc_id, dict(meta or {})
+
+
+class MirroredSink:
+    """A sink whose writes also reach the local vector copy (``worker.vectorcopy``), each after the
+    store acknowledged it. A copy that cannot be written is declared incomplete and left alone for
+    the rest of the sink's life (searches then use Chroma, and the worker fills it again later);
+    ``on_drop`` is told, once, so its owner can close it."""
+
+    def __init__(self, primary: ChromaSink, copy: VectorCopyWriter | None,
+                 on_drop: Callable[[], None] | None = None) -> None:
+        self.primary = primary
+        self._copy = copy
+        self._on_drop = on_drop
+        self._log = logs.get_logger(collection=primary.name)
+
+    @property
+    def name(self) -> str:
+        """The collection (generation) name."""
+        return self.primary.name
+
+    @property
+    def copy(self) -> VectorCopyWriter | None:
+        """The copy written beside the store (None: there is none, or a write to it failed)."""
+        return self._copy
+
+    def _mirror(self, op: str, write: Callable[[VectorCopyWriter], None]) -> None:
+        if self._copy is None:
+            return
+        try:
+            write(self._copy)
+        except (OSError, ValueError) as exc:
+            self._log.warning(logs.VECTOR_COPY_FAILED, op=op, error=str(exc)[:200])
+            self._copy.invalidate()
+            self._copy = None
+            if self._on_drop is not None:
+                self._on_drop()
+
+    def upsert(
+        self, ids: Sequence[str], embeddings: npt.NDArray[np.float32], metadatas: Sequence[dict[str, Any]],
+        documents: Sequence[str] | None = None,
+    ) -> None:
+        """Upsert into the store, then put the same vectors into the copy."""
+        self.primary.upsert(ids, embeddings, metadatas, documents)
+        self._mirror("put", lambda copy: copy.put(ids, embeddings, metadatas))
+
+    def update_metadata(self, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None:
+        """New metadata in the store, then in the copy."""
+        self.primary.update_metadata(ids, metadatas)
+        self._mirror("relabel", lambda copy: copy.relabel(ids, metadatas))
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete from the store, then from the copy."""
+        self.primary.delete(ids)
+        self._mirror("delete", lambda copy: copy.delete(ids))
+
+    def count(self) -> int:
+        """Number of vectors in the store."""
+        return self.primary.count()
+
+    def iter_metadata(self, page: int = 5000) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every (id, metadata) in the store, paged."""
+        return self.primary.iter_metadata(page)

@@ -55,6 +55,30 @@ class RowRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class RowSynced:
+    """A row whose every document Chroma acknowledged: the hash of its values, its project keys and
+    how many documents it has (``mark_rows``)."""
+
+    source_id: int
+    row_hash: str
+    project: str
+    merged_into_project: str
+    docs: int
+
+
+@dataclass(frozen=True, slots=True)
+class RowFailed:
+    """A row that could not be synced, and why (``mark_failed``); ``row_hash`` is None when its
+    values could not be hashed."""
+
+    source_id: int
+    row_hash: str | None
+    project: str
+    merged_into_project: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class RangeTotals:
     """What the records of one id range add up to; with ``settled_rows``, enough to tell that a
     range of unchanged rows needs nothing (``worker.sync``)."""
@@ -246,10 +270,8 @@ class SyncState:
                 [(collection, d, kind.value, s, model) for d, s in docs],
             )
 
-    def record_synced(
-        self, collection: str, kind: Kind, docs: Sequence[tuple[str, int, str, str]], model: str
-    ) -> None:
-        """After Chroma acknowledged: (doc_id, source_id, text_hash, content_hash) are in the store."""
+    def record_synced(self, collection: str, kind: Kind, docs: Sequence[DocRecord], model: str) -> None:
+        """After Chroma acknowledged: these documents (with their text and content hashes) are in the store."""
         ts = now_ms()
         with self._conn:
             self._conn.execute("BEGIN")
@@ -258,7 +280,8 @@ class SyncState:
                 "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(collection, doc_id) DO UPDATE SET "
                 "text_hash=excluded.text_hash, content_hash=excluded.content_hash, model=excluded.model, "
                 "synced_at=excluded.synced_at, source_id=excluded.source_id",
-                [(collection, d, kind.value, s, th, ch, model, ts) for d, s, th, ch in docs],
+                [(collection, d.doc_id, kind.value, d.source_id, d.text_hash, d.content_hash, model, ts)
+                 for d in docs],
             )
 
     def name_texts(self, collection: str, docs: Sequence[tuple[str, str]]) -> None:
@@ -279,10 +302,8 @@ class SyncState:
                 "DELETE FROM docs WHERE collection=? AND doc_id=?", [(collection, d) for d in doc_ids]
             )
 
-    def mark_rows(
-        self, collection: str, kind: Kind, rows: Sequence[tuple[int, str, str, str, int]]
-    ) -> None:
-        """Rows whose every document is acknowledged: (source_id, row_hash, project, merged, n_docs)."""
+    def mark_rows(self, collection: str, kind: Kind, rows: Sequence[RowSynced]) -> None:
+        """Rows whose every document is acknowledged."""
         ts = now_ms()
         with self._conn:
             self._conn.execute("BEGIN")
@@ -292,14 +313,12 @@ class SyncState:
                 "ON CONFLICT(collection, kind, source_id) DO UPDATE SET project=excluded.project, "
                 "merged_into_project=excluded.merged_into_project, row_hash=excluded.row_hash, "
                 "status=excluded.status, docs=excluded.docs, reason=NULL, attempts=0, updated_at=excluded.updated_at",
-                [(collection, kind.value, sid, proj, merged, rh, SYNCED, n, ts)
-                 for sid, rh, proj, merged, n in rows],
+                [(collection, kind.value, r.source_id, r.project, r.merged_into_project, r.row_hash, SYNCED,
+                  r.docs, ts) for r in rows],
             )
 
-    def mark_failed(
-        self, collection: str, kind: Kind, rows: Sequence[tuple[int, str | None, str, str, str]]
-    ) -> None:
-        """Rows that could not be synced: (source_id, row_hash, project, merged, reason); attempts += 1."""
+    def mark_failed(self, collection: str, kind: Kind, rows: Sequence[RowFailed]) -> None:
+        """Rows that could not be synced; attempts += 1."""
         ts = now_ms()
         with self._conn:
             self._conn.execute("BEGIN")
@@ -310,8 +329,8 @@ class SyncState:
                 "merged_into_project=excluded.merged_into_project, row_hash=excluded.row_hash, "
                 "status=excluded.status, reason=excluded.reason, attempts=rows.attempts+1, "
                 "updated_at=excluded.updated_at",
-                [(collection, kind.value, sid, proj, merged, rh, FAILED, reason, ts)
-                 for sid, rh, proj, merged, reason in rows],
+                [(collection, kind.value, r.source_id, r.project, r.merged_into_project, r.row_hash, FAILED,
+                  r.reason, ts) for r in rows],
             )
 
     def forget_rows(self, collection: str, kind: Kind, source_ids: Sequence[int]) -> None:

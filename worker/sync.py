@@ -21,21 +21,20 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import numpy.typing as npt
 
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.embedding import Embedder
+from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.documents import OWN, Derivation, Document, RowError, SourceRow, row_values_hash
 from memsync.worker.embedstore import BatchVectors, EmbeddingStore, store_model
 from memsync.worker.sink import RejectedBatch, VectorSink
 from memsync.worker.source import SourceReader
-from memsync.worker.state import FAILED, SYNCED, DocRecord, RowRecord, SyncState
-from memsync.worker.vectorcopy import VectorCopyWriter
+from memsync.worker.state import FAILED, SYNCED, DocRecord, RowFailed, RowRecord, RowSynced, SyncState
 
 INF_ID = 2**62
 
@@ -43,10 +42,10 @@ ProgressFn = Callable[[int, int], None]  # (rows processed, documents embedded) 
 
 
 @dataclass(frozen=True, slots=True)
-class SyncResult:
-    """What one pass did, in documents (rows where named)."""
+class Outcome:
+    """What one batch did, in documents (rows where named); a pass's is the sum of its batches'
+    (``+``), so no count is shared between the sync thread and the upsert thread."""
 
-    collection: str
     added: int = 0
     updated: int = 0
     deleted: int = 0
@@ -55,20 +54,47 @@ class SyncResult:
     reused: int = 0  # documents written with a stored vector or one of an identical text: no embedding
     rows: int = 0
     failed_rows: int = 0
-    seconds: float = 0.0
     embed_seconds: float = 0.0
     upsert_seconds: float = 0.0
     read_seconds: float = 0.0
     store_seconds: float = 0.0  # lookups and writes of the embedding store
-    interrupted: bool = False
+    failures: tuple[tuple[str, int, str], ...] = ()  # (kind, row id, reason)
+    interrupted: bool = False  # stopped before the end
+
+    def __add__(self, other: Outcome) -> Outcome:
+        summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(Outcome)
+                  if f.name != "interrupted"}
+        return Outcome(**summed, interrupted=self.interrupted or other.interrupted)
+
+
+STOPPED = Outcome(interrupted=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SyncResult(Outcome):
+    """What one pass did: its batches' outcomes summed, with the collection it wrote and its time."""
+
+    collection: str
+    seconds: float = 0.0
     dry_run: bool = False
-    failures: tuple[tuple[str, int, str], ...] = ()
     upstream: SyncResult | None = None  # the same pass into the upstream-readable store, when on
+
+    @classmethod
+    def of(cls, collection: str, outcome: Outcome, seconds: float, dry_run: bool) -> SyncResult:
+        """A pass's result from the sum of its batches' outcomes."""
+        return cls(collection=collection, seconds=seconds, dry_run=dry_run,
+                   **{f.name: getattr(outcome, f.name) for f in fields(Outcome)})
 
     @property
     def written(self) -> int:
         """Documents written to Chroma (upserted, updated or deleted)."""
         return self.added + self.updated + self.deleted
+
+    @property
+    def churned(self) -> bool:
+        """Documents were updated or deleted, here or in the upstream-readable store's pass: texts
+        the embedding store keeps may no longer be named by any record."""
+        return bool(self.updated or self.deleted or (self.upstream is not None and self.upstream.churned))
 
     def line(self) -> str:
         """The human summary, e.g. ``0 added, 0 updated, 0 deleted, 120 unchanged``."""
@@ -78,43 +104,74 @@ class SyncResult:
         return text
 
 
-@dataclass
-class _Tally:
-    added: int = 0
-    updated: int = 0
-    deleted: int = 0
-    unchanged: int = 0
-    embedded: int = 0
-    reused: int = 0
-    rows: int = 0
-    failed_rows: int = 0
-    embed_s: float = 0.0
-    upsert_s: float = 0.0
-    read_s: float = 0.0
-    store_s: float = 0.0
-    failures: list[tuple[str, int, str]] = field(default_factory=list)
+@dataclass(frozen=True, slots=True)
+class SyncOptions:
+    """How a pass runs: its batch sizes and the attempts a row gets (from settings, in
+    :meth:`from_settings` only), the event that stops it and who is told of its progress."""
+
+    read_batch_rows: int = 500
+    batch_size: int = 256
+    max_row_attempts: int = 3
+    stop: threading.Event = field(default_factory=threading.Event)
+    progress: ProgressFn | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, stop: threading.Event | None = None,
+                      progress: ProgressFn | None = None) -> SyncOptions:
+        """The options ``settings`` give, with a stop event (a new one when None) and a progress callback."""
+        return cls(read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size,
+                   max_row_attempts=settings.max_row_attempts, stop=stop or threading.Event(), progress=progress)
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """What a pass writes: a collection generation's name, its sink (None: a dry run, planned from
+    the records alone) and how rows become its documents."""
+
+    collection: str
+    sink: VectorSink | None
+    derivation: Derivation = OWN
 
 
 @dataclass
 class _Plan:
-    """What a batch needs: documents to embed, to re-label, to delete; rows to mark."""
+    """What a batch needs: documents to embed, to re-label, to delete; rows to mark; and what
+    planning alone counted. Built and used on the sync thread only."""
 
     embed: list[Document] = field(default_factory=list)
     new: set[str] = field(default_factory=set)  # ids in `embed` that Chroma does not hold yet
     relabel: list[Document] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
     gone_rows: list[int] = field(default_factory=list)
-    done_rows: dict[int, tuple[str, str, str, int]] = field(default_factory=dict)
-    failed_rows: list[tuple[int, str | None, str, str, str]] = field(default_factory=list)
+    done_rows: dict[int, RowSynced] = field(default_factory=dict)
+    failed_rows: list[RowFailed] = field(default_factory=list)
     # (doc_id, text_hash) of unchanged documents whose record has no text hash (adopted from the
     # store by worker.target): equal content hashes prove the text, so the record names it again
     # and the embedding store keeps its vector.
     text_hashes: list[tuple[str, str]] = field(default_factory=list)
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    poisoned: int = 0  # rows failed too often with these values: skipped
+
+    def outcome(self) -> Outcome:
+        """What planning counted (before anything is written)."""
+        return Outcome(added=self.added, updated=self.updated, deleted=len(self.delete), unchanged=self.unchanged,
+                       failed_rows=self.poisoned)
 
 
-def _records(docs: Sequence[Document]) -> list[tuple[str, int, str, str]]:
-    """(doc_id, source_id, text_hash, content_hash) of acknowledged documents, for the state."""
-    return [(d.doc_id, d.source_id, d.text_hash, d.content_hash) for d in docs]
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """What the upsert thread did with one chunk: the rows Chroma refused (source id → reason) and
+    the time spent writing."""
+
+    rejected: dict[int, str]
+    seconds: float
+
+
+def _records(docs: Sequence[Document]) -> list[DocRecord]:
+    """The records of acknowledged documents, for the state."""
+    return [DocRecord(d.doc_id, d.source_id, d.text_hash, d.content_hash) for d in docs]
 
 
 def _in_project(rec: RowRecord, project: str | None) -> bool:
@@ -124,34 +181,16 @@ def _in_project(rec: RowRecord, project: str | None) -> bool:
 class Syncer:
     """Runs sync passes of one source into one collection generation."""
 
-    def __init__(
-        self,
-        reader: SourceReader,
-        sink: VectorSink | None,
-        state: SyncState,
-        embedder: Embedder,
-        *,
-        collection: str,
-        read_batch_rows: int = 500,
-        batch_size: int = 256,
-        stop: threading.Event | None = None,
-        progress: ProgressFn | None = None,
-        max_row_attempts: int = 3,
-        copy: VectorCopyWriter | None = None,
-        store: EmbeddingStore | None = None,
-        derivation: Derivation = OWN,
-    ) -> None:
-        self.reader, self.sink, self.state, self.embedder = reader, sink, state, embedder
-        self.copy = copy  # the local vector copy (worker.vectorcopy), written after each Chroma write
+    def __init__(self, reader: SourceReader, state: SyncState, into: Destination, embedder: Embedder,
+                 options: SyncOptions, store: EmbeddingStore | None = None) -> None:
+        self.reader, self.state, self.embedder, self.options = reader, state, embedder, options
+        self.sink = into.sink  # a MirroredSink writes the local vector copy too (worker.sink)
+        self.derivation = into.derivation  # how rows become this collection's documents
+        self.collection = into.collection
         self.store = store  # the embedding store (worker.embedstore): asked before anything is embedded
         self._store_model: int | None = None
-        self.derivation = derivation  # how rows become this collection's documents
-        self.collection = collection
-        self.read_batch_rows, self.batch_size = read_batch_rows, batch_size
-        self.stop = stop or threading.Event()
-        self.progress = progress
-        self.max_row_attempts = max_row_attempts
-        self.log = logs.get_logger(collection=collection)
+        self.stop = options.stop
+        self.log = logs.get_logger(collection=self.collection)
 
     def run(
         self, kinds: Sequence[Kind] = KINDS, project: str | None = None, dry_run: bool = False,
@@ -162,93 +201,87 @@ class Syncer:
         ``start_after`` limits a pass to rows above an id per kind (the worker's fast path for new
         rows); without it every row is compared, which finds edits and deletions anywhere."""
         t0 = time.perf_counter()
-        tally = _Tally()
-        interrupted = False
+        total = Outcome()
         for kind in kinds:
-            if not self._sync_kind(kind, project, dry_run, tally, (start_after or {}).get(kind, 0)):
-                interrupted = True
+            total += self._sync_kind(kind, project, dry_run, (start_after or {}).get(kind, 0))
+            if total.interrupted:
                 break
-        result = SyncResult(
-            collection=self.collection, added=tally.added, updated=tally.updated, deleted=tally.deleted,
-            unchanged=tally.unchanged, embedded=tally.embedded, reused=tally.reused, rows=tally.rows,
-            failed_rows=tally.failed_rows, seconds=time.perf_counter() - t0, embed_seconds=tally.embed_s,
-            upsert_seconds=tally.upsert_s, read_seconds=tally.read_s, store_seconds=tally.store_s,
-            interrupted=interrupted, dry_run=dry_run, failures=tuple(tally.failures),
-        )
+        result = SyncResult.of(self.collection, total, time.perf_counter() - t0, dry_run)
         if not dry_run:  # space Chroma will not give back until a rebuild (worker.compact)
             self.state.add_churn(self.collection, result.updated + result.deleted)
-        event = logs.SYNC_INTERRUPTED if interrupted else logs.SYNC_DONE
+        event = logs.SYNC_INTERRUPTED if result.interrupted else logs.SYNC_DONE
         self.log.info(event, added=result.added, updated=result.updated, deleted=result.deleted,
                       unchanged=result.unchanged, embedded=result.embedded, reused=result.reused,
                       failed_rows=result.failed_rows, rows=result.rows,
                       seconds=round(result.seconds, 3), dry_run=dry_run)
         return result
 
-    def _sync_kind(self, kind: Kind, project: str | None, dry_run: bool, tally: _Tally, after: int) -> bool:
+    def _progress(self, rows: int, embedded: int) -> None:
+        if self.options.progress:
+            self.options.progress(rows, embedded)
+
+    def _sync_kind(self, kind: Kind, project: str | None, dry_run: bool, after: int) -> Outcome:
+        out = Outcome()
         while True:
             if self.stop.is_set():
-                return False
+                return out + STOPPED
             t = time.perf_counter()
-            hashes = self.reader.row_hashes(kind, after, self.read_batch_rows, project)
-            tally.read_s += time.perf_counter() - t
+            hashes = self.reader.row_hashes(kind, after, self.options.read_batch_rows, project)
+            out += Outcome(read_seconds=time.perf_counter() - t)
             # The last (short) batch owns everything above it: rows deleted at the tail.
-            hi = hashes[-1][0] if len(hashes) == self.read_batch_rows else INF_ID
-            if not self._settled(kind, hashes, after, hi, project, tally) and \
-                    not self._sync_range(kind, project, dry_run, tally, after, hi):
-                return False
-            if hi == INF_ID:
-                return True
+            hi = hashes[-1][0] if len(hashes) == self.options.read_batch_rows else INF_ID
+            settled = self._settled(kind, hashes, after, hi, project)
+            out += settled if settled is not None else self._sync_range(kind, project, dry_run, after, hi)
+            if out.interrupted or hi == INF_ID:
+                return out
             after = hi
 
     def _settled(
-        self, kind: Kind, hashes: list[tuple[int, str]], lo: int, hi: int, project: str | None, tally: _Tally
-    ) -> bool:
-        """True, and counted, when the rows of (lo, hi] need nothing: each has a record with its hash
-        that asks for no work (synced, or failed too often), no other record is in the range, and the
-        range holds exactly the documents of its synced rows (no stray intent, nothing left of a
-        deleted row). Every batch of an unchanged database ends here, on two queries of the records
-        and one comparison of lists, the rows' values never read into Python (issue 16)."""
-        if self.state.settled_rows(self.collection, kind, lo, hi, project, self.max_row_attempts) != hashes:
-            return False
+        self, kind: Kind, hashes: list[tuple[int, str]], lo: int, hi: int, project: str | None
+    ) -> Outcome | None:
+        """What the rows of (lo, hi] count when they need nothing (None when they do): each has a
+        record with its hash that asks for no work (synced, or failed too often), no other record
+        is in the range, and the range holds exactly the documents of its synced rows (no stray
+        intent, nothing left of a deleted row). Every batch of an unchanged database ends here, on
+        two queries of the records and one comparison of lists, the rows' values never read into
+        Python (issue 16)."""
+        settled = self.state.settled_rows(self.collection, kind, lo, hi, project, self.options.max_row_attempts)
+        if settled != hashes:
+            return None
         totals = self.state.range_totals(self.collection, kind, lo, hi, project)
         if totals.rows != len(hashes) or totals.doc_records != totals.synced_docs:
-            return False
-        tally.unchanged += totals.docs
-        tally.failed_rows += totals.failed
-        tally.rows += len(hashes)
-        if self.progress:
-            self.progress(len(hashes), 0)
-        return True
+            return None
+        self._progress(len(hashes), 0)
+        return Outcome(unchanged=totals.docs, failed_rows=totals.failed, rows=len(hashes))
 
-    def _sync_range(
-        self, kind: Kind, project: str | None, dry_run: bool, tally: _Tally, after: int, up_to: int
-    ) -> bool:
+    def _sync_range(self, kind: Kind, project: str | None, dry_run: bool, after: int, up_to: int) -> Outcome:
         """Read the rows of (after, up_to] in full, compare them row by row and document by document
-        with the records, and sync what differs; False when stopped."""
+        with the records, and sync what differs."""
+        out = Outcome()
         while True:
             if self.stop.is_set():
-                return False
+                return out + STOPPED
             t = time.perf_counter()
-            rows = self.reader.read_batch(kind, after, self.read_batch_rows, project, up_to)
-            tally.read_s += time.perf_counter() - t
-            hi = rows[-1].id if len(rows) == self.read_batch_rows else up_to
-            plan = self._plan(kind, rows, after, hi, project, tally)
-            if not dry_run and not self._execute(kind, plan, tally):
-                return False
-            tally.rows += len(rows)
-            if self.progress:
-                self.progress(len(rows), len(plan.embed))
+            rows = self.reader.read_batch(kind, after, self.options.read_batch_rows, project, up_to)
+            out += Outcome(read_seconds=time.perf_counter() - t)
+            hi = rows[-1].id if len(rows) == self.options.read_batch_rows else up_to
+            plan = self._plan(kind, rows, after, hi, project)
+            out += plan.outcome()
+            if not dry_run:
+                out += self._execute(kind, plan)
+                if out.interrupted:
+                    return out
+            out += Outcome(rows=len(rows))
+            self._progress(len(rows), len(plan.embed))
             if rows or plan.delete:  # a tail pass over a kind with nothing new is not a batch
                 self.log.info(logs.SYNC_BATCH, kind=kind.value, rows=len(rows), first_id=after + 1,
                               embed=len(plan.embed), relabel=len(plan.relabel), delete=len(plan.delete),
                               failed=len(plan.failed_rows), dry_run=dry_run)
             if hi == up_to:
-                return True
+                return out
             after = hi
 
-    def _plan(
-        self, kind: Kind, rows: list[SourceRow], lo: int, hi: int, project: str | None, tally: _Tally
-    ) -> _Plan:
+    def _plan(self, kind: Kind, rows: list[SourceRow], lo: int, hi: int, project: str | None) -> _Plan:
         known_rows = {k: v for k, v in self.state.rows_in_range(self.collection, kind, lo, hi).items()
                       if _in_project(v, project)}
         batch_ids = {r.id for r in rows}
@@ -262,13 +295,13 @@ class Syncer:
             if known is not None and known.row_hash == rh:
                 if known.status == SYNCED:
                     # A row is marked synced only after all its documents were acknowledged.
-                    tally.unchanged += known.docs
+                    plan.unchanged += known.docs
                     settled.add(row.id)
                     settled_docs += known.docs
                     continue
-                if known.status == FAILED and known.attempts >= self.max_row_attempts:
+                if known.status == FAILED and known.attempts >= self.options.max_row_attempts:
                     # Poison row: tried enough with these values. Retried when the row changes.
-                    tally.failed_rows += 1
+                    plan.poisoned += 1
                     settled.add(row.id)
                     continue
             changed.append((row, rh))
@@ -286,60 +319,67 @@ class Syncer:
             if rec.source_id in batch_ids or rec.source_id in known_rows or project is None:
                 by_source[rec.source_id].append(rec)
         for row, rh in changed:
-            self._plan_row(row, rh, by_source.pop(row.id, []), plan, tally)
+            self._plan_row(row, rh, by_source.pop(row.id, []), plan)
         for recs in by_source.values():  # rows no longer in the source, and stray intents
             plan.delete.extend(r.doc_id for r in recs)
-        tally.deleted += len(plan.delete)
         return plan
 
-    def _plan_row(self, row: SourceRow, rh: str, own: list[DocRecord], plan: _Plan, tally: _Tally) -> None:
+    def _plan_row(self, row: SourceRow, rh: str, own: list[DocRecord], plan: _Plan) -> None:
         try:
             docs = self.derivation.build(row)
         except RowError as exc:
-            plan.failed_rows.append((row.id, rh, row.project, row.merged_into_project, str(exc)))
+            plan.failed_rows.append(RowFailed(row.id, rh, row.project, row.merged_into_project, str(exc)))
             plan.delete.extend(d.doc_id for d in own)  # what they say no longer holds for this row
             return
         records = {d.doc_id: d for d in own}
         for doc in docs:
             rec = records.pop(doc.doc_id, None)
             if rec is not None and rec.content_hash == doc.content_hash:
-                tally.unchanged += 1
+                plan.unchanged += 1
                 if rec.text_hash is None:
                     plan.text_hashes.append((doc.doc_id, doc.text_hash))
             elif rec is not None and rec.content_hash and rec.text_hash == doc.text_hash:
                 plan.relabel.append(doc)
-                tally.updated += 1
+                plan.updated += 1
             else:
                 plan.embed.append(doc)
                 if rec is not None and rec.content_hash:
-                    tally.updated += 1
+                    plan.updated += 1
                 else:
-                    tally.added += 1
+                    plan.added += 1
                     plan.new.add(doc.doc_id)
         plan.delete.extend(records)  # fields that vanished: a shrunk facts list, a cleared narrative
-        plan.done_rows[row.id] = (rh, row.project, row.merged_into_project, len(docs))
+        plan.done_rows[row.id] = RowSynced(row.id, rh, row.project, row.merged_into_project, len(docs))
 
-    def _to_copy(self, op: str, *args: Any) -> None:
-        """Apply a Chroma write to the local vector copy too; a copy that cannot be written is
-        marked incomplete and left alone for the rest of the pass (searches then use Chroma)."""
-        if self.copy is None:
-            return
-        try:
-            getattr(self.copy, op)(*args)
-        except (OSError, ValueError) as exc:
-            self.log.warning(logs.VECTOR_COPY_FAILED, op=op, error=str(exc)[:200])
-            self.copy.invalidate()
-            self.copy = None
+    def _execute(self, kind: Kind, plan: _Plan) -> Outcome:
+        """Apply a plan; what it did beyond the plan's own counts, ``interrupted`` when stopped in
+        between (everything recorded so far is exact)."""
+        out = self._write_unembedded(kind, plan)
+        written, rejected = self._write_embedded(kind, plan)
+        out += written
+        if out.interrupted:
+            return out
+        for sid, reason in rejected.items():
+            done = plan.done_rows.pop(sid, None)
+            if done is not None:
+                plan.failed_rows.append(RowFailed(sid, done.row_hash, done.project, done.merged_into_project, reason))
+        if plan.done_rows:
+            self.state.mark_rows(self.collection, kind, list(plan.done_rows.values()))
+        if plan.failed_rows:
+            self.state.mark_failed(self.collection, kind, plan.failed_rows)
+            for failed in plan.failed_rows:
+                self.log.warning(logs.ROW_FAILED, kind=kind.value, id=failed.source_id, reason=failed.reason[:200])
+        return out + Outcome(failed_rows=len(plan.failed_rows),
+                             failures=tuple((kind.value, f.source_id, f.reason) for f in plan.failed_rows))
 
-    def _execute(self, kind: Kind, plan: _Plan, tally: _Tally) -> bool:
-        """Apply a plan; False when stopped in between (everything recorded so far is exact)."""
+    def _write_unembedded(self, kind: Kind, plan: _Plan) -> Outcome:
+        """What needs no vector: deletes, rows gone, texts named, metadata updates."""
         assert self.sink is not None
-        model = self.embedder.model_id
+        upsert_s = 0.0
         if plan.delete:
             t = time.perf_counter()
             self.sink.delete(plan.delete)
-            self._to_copy("delete", plan.delete)
-            tally.upsert_s += time.perf_counter() - t
+            upsert_s += time.perf_counter() - t
             self.state.forget_docs(self.collection, plan.delete)
         if plan.gone_rows:
             self.state.forget_rows(self.collection, kind, plan.gone_rows)
@@ -349,71 +389,58 @@ class Syncer:
             t = time.perf_counter()
             ids, metas = [d.doc_id for d in plan.relabel], [self.derivation.metadata(d) for d in plan.relabel]
             self.sink.update_metadata(ids, metas)
-            self._to_copy("relabel", ids, metas)
-            tally.upsert_s += time.perf_counter() - t
-            self.state.record_synced(self.collection, kind, _records(plan.relabel), model)
-        rejected: dict[int, str] = {}
+            upsert_s += time.perf_counter() - t
+            self.state.record_synced(self.collection, kind, _records(plan.relabel), self.embedder.model_id)
+        return Outcome(upsert_seconds=upsert_s)
+
+    def _write_embedded(self, kind: Kind, plan: _Plan) -> tuple[Outcome, dict[int, str]]:
+        """Embed (or look up) and upsert the documents to embed, chunk by chunk; what it did, and
+        the rows Chroma refused (source id → its first reason)."""
         if plan.embed and self.store is not None and self._store_model is None:
             self._store_model = store_model(self.store, self.embedder)
         vectors_of = BatchVectors(self.embedder, self.store, self._store_model)
         plan.embed = vectors_of.order(plan.embed)
+        chunks: list[_Chunk] = []
+        unwritten = Outcome()
         # Embedding (CPU, this thread) overlaps the previous chunk's intents + upsert + records
-        # (I/O, one helper thread, so state writes never interleave). At most one chunk in flight.
-        in_flight: Future[None] | None = None
-        stopped = False
+        # (I/O, one helper thread, so state writes never interleave). At most one chunk in flight;
+        # the helper returns what it did (a _Chunk), and only this thread adds it up.
+        in_flight: Future[_Chunk] | None = None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memsync-upsert") as pool:
-            for start in range(0, len(plan.embed), self.batch_size):
+            for start in range(0, len(plan.embed), self.options.batch_size):
                 if self.stop.is_set():
                     # Report what was done, not what was planned: un-count the chunks left out.
                     left = plan.embed[start:]
                     new = sum(1 for d in left if d.doc_id in plan.new)
-                    tally.added -= new
-                    tally.updated -= len(left) - new
-                    stopped = True
+                    unwritten = Outcome(added=-new, updated=-(len(left) - new), interrupted=True)
                     break
-                chunk = plan.embed[start : start + self.batch_size]
+                chunk = plan.embed[start : start + self.options.batch_size]
                 vectors = vectors_of.vectors(chunk)
                 if in_flight is not None:
-                    in_flight.result()  # re-raises the helper's error here
-                in_flight = pool.submit(self._write_chunk, kind, chunk, vectors, tally, rejected)
+                    chunks.append(in_flight.result())  # re-raises the helper's error here
+                in_flight = pool.submit(self._write_chunk, kind, chunk, vectors)
             if in_flight is not None:
-                in_flight.result()
-        tally.embedded += vectors_of.embedded
-        tally.reused += vectors_of.reused
-        tally.embed_s += vectors_of.embed_s
-        tally.store_s += vectors_of.store_s
-        if stopped:
-            return False
-        for sid, reason in rejected.items():
-            row_info = plan.done_rows.pop(sid, None)
-            if row_info is not None:
-                plan.failed_rows.append((sid, row_info[0], row_info[1], row_info[2], reason))
-        if plan.done_rows:
-            self.state.mark_rows(
-                self.collection, kind, [(sid, *info) for sid, info in plan.done_rows.items()]
-            )
-        if plan.failed_rows:
-            self.state.mark_failed(self.collection, kind, plan.failed_rows)
-            for sid, _, _, _, reason in plan.failed_rows:
-                tally.failures.append((kind.value, sid, reason))
-                self.log.warning(logs.ROW_FAILED, kind=kind.value, id=sid, reason=reason[:200])
-            tally.failed_rows += len(plan.failed_rows)
-        return True
+                chunks.append(in_flight.result())
+        rejected: dict[int, str] = {}
+        for c in chunks:  # a row's first refusal names it
+            for sid, reason in c.rejected.items():
+                rejected.setdefault(sid, reason)
+        return unwritten + Outcome(embedded=vectors_of.embedded, reused=vectors_of.reused,
+                                   embed_seconds=vectors_of.embed_s, store_seconds=vectors_of.store_s,
+                                   upsert_seconds=sum(c.seconds for c in chunks)), rejected
 
-    def _write_chunk(
-        self, kind: Kind, docs: list[Document], vectors: npt.NDArray[np.float32], tally: _Tally,
-        rejected: dict[int, str],
-    ) -> None:
-        """Intent records, upsert, then records of what Chroma acknowledged."""
+    def _write_chunk(self, kind: Kind, docs: list[Document], vectors: npt.NDArray[np.float32]) -> _Chunk:
+        """Intent records, upsert, then records of what Chroma acknowledged (on the upsert thread)."""
         assert self.sink is not None
         model = self.embedder.model_id
         self.state.record_intents(self.collection, kind, [(d.doc_id, d.source_id) for d in docs], model)
         t = time.perf_counter()
         metas = [self.derivation.metadata(d) for d in docs]
         texts = [d.text if d.stored is None else d.stored for d in docs] if self.derivation.stores_text else None
+        rejected: dict[int, str] = {}
         try:
             self.sink.upsert([d.doc_id for d in docs], vectors, metas, texts)
-            ok = list(range(len(docs)))
+            ok = docs
         except RejectedBatch:
             # Find the documents Chroma refuses, one by one; the rest of the batch still syncs.
             ok = []
@@ -421,9 +448,9 @@ class Syncer:
                 try:
                     self.sink.upsert([d.doc_id], vectors[i : i + 1], [metas[i]],
                                      None if texts is None else [texts[i]])
-                    ok.append(i)
+                    ok.append(d)
                 except RejectedBatch as exc:
                     rejected.setdefault(d.source_id, str(exc))
-        self._to_copy("put", [docs[i].doc_id for i in ok], vectors[ok], [metas[i] for i in ok])
-        tally.upsert_s += time.perf_counter() - t
-        self.state.record_synced(self.collection, kind, _records([docs[i] for i in ok]), model)
+        seconds = time.perf_counter() - t
+        self.state.record_synced(self.collection, kind, _records(ok), model)
+        return _Chunk(rejected, seconds)

@@ -42,21 +42,15 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 from memsync.config.claude_mem.platform import normalize_platform
 from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
 from memsync.config.docids import DOC_TYPES, fact_field, format_doc_id
-from memsync.config.embedding import upstream_embedder
-from memsync.config.settings import Settings
 from memsync.worker.documents import MAX_TEXT_CHARS, Builders, Derivation, Document, SourceRow, derive, payload_hash
-from memsync.worker.embedstore import EmbeddingStore
-from memsync.worker.sink import ChromaSink, VectorSink
-from memsync.worker.source import SourceReader
+from memsync.worker.sink import ChromaSink
 from memsync.worker.state import SyncState
-from memsync.worker.sync import ProgressFn, Syncer
 
 # Bump when the documents below change: the worker then derives every row again and writes the
 # documents that differ (:func:`bind_format`).
@@ -290,13 +284,3 @@ def bind_format(state: SyncState, collection: str) -> bool:
     state.forget_all_rows(collection)
     state.set_meta(key, str(UPSTREAM_FORMAT_VERSION))
     return True
-
-
-def upstream_syncer(settings: Settings, reader: SourceReader, sink: VectorSink | None, state: SyncState,
-                    store: EmbeddingStore | None = None, stop: threading.Event | None = None,
-                    progress: ProgressFn | None = None) -> Syncer:
-    """The sync pass into the upstream-readable store (``sink`` None: a dry run from its records
-    alone): memsync's settings, claude-mem's derivation, the bundled model's vectors."""
-    return Syncer(reader, sink, state, upstream_embedder(settings), collection=settings.upstream_collection,
-                  read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size, stop=stop,
-                  progress=progress, max_row_attempts=settings.max_row_attempts, store=store, derivation=UPSTREAM)

@@ -1,8 +1,9 @@
 """Writes memsync's local copy of the vectors (layout and reasons: ``config.formats.vector_copy``).
 
 The sync writes a document here right after Chroma acknowledged it and before its sync record
-(``worker.sync``), so the copy holds at least what the records say Chroma holds: a crash in
-between replays the batch, and writing a document again only supersedes its entry. Writers take
+(``worker.sync``, through ``worker.sink.MirroredSink``), so the copy holds at least what the
+records say Chroma holds: a crash in between replays the batch, and writing a document again only
+supersedes its entry. Writers take
 an exclusive lock on the directory for each step (a resync may run beside the worker).
 
 A copy that does not yet hold a generation's documents (made by an older memsync, or deleted) is

@@ -271,7 +271,7 @@ def memsync_store(s: Settings) -> None:
     """memsync's upstream store built from the database (its pass alone: memsync's own collection
     is not needed here)."""
     with SourceReader.open(s) as reader, SyncState(s.state_path) as state, stores.connect(s) as handle:
-        result = upstream_resync(s, handle.client, reader, state, None, None, None)
+        result = upstream_resync(s, handle.client, reader, state)
     assert result.added > 0 and result.failed_rows == 0, result
 
 

@@ -146,10 +146,10 @@ class TestPhase:
         health.pass_progress(500, 10)
         health.pass_progress(200, 0)
         assert health.status.pass_rows_done == 700
-        health.record_pass(SyncResult("c", rows=700, interrupted=True), full=True)
+        health.record_pass(SyncResult(collection="c", rows=700, interrupted=True), full=True)
         assert health.status.phase == "first pass"  # stopped midway: not through yet
         health.pass_started(full=True)
-        health.record_pass(SyncResult("c", rows=900), full=True)
+        health.record_pass(SyncResult(collection="c", rows=900), full=True)
         assert health.status.phase == "following"
         health.pass_started(full=True)  # later reconciles are no first pass
         assert health.status.phase == "following"

@@ -20,7 +20,7 @@ from memsync.worker.resync import resync
 from memsync.worker.sink import ChromaSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import SyncState
-from memsync.worker.sync import Syncer, SyncResult
+from memsync.worker.sync import Destination, Syncer, SyncOptions, SyncResult
 from memsync.worker.verify import verify
 from tests.conftest import FakeEmbedder, make_db, mixed_records, obs, write
 
@@ -65,8 +65,8 @@ def run(settings: Settings, client: Any, embedder: FakeEmbedder, **kw: Any) -> t
     sink = RecordingSink(ChromaSink(col))
     with SourceReader(settings.db) as reader, SyncState(settings.state_path) as state:
         state.set_meta("active_collection", col.name)
-        syncer = Syncer(reader, sink, state, embedder, collection=col.name,
-                        read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size)
+        options = SyncOptions(read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size)
+        syncer = Syncer(reader, state, Destination(col.name, sink), embedder, options)
         return syncer.run(**kw), sink
 
 
@@ -213,8 +213,8 @@ def run_reading(
     col = stores.open_collection(client, settings, embedder.model_id, embedder.dimension)
     sink = RecordingSink(ChromaSink(col))
     with ReadingReader(settings.db) as reader, SyncState(settings.state_path) as state:
-        syncer = Syncer(reader, sink, state, embedder, collection=col.name,
-                        read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size)
+        options = SyncOptions(read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size)
+        syncer = Syncer(reader, state, Destination(col.name, sink), embedder, options)
         return syncer.run(**kw), sink, reader.full
 
 
@@ -329,8 +329,8 @@ class TestCrashSafety:
         with stores.connect(settings) as handle:
             col = stores.open_collection(handle.client, settings, fake_embedder.model_id, fake_embedder.dimension)
             with SourceReader(settings.db) as reader, CrashingState(settings.state_path) as state:
-                syncer = Syncer(reader, ChromaSink(col), state, fake_embedder, collection=col.name,
-                                read_batch_rows=50, batch_size=5)
+                syncer = Syncer(reader, state, Destination(col.name, ChromaSink(col)), fake_embedder,
+                                SyncOptions(read_batch_rows=50, batch_size=5))
                 with pytest.raises(Crash):
                     syncer.run()
             # The first chunk (5 documents) reached Chroma; no record holds its hashes. Their rows vanish.
@@ -419,3 +419,24 @@ def test_legacy_database_syncs(tmp_path: Path, settings: Settings, fake_embedder
     result = resync(settings, embedder=fake_embedder)
     assert result.added == 5 + 15 + 15 and result.failed_rows == 0
     assert verify(settings).clean
+
+
+class TestOutcomes:
+    """Per-batch outcomes are values: summed on the sync thread, never shared with the upsert thread."""
+
+    def test_outcomes_sum_field_by_field_and_any_interruption_interrupts(self) -> None:
+        from memsync.worker.sync import STOPPED, Outcome
+
+        a = Outcome(added=2, unchanged=5, rows=3, upsert_seconds=0.5, failures=(("prompt", 1, "bad"),))
+        b = Outcome(added=-1, updated=1, rows=4, upsert_seconds=0.25, failures=(("summary", 2, "worse"),))
+        total = a + b
+        assert (total.added, total.updated, total.unchanged, total.rows) == (1, 1, 5, 7)
+        assert total.upsert_seconds == 0.75 and total.failures == (("prompt", 1, "bad"), ("summary", 2, "worse"))
+        assert not total.interrupted and (total + STOPPED).interrupted
+
+    def test_a_pass_result_carries_its_outcome_under_the_same_names(self) -> None:
+        from memsync.worker.sync import Outcome
+
+        result = SyncResult.of("c", Outcome(added=3, deleted=1, reused=2, read_seconds=0.1), 1.5, dry_run=False)
+        assert (result.collection, result.added, result.deleted, result.reused) == ("c", 3, 1, 2)
+        assert result.read_seconds == 0.1 and result.seconds == 1.5 and result.written == 4

@@ -265,11 +265,11 @@ def test_a_store_claude_mem_wrote_is_adopted_and_a_lost_one_refilled(server_sett
     with SourceReader.open(s) as reader, SyncState(s.state_path) as state, stores.connect(s) as handle:
         store = EmbeddingStore.open(s)
         try:
-            first = upstream_resync(s, handle.client, reader, state, store, None, None)
+            first = upstream_resync(s, handle.client, reader, state, store)
             assert (first.added, first.updated, first.deleted, first.unchanged) == (0, 0, 0, len(expected))
             # The collection deleted behind memsync's back: the next pass writes it all again.
             handle.client.delete_collection(s.upstream_collection)
-            again = upstream_resync(s, handle.client, reader, state, store, None, None)
+            again = upstream_resync(s, handle.client, reader, state, store)
             assert again.added == len(expected)
         finally:
             store.close()
@@ -296,7 +296,7 @@ def test_a_new_format_version_derives_every_row_again_and_rewrites_nothing_equal
         assert upstream.bind_format(state, s.upstream_collection)
         assert state.watermarks(s.upstream_collection) == {}  # every row record forgotten
         assert state.live_docs(s.upstream_collection) == documents  # the document records kept
-        result = upstream_resync(s, handle.client, reader, state, None, None, None)
+        result = upstream_resync(s, handle.client, reader, state)
         assert (result.added, result.updated, result.deleted, result.unchanged) == (0, 0, 0, documents)
         assert not upstream.bind_format(state, s.upstream_collection)  # bound once
 

@@ -17,6 +17,7 @@ from memsync.search.models import Filters, Window
 from memsync.search.vectorcopy import VectorCopy
 from memsync.worker.compact import compact
 from memsync.worker.resync import resync
+from memsync.worker.sink import ChromaSink, MirroredSink
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.vectorcopy import VectorCopyWriter, fill_from_store, open_writer
 from memsync.worker.verify import verify
@@ -219,6 +220,56 @@ def test_a_generation_without_a_copy_is_filled_from_chroma(settings: Settings, f
         path.unlink() if path.is_file() else path.rmdir()
     assert resync(settings, embedder=fake_embedder).written == 0
     assert verify(settings).copy_drift == 0
+
+
+def test_a_copy_write_that_fails_is_dropped_and_rebuilt_by_the_next_pass(
+        settings: Settings, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy is written through a MirroredSink: a failed write leaves Chroma and the records
+    whole, declares the copy incomplete (searches use Chroma), drops it for the rest of the pass
+    and tells its owner once; the next pass fills it from Chroma again."""
+    from structlog.testing import capture_logs
+
+    from memsync.worker import logs
+
+    make_db(settings.db, mixed_records(6))
+    logs.configure()  # before capturing: a first configuration inside would replace the capture
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patched, capture_logs() as logged:
+        patched.setattr(VectorCopyWriter, "put", full_disk)
+        first = resync(settings, embedder=fake_embedder)
+    failed = [e for e in logged if e["event"] == "vector_copy_failed"]
+    assert first.added > 0 and [e["op"] for e in failed] == ["put"]
+    assert VectorCopy.open(settings, _active(settings), fake_embedder.model_id, fake_embedder.dimension) is None
+    assert verify(settings).in_chroma == first.added
+    assert resync(settings, embedder=fake_embedder).written == 0  # filled from Chroma, nothing re-embedded
+    assert verify(settings).copy_drift == 0
+
+
+def test_a_mirrored_sink_tells_its_owner_once_and_then_writes_the_store_alone(
+        settings: Settings, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_db(settings.db, mixed_records(2))
+    resync(settings, embedder=fake_embedder)
+    name = _active(settings)
+    dropped: list[str] = []
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("damaged entries")
+
+    monkeypatch.setattr(VectorCopyWriter, "delete", broken)
+    with stores.connect(settings) as handle, SyncState(settings.state_path) as state:
+        collection = stores.open_collection(handle.client, settings, fake_embedder.model_id, fake_embedder.dimension)
+        w = open_writer(settings, state, name, fake_embedder.model_id, fake_embedder.dimension)
+        assert w is not None and w.complete
+        mirror = MirroredSink(ChromaSink(collection), w, on_drop=lambda: dropped.append("dropped"))
+        before = mirror.count()
+        mirror.delete(["prompt_1"])
+        mirror.delete(["prompt_2"])  # the copy is no longer asked
+        assert mirror.copy is None and dropped == ["dropped"] and not w.complete
+        assert mirror.count() == before - 2
+        w.close()
 
 
 @pytest.mark.parametrize("n", [1, 4097])
