@@ -38,8 +38,8 @@ from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S
 from memsync.config.limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
 from memsync.config.records import MAX_ROW_ID, KindChoice, format_ref
 from memsync.config.settings import Settings
-from memsync.search import QueryTimeout, Searcher, VectorUnavailable
-from memsync.search.request import BadRequest, SearchFields
+from memsync.search import QueryTimeout, Searcher, SearchError, VectorUnavailable
+from memsync.search.request import SearchFields
 from memsync.servers.hosts import HostGuard, HostRule
 from memsync.servers.params import MAX_DEPTH, Requests
 from memsync.servers.redact import public
@@ -289,7 +289,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
                     window_days: Annotated[int, Query(ge=0, le=MAX_WINDOW_DAYS)] = 0) -> dict[str, Any]:
         try:
             results, mode, reason = requests.similar(observation_id, limit, window_days)
-        except BadRequest as exc:
+        except SearchError as exc:  # the library's "no observation N" (BadRequest is one too)
             if str(exc).startswith("no observation"):
                 raise HTTPException(404, str(exc)) from None
             raise
