@@ -8,14 +8,16 @@ two additions an agent can read past: a line under the first saying how memsync 
 mode, the window, what the window left out), and, in relevance order, the best match first.
 
 claude-mem groups a page by day (oldest day first) and then by first file; memsync keeps that
-grouping for date orders only, since in relevance order it would hide which result is best. The
-type icons are those of claude-mem's default ``code`` mode (``plugin/modes/code.json``).
+grouping for date orders only, since in relevance order it would hide which result is best: there
+the page is one table in rank order, each row's Time with its date (a day heading per row would
+repeat the table header for nearly every row: relevance order jumps between days). The type icons
+are those of claude-mem's default ``code`` mode (``plugin/modes/code.json``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -54,6 +56,11 @@ def clock(epoch_ms: int | None) -> str:
     """``6:54 AM``, as claude-mem's ``formatTime``."""
     t = _local(epoch_ms)
     return f"{t.hour % 12 or 12}:{t:%M} {t:%p}" if t else "?"
+
+
+def dated_clock(epoch_ms: int | None) -> str:
+    """``Nov 25, 2026 6:54 AM``: the Time column of a page in relevance order."""
+    return f"{day(epoch_ms)} {clock(epoch_ms)}" if epoch_ms else "?"
 
 
 def day_and_clock(epoch_ms: int | None) -> str:
@@ -114,13 +121,15 @@ def first_file(result: Result) -> str:
     return "General"
 
 
-def _rows(results: Iterable[Result], anchor: tuple[Kind, int] | None = None) -> list[str]:
-    """Table rows: a search's (Read column) or, with an ``anchor``, a timeline's (Tokens column)."""
+def _rows(results: Iterable[Result], anchor: tuple[Kind, int] | None = None,
+          when: Callable[[int | None], str] = clock) -> list[str]:
+    """Table rows: a search's (Read column) or, with an ``anchor``, a timeline's (Tokens column);
+    ``when`` writes the Time column."""
     lines: list[str] = []
     last = ""
     ditto, tokens = (DITTO, read_tokens) if anchor is None else (TIMELINE_DITTO, narrative_tokens)
     for r in results:
-        time = clock(r.created_at_epoch)
+        time = when(r.created_at_epoch)
         mark = " <- **ANCHOR**" if anchor == r.key else ""
         lines.append(f"| {format_ref(r.kind, r.id)} | {ditto if time == last else time} | {icon(r)} | "
                      f"{title(r)}{mark} | {tokens(r)} |")
@@ -138,7 +147,7 @@ def how_answered(resp: Response) -> str:
 
 def search_text(resp: Response, query: str, by_date: bool) -> str:
     """A search page in claude-mem's shape; ``by_date`` groups it by day and file as claude-mem
-    does, else it stays in rank order with a day heading wherever the day changes."""
+    does, else it is one table in rank order with each row's date in its Time column."""
     if not resp.results:
         shown = query if query else "undefined"  # claude-mem prints a missing query as JavaScript does
         return f'No results found matching "{shown}"\n{how_answered(resp)}'
@@ -158,8 +167,7 @@ def search_text(resp: Response, query: str, by_date: bool) -> str:
             for file, rows in by_file.items():
                 lines += [f"**{cell(file, 200)}**", *SEARCH_HEADER, *_rows(rows), ""]
         return "\n".join(lines).rstrip() + "\n"
-    for name, rows in _runs(resp.results, lambda r: day(r.created_at_epoch)):
-        lines += [f"### {name}", "", *SEARCH_HEADER, *_rows(rows), ""]
+    lines += ["### Best match first", "", *SEARCH_HEADER, *_rows(resp.results, when=dated_clock)]
     return "\n".join(lines).rstrip() + "\n"
 
 

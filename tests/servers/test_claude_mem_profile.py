@@ -241,14 +241,15 @@ def test_the_profile_ranks_as_memsyncs_own_search(served: Settings) -> None:
 
     queries = ["upload retries", "dark dashboard header", "postgres connection pooling", "why uploads fail"]
 
-    async def body(client: Client) -> list[list[str]]:
-        out = []
+    async def body(client: Client) -> tuple[list[list[str]], list[str]]:
+        out, texts = [], []
         for q in queries:
             text = text_of(await client.call_tool("search", {"query": q, "limit": 10}))
             out.append([r for r, _ in ROW.findall(text)])
-        return out
+            texts.append(text)
+        return out, texts
 
-    served_ids = run_client(profile_params(served), body)
+    served_ids, texts = run_client(profile_params(served), body)
     searcher = Searcher(served)
     try:
         library = [[format_ref(r.kind, r.id) for r in searcher.search(SearchRequest(
@@ -257,6 +258,11 @@ def test_the_profile_ranks_as_memsyncs_own_search(served: Settings) -> None:
         searcher.close()
     assert served_ids == library
     assert all(served_ids)
+    # Relevance order jumps between days: one table, each row's Time with its date (or ditto).
+    dated = re.compile(r"^\| #[SP]?\d+ \| (?:[A-Z][a-z]{2} \d{1,2}, \d{4} \d{1,2}:\d{2} [AP]M|″) \|", re.M)
+    for text in texts:
+        assert text.count(INDEX_HEADER) == 1 and "\n### Best match first\n" in text, text
+        assert len(dated.findall(text)) == len(ROW.findall(text)), text
 
 
 @pytest.mark.slow
