@@ -272,6 +272,51 @@ def test_a_mirrored_sink_tells_its_owner_once_and_then_writes_the_store_alone(
         w.close()
 
 
+def test_the_daemon_reopens_a_copy_its_pass_dropped_and_fills_it_without_embedding(
+        settings: Settings, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy write that fails in the worker's pass closes the worker's copy (the mirror's
+    ``on_drop``); the step still succeeds, the copy check after the full pass opens the copy again
+    and idle steps fill it from Chroma: nothing is embedded again and the copy ends level with the store."""
+    from structlog.testing import capture_logs
+
+    from memsync.worker import daemon, logs
+
+    make_db(settings.db, mixed_records(6))
+    logs.configure()  # before capturing: a first configuration inside would replace the capture
+    monkeypatch.setattr(daemon, "make_embedder", lambda *a, **k: fake_embedder)
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    worker = daemon.Worker(settings)
+    worker._start()
+    try:
+        worker.request_reconcile()
+        worker._ensure_open()
+        dropped = worker._target.copy
+        assert dropped is not None
+        with monkeypatch.context() as patched, capture_logs() as logged:
+            patched.setattr(VectorCopyWriter, "put", full_disk)
+            worker.step()
+        assert [e["op"] for e in logged if e["event"] == "vector_copy_failed"] == ["put"]
+        assert not worker.health.status.degraded and worker.health.status.passes == 1
+        reopened = worker._target.copy
+        assert reopened is not None and reopened is not dropped and not reopened.complete
+        embedded = fake_embedder.embedded
+        assert embedded > 0
+        for _ in range(5):  # the check reopens it, then an idle step fills it
+            worker.step()
+            if worker._target.copy is not None and worker._target.copy.complete:
+                break
+        assert worker._target.copy is not None and worker._target.copy.complete
+        assert fake_embedder.embedded == embedded  # filled from Chroma, nothing re-embedded
+    finally:
+        worker._shutdown()
+    assert VectorCopy.open(settings, _active(settings), fake_embedder.model_id, fake_embedder.dimension) is not None
+    report = verify(settings)
+    assert report.clean and report.copy_drift == 0, report
+
+
 @pytest.mark.parametrize("n", [1, 4097])
 def test_chunked_scoring_matches_one_product(tmp_path: Path, n: int) -> None:
     rng = np.random.default_rng(5)
