@@ -222,6 +222,10 @@ def test_a_generation_without_a_copy_is_filled_from_chroma(settings: Settings, f
     assert verify(settings).copy_drift == 0
 
 
+def _full_disk(*args: object, **kwargs: object) -> None:
+    raise OSError(28, "No space left on device")
+
+
 def test_a_copy_write_that_fails_is_dropped_and_rebuilt_by_the_next_pass(
         settings: Settings, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
     """The copy is written through a MirroredSink: a failed write leaves Chroma and the records
@@ -234,11 +238,8 @@ def test_a_copy_write_that_fails_is_dropped_and_rebuilt_by_the_next_pass(
     make_db(settings.db, mixed_records(6))
     logs.configure()  # before capturing: a first configuration inside would replace the capture
 
-    def full_disk(*args: object, **kwargs: object) -> None:
-        raise OSError(28, "No space left on device")
-
     with monkeypatch.context() as patched, capture_logs() as logged:
-        patched.setattr(VectorCopyWriter, "put", full_disk)
+        patched.setattr(VectorCopyWriter, "put", _full_disk)
         first = resync(settings, embedder=fake_embedder)
     failed = [e for e in logged if e["event"] == "vector_copy_failed"]
     assert first.added > 0 and [e["op"] for e in failed] == ["put"]
@@ -285,9 +286,6 @@ def test_the_daemon_reopens_a_copy_its_pass_dropped_and_fills_it_without_embeddi
     logs.configure()  # before capturing: a first configuration inside would replace the capture
     monkeypatch.setattr(daemon, "make_embedder", lambda *a, **k: fake_embedder)
 
-    def full_disk(*args: object, **kwargs: object) -> None:
-        raise OSError(28, "No space left on device")
-
     worker = daemon.Worker(settings)
     worker._start()
     try:
@@ -296,7 +294,7 @@ def test_the_daemon_reopens_a_copy_its_pass_dropped_and_fills_it_without_embeddi
         dropped = worker._target.copy
         assert dropped is not None
         with monkeypatch.context() as patched, capture_logs() as logged:
-            patched.setattr(VectorCopyWriter, "put", full_disk)
+            patched.setattr(VectorCopyWriter, "put", _full_disk)
             worker.step()
         assert [e["op"] for e in logged if e["event"] == "vector_copy_failed"] == ["put"]
         assert not worker.health.status.degraded and worker.health.status.passes == 1
