@@ -43,7 +43,7 @@ import threading
 from typing import Any
 
 from memsync.config.diskspace import explain, no_space
-from memsync.config.embedding import close_embedder, make_embedder
+from memsync.config.embedding import Embedder, close_embedder, make_embedder
 from memsync.config.errors import (
     EmbeddingUnavailable,
     NoSpace,
@@ -57,13 +57,13 @@ from memsync.worker import logs
 from memsync.worker.embedstore import EmbeddingStore
 from memsync.worker.health import Degrading, Health
 from memsync.worker.lock import WorkerLock
-from memsync.worker.maintenance import Compaction, CopyCheck, CopyOrder, StoreCollection, fill_copy
+from memsync.worker.maintenance import Compaction, CopyCheck, CopyOrder, fill_copy
 from memsync.worker.memory import Trimmer
 from memsync.worker.signals import SignalRelay
-from memsync.worker.sink import MirroredSink
+from memsync.worker.sink import MirroredSink, VectorSink
 from memsync.worker.state import SyncState
 from memsync.worker.sync import Destination, SyncOptions, SyncResult
-from memsync.worker.syncpass import Scope, SyncPass
+from memsync.worker.syncpass import EVERY_ROW, Checked, OnResult, Opened, Scope, StoreCollection, SyncPass
 from memsync.worker.tail import SourceTail
 from memsync.worker.target import SyncTarget, store_counts
 from memsync.worker.textsync import TextSync
@@ -96,7 +96,7 @@ class Worker:
         self._lock = WorkerLock(settings.data_dir)
         self._state: SyncState | None = None
         self._store: EmbeddingStore | None = None  # the embedding store, open while the worker runs
-        self._collection = StoreCollection(None)
+        self._collection = StoreCollection(None, due=False)
         self._signals: SignalRelay | None = None
         self._store_due = True  # check the collection against the records at the next step
         self._upstream_level = False  # the upstream-readable store's records known level with ours
@@ -189,26 +189,20 @@ class Worker:
         return 0
 
     def once(self) -> SyncResult:
-        """One full reconcile pass and return (for cron and tests)."""
+        """One full reconcile pass and return (for cron and tests): the whole sequence
+        (``SyncPass.whole``), then the vector copy's upkeep."""
         self._start()
         try:
             self._text.step(force_full=True)
             state = self._ensure_open()
-            try:
-                self._check_store(state)
-            except StoreDamaged as exc:  # recreate it now, then check the new one (all of it lost)
-                self._target.repair(exc)
-                state = self._ensure_open()
-                self._check_store(state)
-            result = self._pass(full=True)
+            result = self._sync_pass(state).whole(_WorkerOpening(self), EVERY_ROW)
+            self._pass_ended(True, result)
             if not result.interrupted:
                 self._copy_check.run(self._target, state)  # a damaged copy is discarded, then filled here
             if not result.interrupted and self._target.copy is not None and not self._target.copy.complete:
                 fill_copy(self._target, state, budget=None)
             if not result.interrupted and self._copy_order.due(self._target):
                 self._copy_order.run(self._target)
-            if not result.interrupted and self._collection.due():
-                self._collection.run(state)
             return result
         finally:
             self._shutdown()
@@ -218,7 +212,8 @@ class Worker:
         self.health.started()
         self._state = SyncState(self.s.state_path)
         self._store = EmbeddingStore.open(self.s)
-        self._collection = StoreCollection(self._store)
+        # the first full pass collects whatever a crash or another process left
+        self._collection = StoreCollection(self._store, due=True)
 
     def _shutdown(self) -> None:
         self.health.stopping()
@@ -358,7 +353,7 @@ class Worker:
         assert reader is not None
         # worker.json counts the rows of memsync's own pass: no upstream progress.
         options = SyncOptions.from_settings(self.s, self.stop, self.health.pass_progress)
-        return SyncPass(self.s, reader, state, self._store, options, upstream_progress=False)
+        return SyncPass(self.s, reader, state, self._collection, options, upstream_progress=False)
 
     def _check_store(self, state: SyncState) -> bool:
         """Check the active collection against the records (aligning them when they differ); True
@@ -371,33 +366,48 @@ class Worker:
         self.health.store_checked(checked.own)
         return checked.repaired
 
+    def _mirror(self) -> MirroredSink:
+        """The active generation's sink with its copy; a copy write that fails closes the copy (the
+        next CopyCheck opens it again; worker.maintenance)."""
+        assert self._target.sink is not None
+        return MirroredSink(self._target.sink, self._target.copy, on_drop=self._target.close_copy)
+
     def _pass(self, full: bool) -> SyncResult:
+        """A full or tail pass of a step (``SyncPass.run``, the step's own check done before)."""
         state, sink = self._state, self._target.sink
         assert state is not None and sink is not None
+        self._pass_started(full)
+        result = self._sync_pass(state).run(Destination(sink.name, self._mirror()), self._target.embedder,
+                                            lambda: self._target.upstream, Scope(full=full), self._passed(full))
+        self._pass_ended(full, result)
+        return result
+
+    def _pass_started(self, full: bool) -> None:
         self._upstream_level = False  # until the upstream pass after ours is through (it may fail or stop)
         self.health.pass_started(full)
-        # A copy write that fails closes the copy (the next CopyCheck opens it again; worker.maintenance).
-        mirror = MirroredSink(sink, self._target.copy, on_drop=self._target.close_copy)
+
+    def _passed(self, full: bool) -> OnResult:
+        """What the worker does as each collection's pass ends."""
 
         def passed(result: SyncResult, upstream: bool) -> None:
-            if not result.interrupted:
-                # The upstream-readable store is level after its whole pass; texts' vectors may be garbage now.
+            if not result.interrupted:  # the upstream-readable store is level after its whole pass
                 self._upstream_level = self._upstream_level or upstream
-                self._collection.passed(full, result.updated, result.deleted)
             if not upstream:
                 self.health.record_pass(result, full)
             elif result.failed_rows:
                 self.log.warning("upstream_rows_failed", collection=result.collection, rows=result.failed_rows)
 
-        result = self._sync_pass(state).run(Destination(sink.name, mirror), self._target.embedder,
-                                            lambda: self._target.upstream, Scope(full=full), passed)
+        return passed
+
+    def _pass_ended(self, full: bool, result: SyncResult) -> None:
+        state, sink = self._state, self._target.sink
+        assert state is not None and sink is not None
         if full and self.health.status.store_differs_since_ms is not None:
             # After a repair's pass: the counts as they are now (the next health check would too).
             self.health.store_checked(store_counts(state, sink))
         if result.updated or result.deleted:
             self._compaction.churned()  # new churn: look at it at the next idle step
         self._update_lag()
-        return result
 
     def _upstream_behind(self, state: SyncState, collection: str) -> bool:
         """The upstream-readable store's records end below memsync's own (its last pass failed or
@@ -412,3 +422,41 @@ class Worker:
 
     def _update_lag(self) -> None:
         self.health.update_lag(self._tail.reader, self._state, self._target.collection)
+
+
+class _WorkerOpening:
+    """What ``worker --once`` supplies to the whole pass (``worker.syncpass.Opening``): the
+    worker's own connection, its repair, and its status kept as the pass goes."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    @property
+    def embedder(self) -> Embedder:
+        """The worker's embedder."""
+        return self._worker._target.embedder
+
+    def open(self) -> Opened:
+        """The worker's connection (made again after a repair), the active generation with its copy."""
+        self._worker._ensure_open()
+        target = self._worker._target
+        assert target.sink is not None
+        return Opened(target.sink.name, self._worker._mirror(), target.upstream)
+
+    def repair(self, exc: StoreDamaged) -> None:
+        """Recreate the unreadable collection and drop the connection (``SyncTarget.repair``)."""
+        self._worker._target.repair(exc)
+
+    def ready(self, checked: Checked | None) -> None:
+        """The check is reported (``worker.json``) and the full pass begins."""
+        assert checked is not None
+        self._worker.health.store_checked(checked.own)
+        self._worker._pass_started(True)
+
+    def open_upstream(self) -> VectorSink | None:
+        """The upstream-readable collection the worker keeps open."""
+        return self._worker._target.upstream
+
+    def passed(self, result: SyncResult, upstream: bool) -> None:
+        """As for any full pass of the loop."""
+        self._worker._passed(True)(result, upstream)

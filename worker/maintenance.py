@@ -18,7 +18,8 @@
   server itself, the server is paused while the dropped generation's files are reclaimed.
 - **Embedding store collection**: after the worker's first full pass, and after each full pass
   that updated or deleted documents (only those passes can leave a text no record names), the
-  vectors of such texts leave the embedding store (``worker.embedstore``).
+  vectors of such texts leave the embedding store (``worker.embedstore``); when one is due is
+  decided by ``worker.syncpass.StoreCollection``, which a whole pass (``resync``) collects at its end.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from typing import Any
 from memsync.config.settings import Settings
 from memsync.worker import compact, logs
 from memsync.worker.compact import CompactResult
-from memsync.worker.embedstore import EmbeddingStore, collect_garbage
 from memsync.worker.state import SyncState
 from memsync.worker.target import SyncTarget
 from memsync.worker.vectorcopy import fill_from_store
@@ -111,29 +111,6 @@ class CopyOrder:
         except (OSError, ValueError) as exc:
             logs.get_logger(component="worker").warning(logs.VECTOR_COPY_FAILED, op="reorder", error=str(exc)[:200])
             self._next_check = time.monotonic() + REORDER_RETRY_S
-
-
-class StoreCollection:
-    """When to collect the embedding store's garbage (see the module docstring), and the collection."""
-
-    def __init__(self, store: EmbeddingStore | None) -> None:
-        self.store = store
-        self._due = store is not None  # the first full pass: whatever a crash or another process left
-
-    def passed(self, full: bool, updated: int, deleted: int) -> None:
-        """A pass finished: a full one that updated or deleted documents may have left garbage."""
-        if full and (updated or deleted) and self.store is not None:
-            self._due = True
-
-    def due(self) -> bool:
-        """Whether a collection should run at the next idle step."""
-        return self._due
-
-    def run(self, state: SyncState) -> None:
-        """Collect now."""
-        self._due = False
-        if self.store is not None:
-            collect_garbage(self.store, state)
 
 
 class Compaction:

@@ -35,6 +35,7 @@ from memsync.servers.render import utc_stamp
 
 if TYPE_CHECKING:
     from memsync.worker.sync import SyncResult
+    from memsync.worker.syncpass import Scope
 
 
 @click.command("settings")
@@ -53,8 +54,7 @@ def settings_cmd(as_json: bool, **kwargs: Any) -> None:
     click.echo("\n".join(lines))
 
 
-def _progress_bar(settings: Settings, project: str | None,
-                  dry_run: bool = False) -> tuple[Any, Callable[[int, int], None] | None]:
+def _progress_bar(settings: Settings, scope: Scope) -> tuple[Any, Callable[[int, int], None] | None]:
     if not sys.stderr.isatty():
         return None, None
     from tqdm import tqdm
@@ -63,7 +63,7 @@ def _progress_bar(settings: Settings, project: str | None,
 
     # A pseudo-terminal may report a 0x0 size, with which tqdm draws nothing: assume 100x24 then.
     size = os.get_terminal_size(sys.stderr.fileno())
-    bar = tqdm(total=count_rows(settings, project, dry_run), unit="row", file=sys.stderr,
+    bar = tqdm(total=count_rows(settings, scope), unit="row", file=sys.stderr,
                dynamic_ncols=size.columns > 0, ncols=None if size.columns > 0 else 100, nrows=size.lines or 24)
     embedded = [0]
 
@@ -89,12 +89,13 @@ def resync(as_json: bool, project: str | None, rebuild: bool, dry_run: bool, **k
     """
     settings = settings_from(kwargs).settings
     from memsync.worker.resync import resync as run_resync
+    from memsync.worker.syncpass import Scope
 
+    scope = Scope(project=project, dry_run=dry_run)
     with errors_as_exit(settings), graceful_stop() as stop:
-        bar, progress = _progress_bar(settings, project, dry_run)
+        bar, progress = _progress_bar(settings, scope)
         try:
-            result = run_resync(settings, project=project, rebuild=rebuild, dry_run=dry_run, stop=stop,
-                                progress=progress)
+            result = run_resync(settings, scope=scope, rebuild=rebuild, stop=stop, progress=progress)
         finally:
             if bar is not None:
                 bar.close()

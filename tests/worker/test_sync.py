@@ -21,6 +21,7 @@ from memsync.worker.sink import ChromaSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import SyncState
 from memsync.worker.sync import Destination, Syncer, SyncOptions, SyncResult
+from memsync.worker.syncpass import Scope
 from memsync.worker.verify import verify
 from tests.conftest import FakeEmbedder, make_db, mixed_records, obs, write
 
@@ -360,7 +361,7 @@ class TestResyncEntryPoint:
         assert verify(settings).clean
 
     def test_dry_run_writes_nothing(self, settings: Settings, source_db: Path, fake_embedder: FakeEmbedder) -> None:
-        planned = resync(settings, dry_run=True, embedder=fake_embedder)
+        planned = resync(settings, scope=Scope(dry_run=True), embedder=fake_embedder)
         assert planned.added == 84 and planned.dry_run
         assert fake_embedder.embedded == 0
         report = verify(settings)

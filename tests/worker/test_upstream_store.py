@@ -37,6 +37,7 @@ from memsync.worker.embedstore import EmbeddingStore
 from memsync.worker.resync import resync, upstream_resync
 from memsync.worker.source import SourceReader
 from memsync.worker.state import SyncState
+from memsync.worker.syncpass import Scope
 from memsync.worker.upstream import build_upstream_documents
 from tests.conftest import free_port, held_server, make_db, obs, write
 from tests.worker.upstream_reference import reference_documents
@@ -194,7 +195,7 @@ def test_claude_mem_reads_the_store_exactly_through_a_plain_client(server_settin
     expected = reference_documents(s.db)
     assert held(col) == expected
     assert result.upstream is not None and result.upstream.added == len(expected)  # resync reports both
-    dry = resync(s, dry_run=True).upstream
+    dry = resync(s, scope=Scope(dry_run=True)).upstream
     assert dry is not None and dry.dry_run and (dry.added, dry.written, dry.unchanged) == (0, 0, len(expected))
     # `memsync status` says what claude-mem must be told to read it.
     env = {"MEMSYNC_DB": str(s.db), "MEMSYNC_DATA_DIR": str(s.data_dir), "MEMSYNC_CHROMA_PORT": str(s.chroma_port),

@@ -222,6 +222,10 @@ def test_a_generation_without_a_copy_is_filled_from_chroma(settings: Settings, f
     assert verify(settings).copy_drift == 0
 
 
+def _full_disk(*args: object, **kwargs: object) -> None:
+    raise OSError(28, "No space left on device")
+
+
 def test_a_copy_write_that_fails_is_dropped_and_rebuilt_by_the_next_pass(
         settings: Settings, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
     """The copy is written through a MirroredSink: a failed write leaves Chroma and the records
@@ -234,11 +238,8 @@ def test_a_copy_write_that_fails_is_dropped_and_rebuilt_by_the_next_pass(
     make_db(settings.db, mixed_records(6))
     logs.configure()  # before capturing: a first configuration inside would replace the capture
 
-    def full_disk(*args: object, **kwargs: object) -> None:
-        raise OSError(28, "No space left on device")
-
     with monkeypatch.context() as patched, capture_logs() as logged:
-        patched.setattr(VectorCopyWriter, "put", full_disk)
+        patched.setattr(VectorCopyWriter, "put", _full_disk)
         first = resync(settings, embedder=fake_embedder)
     failed = [e for e in logged if e["event"] == "vector_copy_failed"]
     assert first.added > 0 and [e["op"] for e in failed] == ["put"]
@@ -270,6 +271,48 @@ def test_a_mirrored_sink_tells_its_owner_once_and_then_writes_the_store_alone(
         assert mirror.copy is None and dropped == ["dropped"] and not w.complete
         assert mirror.count() == before - 2
         w.close()
+
+
+def test_the_daemon_reopens_a_copy_its_pass_dropped_and_fills_it_without_embedding(
+        settings: Settings, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy write that fails in the worker's pass closes the worker's copy (the mirror's
+    ``on_drop``); the step still succeeds, the copy check after the full pass opens the copy again
+    and idle steps fill it from Chroma: nothing is embedded again and the copy ends level with the store."""
+    from structlog.testing import capture_logs
+
+    from memsync.worker import daemon, logs
+
+    make_db(settings.db, mixed_records(6))
+    logs.configure()  # before capturing: a first configuration inside would replace the capture
+    monkeypatch.setattr(daemon, "make_embedder", lambda *a, **k: fake_embedder)
+
+    worker = daemon.Worker(settings)
+    worker._start()
+    try:
+        worker.request_reconcile()
+        worker._ensure_open()
+        dropped = worker._target.copy
+        assert dropped is not None
+        with monkeypatch.context() as patched, capture_logs() as logged:
+            patched.setattr(VectorCopyWriter, "put", _full_disk)
+            worker.step()
+        assert [e["op"] for e in logged if e["event"] == "vector_copy_failed"] == ["put"]
+        assert not worker.health.status.degraded and worker.health.status.passes == 1
+        reopened = worker._target.copy
+        assert reopened is not None and reopened is not dropped and not reopened.complete
+        embedded = fake_embedder.embedded
+        assert embedded > 0
+        for _ in range(5):  # the check reopens it, then an idle step fills it
+            worker.step()
+            if worker._target.copy is not None and worker._target.copy.complete:
+                break
+        assert worker._target.copy is not None and worker._target.copy.complete
+        assert fake_embedder.embedded == embedded  # filled from Chroma, nothing re-embedded
+    finally:
+        worker._shutdown()
+    assert VectorCopy.open(settings, _active(settings), fake_embedder.model_id, fake_embedder.dimension) is not None
+    report = verify(settings)
+    assert report.clean and report.copy_drift == 0, report
 
 
 @pytest.mark.parametrize("n", [1, 4097])
