@@ -36,8 +36,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.errors import ConfigError, InvalidRequest, MemsyncError, closest
 from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S
-from memsync.config.limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
 from memsync.config.kinds import KIND_BY_NAME, KIND_NAMES, KindFilter, choice_for, plural
+from memsync.config.limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
 from memsync.config.records import MAX_ROW_ID, format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher, VectorUnavailable

@@ -27,8 +27,8 @@ from pydantic import Field
 
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.errors import InvalidRequest, MemsyncError, closest
-from memsync.config.limits import MAX_LIMIT
 from memsync.config.kinds import KindFilter, plural
+from memsync.config.limits import MAX_LIMIT
 from memsync.config.records import format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Response, Searcher

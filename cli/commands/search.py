@@ -23,8 +23,8 @@ from memsync.commands.options import (
     settings_note,
 )
 from memsync.config.errors import StoreUnavailable
-from memsync.config.limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
 from memsync.config.kinds import KIND_CHOICES, choice_for
+from memsync.config.limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
 from memsync.config.records import RecordRefError, parse_iso
 from memsync.config.settings import Settings
 from memsync.servers.render import response_text, result_line

@@ -13,7 +13,7 @@ from memsync.config.records import format_ref
 
 class TestKindTable:
     def test_the_choices_are_all_then_each_kinds_plural(self) -> None:
-        assert KIND_CHOICES == (ALL_KINDS, *(plural(k) for k in KINDS))
+        assert (ALL_KINDS, *(plural(k) for k in KINDS)) == KIND_CHOICES
         assert [plural(k) for k in KINDS] == ["observations", "summaries", "prompts"]
 
     def test_json_values_are_the_kind_values_unchanged(self) -> None:
