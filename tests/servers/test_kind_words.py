@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 import click
-import httpx
 import pytest
 from click.testing import CliRunner
 from mcp import Client
@@ -24,6 +23,7 @@ from memsync.search import Searcher
 from memsync.servers.http_api import create_app
 from memsync.servers.mcp_tools import build_server
 from tests.conftest import make_db, mixed_records
+from tests.servers.conftest import ask
 
 Hits = list[tuple[str, int]]  # (kind, id) of each result, in order
 
@@ -44,20 +44,6 @@ def cli(settings: Settings, *args: str) -> Any:
     result = CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.stdout
-
-
-def http(settings: Settings, path: str, **params: str) -> httpx.Response:
-    searcher = Searcher(settings)
-    app = create_app(settings, searcher)
-
-    async def run() -> httpx.Response:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8787") as c:
-            return await c.get(path, params=params)
-
-    try:
-        return asyncio.run(run())
-    finally:
-        searcher.close()
 
 
 def mcp(settings: Settings, calls: list[tuple[str, dict[str, Any]]]) -> tuple[list[Any], list[Any]]:
@@ -95,14 +81,14 @@ def test_every_front_end_offers_the_same_kind_choices(db: Settings) -> None:
     param = next(p for p in schema["paths"]["/api/search"]["get"]["parameters"] if p["name"] == "kind")
     tools, _ = mcp(db, [])
     mcp_choices = next(t for t in tools if t.name == "search").input_schema["properties"]["kind"]["enum"]
-    page, aliases = page_choices(http(db, "/").text)
+    page, aliases = page_choices(ask(db, "/").text)
     assert cli_choices == param["schema"]["enum"] == mcp_choices == page == list(KIND_CHOICES)
     assert aliases == {name: choice_for(name) for name in KIND_BY_NAME} and aliases["sessions"] == "summaries"
 
 
 def test_one_search_for_summaries_answers_the_same_everywhere(db: Settings) -> None:
     from_cli = hits(json.loads(cli(db, "search", "--json", "--kind", "summaries", "learned"))["results"])
-    from_http = hits(http(db, "/api/search", q="learned", kind="summaries").json()["results"])
+    from_http = hits(ask(db, "/api/search", q="learned", kind="summaries").json()["results"])
     _, answers = mcp(db, [("search", {"query": "learned", "kind": "summaries"}),
                           ("search_sessions", {"query": "learned"})])
     from_mcp, from_tool = (hits(a.structured_content["results"]) for a in answers)
@@ -120,7 +106,7 @@ def test_each_accepted_kind_name_is_taken_everywhere(db: Settings, name: str) ->
     the CLI, HTTP and MCP as the kind it names; the page maps it to that choice (test above)."""
     want = {KIND_BY_NAME[name].value}
     from_cli = hits(json.loads(cli(db, "search", "--json", "--kind", name))["results"])
-    from_http = http(db, "/api/search", kind=name)
+    from_http = ask(db, "/api/search", kind=name)
     _, (answer,) = mcp(db, [("search", {"kind": name})])
     assert from_http.status_code == 200, from_http.text
     assert not answer.is_error, answer.content
