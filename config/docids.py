@@ -15,12 +15,10 @@ import re
 from dataclasses import dataclass
 
 from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
+from memsync.config.kinds import KIND_NAMES
 
-DOC_TYPES: dict[Kind, str] = {
-    Kind.OBSERVATION: "observation",
-    Kind.SUMMARY: "session_summary",
-    Kind.PROMPT: "user_prompt",
-}
+# claude-mem's doc_type of each kind, from the one table of kind names.
+DOC_TYPES: dict[Kind, str] = {kind: name.doc_type for kind, name in KIND_NAMES.items()}
 
 OBSERVATION_FIELDS: tuple[str, ...] = ("narrative", "text", "title")
 FACT_PREFIX = "fact_"

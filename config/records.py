@@ -1,9 +1,9 @@
 """How a memory record is named and dated everywhere memsync speaks to people: the one owner.
 
-- References: ``#123`` (observation), ``#S12`` (session summary), ``#P5`` (user prompt), as the
+- References: ``#123`` (observation), ``#S12`` (summary), ``#P5`` (prompt), as the
   CLI, the HTTP API, the MCP tools and the page print them and accept them back.
-- Kind names: the public plural names (``observations``, ``sessions``, ``prompts``) and the
-  aliases accepted for them.
+- Kind names: read from :mod:`memsync.config.kinds` (the one table); ``parse_kinds`` turns typed
+  names and aliases into kinds.
 - Dates: ISO-8601 in, aware UTC datetimes and epoch milliseconds out (a naive date is UTC, ``Z``
   is accepted), and ISO-8601 with milliseconds and ``Z`` out, as claude-mem writes them.
 """
@@ -12,32 +12,21 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Literal, get_args
 
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.errors import InvalidRequest
+from memsync.config.kinds import ALL_KINDS, KIND_BY_NAME, KIND_NAMES, plural
 
-REF_PREFIX: dict[Kind, str] = {Kind.OBSERVATION: "#", Kind.SUMMARY: "#S", Kind.PROMPT: "#P"}
+# A reference's letter (any case, "O" also for observations) -> its kind.
+_REF_KINDS = {"o": Kind.OBSERVATION} | {n.ref_letter.lower(): kind for kind, n in KIND_NAMES.items()}
+_LETTER = "[" + "".join(letter + letter.upper() for letter in _REF_KINDS if letter) + "]?"
 # "123", "#123", "S12", "#S12", "P5", "#P5" (and O123): the ids the index format prints.
-_REF = re.compile(r"#?\s*([SsPpOo]?)\s*(\d+)")
+_REF = re.compile(rf"#?\s*({_LETTER})\s*(\d+)")
 # Text written as a record id, whatever its number ("0", "S0", "P-1", twenty digits): refused as an
 # id, never taken for a query or a date (issue 24).
-_REF_SHAPED = re.compile(r"#?\s*[SsPpOo]?\s*[-+]?\d+")
-_HINT = "use 123 or #123 for an observation, S12 for a session summary, P5 for a user prompt"
+_REF_SHAPED = re.compile(rf"#?\s*{_LETTER}\s*[-+]?\d+")
+_HINT = "use 123 or #123 for an observation, S12 for a summary, P5 for a prompt"
 MAX_ROW_ID = 2**63 - 1  # SQLite's largest rowid (a signed 64-bit integer); past it a bound parameter overflows
-_REF_KINDS = {"": Kind.OBSERVATION, "o": Kind.OBSERVATION, "s": Kind.SUMMARY, "p": Kind.PROMPT}
-
-# The names a user types for a kind: the public plural names first (CLI, HTTP, MCP choices).
-KIND_NAMES: dict[Kind, str] = {Kind.OBSERVATION: "observations", Kind.SUMMARY: "sessions", Kind.PROMPT: "prompts"}
-KindChoice = Literal["all", "observations", "sessions", "prompts"]
-KIND_CHOICES: tuple[str, ...] = get_args(KindChoice)
-# The plural of each kind's own name, for counts (``memsync status``: "12 summaries").
-KIND_PLURALS: dict[Kind, str] = {Kind.OBSERVATION: "observations", Kind.SUMMARY: "summaries", Kind.PROMPT: "prompts"}
-KIND_ALIASES: dict[str, Kind] = {
-    "observation": Kind.OBSERVATION, "observations": Kind.OBSERVATION, "obs": Kind.OBSERVATION,
-    "summary": Kind.SUMMARY, "summaries": Kind.SUMMARY, "session": Kind.SUMMARY, "sessions": Kind.SUMMARY,
-    "prompt": Kind.PROMPT, "prompts": Kind.PROMPT, "user_prompts": Kind.PROMPT,
-}
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -63,7 +52,7 @@ def _out_of_range(shown: str) -> InvalidRecordId:
 
 def format_ref(kind: Kind, row_id: int) -> str:
     """The printed id of a record: ``#123``, ``#S12``, ``#P5``."""
-    return f"{REF_PREFIX[kind]}{row_id}"
+    return f"#{KIND_NAMES[kind].ref_letter}{row_id}"
 
 
 def parse_record_ref(value: str | int) -> tuple[Kind, int]:
@@ -93,13 +82,13 @@ def parse_kinds(names: str | list[str] | tuple[str, ...] | None) -> tuple[Kind, 
     if names is None:
         return KINDS
     items = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
-    if not items or items == ["all"]:
+    if not items or items == [ALL_KINDS]:
         return KINDS
     out: list[Kind] = []
     for name in items:
-        kind = KIND_ALIASES.get(name.lower())
+        kind = KIND_BY_NAME.get(name.lower())
         if kind is None:
-            raise RecordRefError(f"unknown kind {name!r}; use {', '.join(KIND_NAMES.values())}")
+            raise RecordRefError(f"unknown kind {name!r}; use {', '.join(plural(k) for k in KINDS)}")
         if kind not in out:
             out.append(kind)
     return tuple(out)

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from memsync.config.claude_mem.schema import FTS_TABLES, KINDS, Kind
 from memsync.config.formats.text_index import text_columns
-from memsync.config.records import KIND_PLURALS
+from memsync.config.kinds import plural
 from memsync.config.settings import Settings
 from memsync.search.app_fts import AppFts
 from memsync.search.lexical_index import LexicalIndex
@@ -135,7 +135,7 @@ class LexicalSide:
         kinds = [k for k in KINDS if k in self._own_kinds]
         if not kinds:
             return None
-        return (f"lexical: memsync's own FTS index for {', '.join(KIND_PLURALS[k] for k in kinds)} "
+        return (f"lexical: memsync's own FTS index for {', '.join(plural(k) for k in kinds)} "
                 f"(the database has no {', '.join(FTS_TABLES[k][0] for k in kinds)})")
 
     def _watermark(self, kind: Kind, filters: Filters) -> int | None:

@@ -50,7 +50,7 @@ class SearchFields(TypedDict, total=False):
     takes :class:`SearchRequest`'s default."""
 
     query: str | None
-    kind: str | Sequence[str] | None  # observations, sessions, prompts, all (or a list of them)
+    kind: str | Sequence[str] | None  # observations, summaries, prompts, all, an alias (or a list of them)
     project: str | None
     platform: str | None
     types: str | Sequence[str] | None
@@ -151,7 +151,7 @@ class RequestParser:
 
     @staticmethod
     def kinds(value: object) -> tuple[Kind, ...]:
-        """Kinds by name (observations, sessions, prompts, all)."""
+        """Kinds by name (observations, summaries, prompts, all, or an alias such as sessions)."""
         if value is not None and not isinstance(value, str) and not (
                 isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
             raise BadRequest("kind must be a name or a list of names")

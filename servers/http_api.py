@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -32,11 +33,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memsync.config.claude_mem.schema import Kind
+from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.errors import ConfigError, InvalidRequest, MemsyncError, closest
 from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S
+from memsync.config.kinds import KIND_BY_NAME, KIND_NAMES, KindFilter, choice_for, plural
 from memsync.config.limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
-from memsync.config.records import MAX_ROW_ID, KindChoice, format_ref
+from memsync.config.records import MAX_ROW_ID, format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher, SearchError, VectorUnavailable
 from memsync.search.request import SearchFields
@@ -48,7 +50,6 @@ from memsync.servers.wire import H11_MAX_HEAD, MAX_QUERY_STRING, QUERY_TOO_LONG,
 
 log = logging.getLogger("memsync.http")
 
-RecordKind = Literal["observation", "summary", "prompt"]
 MAX_BODY = 64 * 1024  # bytes; no endpoint takes a body
 
 # How the HTTP API translates the error tree (config.errors): the status and the body's detail
@@ -162,6 +163,18 @@ class Metrics:
                              ["mode"], registry=self.registry)
 
 
+def page_html(settings: Settings) -> str:
+    """The search page with what the server owns filled in: the default window (a setting), and
+    the kind choices, reference letters and accepted kind names (the one table of kind names)."""
+    options = "".join(f'\n      <option value="{plural(k)}">{plural(k)}</option>' for k in KINDS)
+    letters = {kind.value: name.ref_letter for kind, name in KIND_NAMES.items()}
+    return (files("memsync.servers").joinpath("page/index.html").read_text(encoding="utf-8")
+            .replace("{window_default}", days_text(settings.window_days))
+            .replace("{kind_options}", options)
+            .replace("{kind_letters}", json.dumps(letters))
+            .replace("{kind_choices}", json.dumps({name: choice_for(name) for name in KIND_BY_NAME})))
+
+
 def create_app(settings: Settings, searcher: Searcher | None = None, host: str | None = None,
                port: int | None = None) -> FastAPI:
     """The FastAPI application on one shared Searcher (closed when the app shuts down), answering
@@ -169,9 +182,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
     searcher = searcher or Searcher(settings)
     requests = Requests(searcher, settings.max_query_chars)
     metrics = Metrics()
-    # The page's default window is the server's setting, filled in here (its one owner).
-    page = (files("memsync.servers").joinpath("page/index.html").read_text(encoding="utf-8")
-            .replace("{window_default}", days_text(settings.window_days)))
+    page = page_html(settings)
     token = settings.bearer_token
 
     app = FastAPI(title="memsync", version=version("memsync"), docs_url=None, redoc_url=None,
@@ -240,7 +251,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
     @app.get("/api/search", dependencies=guarded, summary="Hybrid search over observations, summaries and prompts")
     def api_search(
         q: Annotated[str, Query(description="Query text; empty lists the newest records.")] = "",
-        kind: Annotated[KindChoice, Query(description="Which records.")] = "all",
+        kind: Annotated[KindFilter, Query(description="Which records ('sessions' is accepted for summaries).")] = "all",
         project: Annotated[str | None, Query(description="Only this project (merged projects included).")] = None,
         platform: Annotated[str | None, Query(description="Only sessions of this agent platform (claude, codex, "
                                               "cursor, ...; normalised as claude-mem does).")] = None,
@@ -276,7 +287,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
                 "results": [r.to_json() for r in results]}
 
     @app.get("/api/records/{kind}/{record_id}", dependencies=guarded, summary="One full record")
-    def api_record(kind: Annotated[RecordKind, Path()],
+    def api_record(kind: Annotated[Kind, Path()],
                    record_id: Annotated[int, Path(ge=1, le=MAX_ROW_ID)]) -> dict[str, Any]:
         records, _ = searcher.get(Kind(kind), [record_id])
         if not records:

@@ -25,9 +25,11 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
+from memsync.config.claude_mem.schema import Kind
 from memsync.config.errors import InvalidRequest, MemsyncError, closest
+from memsync.config.kinds import KindFilter, plural
 from memsync.config.limits import MAX_LIMIT
-from memsync.config.records import KindChoice, format_ref
+from memsync.config.records import format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Response, Searcher
 from memsync.search.request import SearchFields
@@ -44,8 +46,8 @@ log = logging.getLogger("memsync.mcp")
 def instructions(window_days: int) -> str:
     """What the server tells an agent about itself; ``window_days`` is the configured window."""
     window = f"the last {window_days} days" if window_days else "all time"
-    return f"""memsync searches this project's memory: past observations (#123), session
-summaries (#S12) and user prompts (#P5) recorded by the coding agent. Search by meaning and by
+    return f"""memsync searches this project's memory: past observations (#123),
+summaries (#S12) and prompts (#P5) recorded by the coding agent. Search by meaning and by
 words at once. Short queries of a few key words work best. Start with a small limit (5-10),
 read the one-line results, then open the ones you need with get_observations. Results cover
 {window} unless you pass window_days (0 = all time) or a date range; the header says how many
@@ -68,7 +70,7 @@ Limit = Annotated[int, Field(description=f"Results per page, 1-{MAX_LIMIT}. Star
 Offset = Annotated[int, Field(description="Results to skip, for the next page.")]
 FormatArg = Annotated[Literal["index", "full"], Field(
     description="index: one line per result (cheap); full: whole records (use get_observations instead).")]
-KindArg = Annotated[KindChoice, Field(description="Which records.")]
+KindArg = Annotated[KindFilter, Field(description="Which records.")]
 
 # What a tool returns: a CallToolResult with the markdown as its text and the model as its
 # structuredContent. The model named second is the output schema the SDK publishes and checks each
@@ -153,7 +155,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
                concept: Concepts = None, file: Files = None, date_from: DateFrom = None, date_to: DateTo = None,
                window_days: WindowDays = None, order: OrderArg = "relevance", limit: Limit = 10, offset: Offset = 0,
                format: FormatArg = "index", platform: Platform = None) -> SearchAnswer:
-        """Search all memory (observations, session summaries, user prompts) by meaning and words.
+        """Search all memory (observations, summaries, prompts) by meaning and words.
         Use first when you need anything from past sessions. Each result line has an id (#123,
         #S12, #P5), type, date, score and which signals found it."""
         return run_search(SearchFields(query=query, kind=kind, project=project, platform=platform, types=type,
@@ -169,29 +171,33 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
                             platform: Platform = None) -> SearchAnswer:
         """Search observations only: what was done, found or decided in past work (bugfixes,
         features, decisions, discoveries), with their files and concepts."""
-        return run_search(SearchFields(query=query, kind="observations", project=project, platform=platform,
-                                       types=type, concepts=concept, files=file, date_from=date_from, date_to=date_to,
-                                       window_days=window_days, order=order, limit=limit, offset=offset,
-                                       full=format == "full"))
+        return run_search(SearchFields(query=query, kind=plural(Kind.OBSERVATION), project=project,
+                                       platform=platform, types=type, concepts=concept, files=file,
+                                       date_from=date_from, date_to=date_to, window_days=window_days, order=order,
+                                       limit=limit, offset=offset, full=format == "full"))
 
-    @tool("Search session summaries")
+    # search_sessions and search_user_prompts keep their names from before issue 28 made the words
+    # "summary" and "prompt": agents' permission lists and prompts name the tools
+    # (mcp__memsync__search_sessions), and a second tool under a new name would grow the tool list
+    # every session reads. Their titles and texts use the words.
+    @tool("Search summaries")
     def search_sessions(query: Query = "", project: Project = None, date_from: DateFrom = None,
                         date_to: DateTo = None, window_days: WindowDays = None, order: OrderArg = "relevance",
                         limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index",
                         platform: Platform = None) -> SearchAnswer:
-        """Search session summaries: what each past session asked for, learned, completed and left
+        """Search summaries: what each past session asked for, learned, completed and left
         as next steps. Good for "where did we leave X"."""
-        return run_search(SearchFields(query=query, kind="sessions", project=project, platform=platform,
+        return run_search(SearchFields(query=query, kind=plural(Kind.SUMMARY), project=project, platform=platform,
                                        date_from=date_from, date_to=date_to, window_days=window_days, order=order,
                                        limit=limit, offset=offset, full=format == "full"))
 
-    @tool("Search user prompts")
+    @tool("Search prompts")
     def search_user_prompts(query: Query = "", project: Project = None, date_from: DateFrom = None,
                             date_to: DateTo = None, window_days: WindowDays = None, order: OrderArg = "relevance",
                             limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index",
                             platform: Platform = None) -> SearchAnswer:
         """Search what the user asked in past sessions (their prompts, verbatim)."""
-        return run_search(SearchFields(query=query, kind="prompts", project=project, platform=platform,
+        return run_search(SearchFields(query=query, kind=plural(Kind.PROMPT), project=project, platform=platform,
                                        date_from=date_from, date_to=date_to, window_days=window_days, order=order,
                                        limit=limit, offset=offset, full=format == "full"))
 
@@ -207,7 +213,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
     def find_by_file(path: Annotated[str, Field(description="A file path or part of one, e.g. 'src/auth.py'.")],
                      query: Query = "", project: Project = None, window_days: WindowDays = None,
                      limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index") -> SearchAnswer:
-        """Observations and session summaries that read or modified a file (path substring),
+        """Observations and summaries that read or modified a file (path substring),
         ranked by the query's meaning (newest first without one). Use before editing a file."""
         return run_find("file", path, FindArgs(query, project, window_days, limit, offset, format == "full"))
 
@@ -237,7 +243,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
     @tool("Recent context")
     def recent_context(project: Project = None,
                        limit: Annotated[int, Field(description=f"Records, 1-{MAX_LIMIT}.")] = 10) -> RecentAnswer:
-        """The newest session summaries and observations (of a project), newest first: a quick
+        """The newest summaries and observations (of a project), newest first: a quick
         catch-up at the start of a session."""
         with answers(settings):
             results = requests.recent(project, limit)

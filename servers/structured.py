@@ -44,7 +44,7 @@ class Structured(BaseModel):
 class Hit(Structured):
     """One result row, as the markdown table shows it."""
 
-    ref: str = Field(description="The printed id: #123 observation, #S12 session summary, #P5 user prompt.")
+    ref: str = Field(description="The printed id: #123 observation, #S12 summary, #P5 prompt.")
     kind: Kind
     type: str = Field(description="The observation's type, else the kind.")
     date: str | None = Field(None, description="When it was recorded, ISO 8601 with offset.")

@@ -17,7 +17,7 @@ from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.formats.text_index import index_path, meta_unreadable, read_meta, source_id, unreadable
 from memsync.config.formats.vector_copy import Manifest, copy_dir, damage, open_arrays
 from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S, PHASE_FOLLOWING, worker_state
-from memsync.config.records import KIND_PLURALS
+from memsync.config.kinds import plural
 from memsync.config.settings import Settings
 from memsync.worker.source import SourceReader
 from memsync.worker.state import ACTIVE_COLLECTION, FAILED, SyncState, now_ms
@@ -210,7 +210,7 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
                 else:
                     b.synced_rows += 1
                     b.add_sync_time(row[3])
-            report.buckets[KIND_PLURALS[kind]] = dict(per_project)
+            report.buckets[plural(kind)] = dict(per_project)
         above = {k: marks.get(k, 0) for k in KINDS}
         max_ids = reader.max_ids()
         report.pending_rows = sum(max(0, max_ids[k] - above[k]) for k in KINDS)

@@ -23,8 +23,9 @@ from memsync.commands.options import (
     settings_note,
 )
 from memsync.config.errors import StoreUnavailable
+from memsync.config.kinds import KIND_CHOICES, choice_for
 from memsync.config.limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
-from memsync.config.records import KIND_CHOICES, RecordRefError, parse_iso
+from memsync.config.records import RecordRefError, parse_iso
 from memsync.config.settings import Settings
 from memsync.servers.render import response_text, result_line
 
@@ -35,11 +36,23 @@ if TYPE_CHECKING:  # the search library loads when a command runs, not with `mem
 WINDOW = setting_default("window_days")
 SEARCH_HELP = f"""Search memory by meaning and by words (hybrid), newest {WINDOW} days by default.
 
-Results are observations (#id), session summaries (#S id) and user prompts (#P id), each with a
+Results are observations (#id), summaries (#S id) and prompts (#P id), each with a
 score in 0..1 and the signals that found it. When the vector store is not reachable the answer
 comes from full-text search and says so (mode lexical_fallback). With --json the output is the
 documented contract: {{"mode", "results": [{{"kind", "id", "score", ...}}], ...}}.
 """
+
+
+class KindChoice(click.Choice[str]):
+    """``--kind``: the offered choices in the help and in errors, and every accepted kind name (the
+    renamed ``sessions`` among them) taken as the choice it stands for (issue 28)."""
+
+    def __init__(self) -> None:
+        super().__init__(KIND_CHOICES)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        """The choice ``value`` names, or a usage error listing the choices."""
+        return super().convert(choice_for(value), param, ctx)
 
 
 def _date(value: str | None, name: str) -> datetime | None:
@@ -85,8 +98,8 @@ def _refused_exits(settings: Settings) -> None:
 @click.option("--project", default=None, help="Only this project (merged projects included).")
 @click.option("--platform", default=None,
               help="Only sessions of this agent platform: claude, codex, cursor, ... (normalised as claude-mem does).")
-@click.option("--kind", type=click.Choice(KIND_CHOICES), default="all", show_default=True,
-              help="Which records to search.")
+@click.option("--kind", type=KindChoice(), default="all", show_default=True,
+              help="Which records to search ('sessions' is accepted for summaries).")
 @click.option("--type", "types", multiple=True, help="Observation type (repeatable), e.g. bugfix.")
 @click.option("--concept", "concepts", multiple=True, help="Observation concept (repeatable).")
 @click.option("--file", "files", multiple=True, help="Substring of a file read or modified (repeatable).")

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.kinds import KIND_CHOICES
 from memsync.config.records import (
-    KIND_CHOICES,
     MAX_ROW_ID,
     InvalidRecordId,
     RecordRefError,
@@ -56,14 +56,16 @@ class TestRecordRefs:
 
 class TestKindNames:
     def test_choices_are_all_and_the_plural_names(self) -> None:
-        assert KIND_CHOICES == ("all", "observations", "sessions", "prompts")
+        assert KIND_CHOICES == ("all", "observations", "summaries", "prompts")
         assert parse_kinds("all") == KINDS and parse_kinds(None) == KINDS
 
     def test_aliases_and_dedup(self) -> None:
         assert parse_kinds("sessions, summary,prompts") == (Kind.SUMMARY, Kind.PROMPT)
+        assert parse_kinds(["summaries", "session", "user_prompts", "obs"]) == (Kind.SUMMARY, Kind.PROMPT,
+                                                                               Kind.OBSERVATION)
 
     def test_unknown_kind_names_the_accepted_ones(self) -> None:
-        with pytest.raises(RecordRefError, match="observations, sessions, prompts"):
+        with pytest.raises(RecordRefError, match="observations, summaries, prompts"):
             parse_kinds("notes")
 
 

@@ -1,8 +1,9 @@
 """A real claude-mem database synced into a real managed `chroma run` server, shared by the server
-tests; and a helper that starts `memsync serve` as its own process."""
+tests; a helper that starts `memsync serve` as its own process, and one that asks the app in process."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import httpx
 import pytest
 
 from memsync.config.settings import Settings
+from memsync.search import Searcher
+from memsync.servers.http_api import create_app
 from memsync.worker.resync import resync
 from scripts.benchlib import settings_env
 from tests.conftest import free_port
@@ -139,3 +142,18 @@ def http_server(served: Settings) -> Iterator[HttpServer]:
     """One `memsync serve` on the synced database for the package's HTTP tests."""
     with HttpServer(served) as server:
         yield server
+
+
+def ask(settings: Settings, path: str, **params: str) -> httpx.Response:
+    """GET ``path`` from the app on ``settings``."""
+    searcher = Searcher(settings)
+    app = create_app(settings, searcher)
+
+    async def run() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8787") as c:
+            return await c.get(path, params=params)
+
+    try:
+        return asyncio.run(run())
+    finally:
+        searcher.close()  # the transport runs no lifespan, so the app's shutdown does not

@@ -80,7 +80,7 @@ def test_timeline_records_similar_status_health_metrics(http_server: HttpServer)
     ("/api/search", {"limit": 0}, 422, "greater than or equal to 1"),
     ("/api/search", {"limit": "ten"}, 422, "valid integer"),
     ("/api/search", {"offset": -1}, 422, "greater than or equal to 0"),
-    ("/api/search", {"kind": "emails"}, 422, "'all', 'observations', 'sessions' or 'prompts'"),
+    ("/api/search", {"kind": "emails"}, 422, "'all', 'observations', 'summaries' or 'prompts'"),
     ("/api/search", {"order": "up"}, 422, "relevance"),
     ("/api/search", {"window_days": -1}, 422, "greater than or equal to 0"),
     ("/api/search", {"date_from": "soon"}, 400, "date_from must be an ISO date"),

@@ -3,22 +3,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from click.testing import CliRunner
 
 from memsync.config.settings import Settings
 from memsync.main import main
-from memsync.search import Searcher
-from memsync.servers.http_api import create_app
 from tests.conftest import make_db, mixed_records
+from tests.servers.conftest import ask
 
 MAX_LAG = "100000000"  # the rows' age is not what these states are about
 
@@ -37,21 +34,6 @@ def cli_verdict(settings: Settings) -> tuple[int, dict[str, Any]]:
     result = CliRunner().invoke(main, ["status", "--check", "--json", "--max-lag", MAX_LAG], env=env,
                                 catch_exceptions=False)
     return result.exit_code, json.loads(result.stdout)
-
-
-def ask(settings: Settings, path: str, **params: str) -> httpx.Response:
-    """GET ``path`` from the app on ``settings``."""
-    searcher = Searcher(settings)
-    app = create_app(settings, searcher)
-
-    async def run() -> httpx.Response:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8787") as c:
-            return await c.get(path, params=params)
-
-    try:
-        return asyncio.run(run())
-    finally:
-        searcher.close()  # the transport runs no lifespan, so the app's shutdown does not
 
 
 def api_verdict(settings: Settings) -> dict[str, Any]:
