@@ -259,7 +259,8 @@ class Settings(BaseSettings):
     rerank_api_key: SecretStr | None = Field(
         None, description="Reranker key (`Authorization: Bearer`); unset: embedding_api_key. Never printed.",
     )
-    max_query_chars: int = Field(4000, ge=16, le=1_000_000, description="Servers: longest query string accepted.")
+    max_query_chars: int = Field(4000, ge=16, le=1_000_000,
+                                 description="Longest query accepted (servers, `memsync search`, --batch lines).")
     mcp_structured: bool = Field(
         False, description="memsync mcp: tools also declare an output schema and return their answer as structured "
         "content beside the markdown. Off by default: Claude Code, opencode and Codex then show the model the "

@@ -192,7 +192,10 @@ class SyncPass:
             on_result(first, False)
         if first.interrupted or not self.s.upstream_store:
             return first
-        second = self.upstream(upstream(), scope)
+        sink = upstream()
+        if sink is None and not scope.dry_run:  # its store did not open (logged there): the next pass tries again
+            return first
+        second = self.upstream(sink, scope)
         self.garbage.passed(scope.full, second)
         if on_result is not None:
             on_result(second, True)

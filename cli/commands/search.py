@@ -64,6 +64,9 @@ def _date(value: str | None, name: str) -> datetime | None:
         fail(f"{name} must be an ISO date like 2026-11-01 or 2026-11-01T10:00:00Z, got {value!r}", EXIT_USAGE)
 
 
+WHOLE_NUMBERS = ("limit", "offset", "window_days")  # batch-line fields read with int(), as the options are
+
+
 def _batch_line(searcher: Searcher, parser: RequestParser, line: str, defaults: SearchFields) -> dict[str, Any]:
     """One line of `search --batch`: a JSON request in (the fields of ``search.request.SearchFields``;
     the command's options fill the ones a line leaves empty), the JSON contract (or an error) out."""
@@ -76,6 +79,9 @@ def _batch_line(searcher: Searcher, parser: RequestParser, line: str, defaults: 
         # An empty value takes the option's, but a line's window_days of 0 or null is its own (all
         # time, the configured window).
         fields = {**defaults, **{k: v for k, v in req.items() if v or k == "window_days"}}
+        for key in WHOLE_NUMBERS:  # "5" and 5.0 as the command took them before the one parser
+            if isinstance(fields.get(key), (str, float)) and not isinstance(fields.get(key), bool):
+                fields[key] = int(fields[key])
         return searcher.search(parser.request(cast("SearchFields", fields))).to_json()
     except (ValueError, TypeError, SearchError) as exc:
         return {"error": str(exc)}

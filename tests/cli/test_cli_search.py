@@ -84,6 +84,21 @@ def test_batch_lines_are_bounded_as_the_options(opts: list[str], tmp_path: Path)
     assert got[2]["results"] == [] and got[2]["total"] is not None
 
 
+def test_batch_numbers_written_as_text_are_read_as_before(opts: list[str], tmp_path: Path) -> None:
+    """A batch line's limit, offset and window_days go through int() as they always did: "5" and
+    5.0 are 5; text that is no whole number is that line's error."""
+    lines = [{"query": "uploads", "limit": "2", "window_days": "0"}, {"query": "uploads", "limit": 2.0},
+             {"query": "uploads", "limit": "two"}, {"query": "uploads", "limit": 2}]
+    f = tmp_path / "q.jsonl"
+    f.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    code, out, _ = run("search", *opts, "--batch", str(f))
+    got = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(got) == 4
+    keys = [[(r["kind"], r["id"]) for r in g.get("results", [])] for g in got]
+    assert keys[0] == keys[1] == keys[3] and len(keys[3]) == 2 and got[0]["window"]["days"] == 0
+    assert "error" in got[2] and "two" in got[2]["error"]
+
+
 def test_bad_date_is_usage_error(opts: list[str]) -> None:
     code, _, err = run("search", "x", *opts, "--since", "yesterday")
     assert code == 2 and "--since" in err and "Traceback" not in err

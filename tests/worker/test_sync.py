@@ -21,7 +21,7 @@ from memsync.worker.sink import ChromaSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import SyncState
 from memsync.worker.sync import Destination, Syncer, SyncOptions, SyncResult
-from memsync.worker.syncpass import Scope
+from memsync.worker.syncpass import EVERY_ROW, Scope, StoreCollection, SyncPass
 from memsync.worker.verify import verify
 from tests.conftest import FakeEmbedder, make_db, mixed_records, obs, write
 
@@ -441,3 +441,18 @@ class TestOutcomes:
         result = SyncResult.of("c", Outcome(added=3, deleted=1, reused=2, read_seconds=0.1), 1.5, dry_run=False)
         assert (result.collection, result.added, result.deleted, result.reused) == ("c", 3, 1, 2)
         assert result.read_seconds == 0.1 and result.seconds == 1.5 and result.written == 4
+
+
+
+def test_a_pass_whose_upstream_store_did_not_open_keeps_its_own_and_waits(
+        settings: Settings, source_db: Path, chroma: Any, fake_embedder: FakeEmbedder) -> None:
+    """The daemon hands the pass what its target holds; an upstream-readable store whose opening
+    failed (a full disk while its format was bound) is None. memsync's own pass stands and the
+    upstream pass waits for the next one, as before the passes were shared (a Syncer without a sink
+    would stop the worker on its first write)."""
+    s = settings.model_copy(update={"upstream_store": True})
+    col = stores.open_collection(chroma, s, fake_embedder.model_id, fake_embedder.dimension)
+    with SourceReader(s.db) as reader, SyncState(s.state_path) as state:
+        sync = SyncPass(s, reader, state, StoreCollection(None, due=False), SyncOptions.from_settings(s))
+        result = sync.run(Destination(col.name, ChromaSink(col)), fake_embedder, lambda: None, EVERY_ROW)
+    assert result.added == 12 + 36 + 36 and result.upstream is None and not result.interrupted
