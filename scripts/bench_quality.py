@@ -41,7 +41,9 @@ import asyncio
 import contextlib
 import math
 import re
+import signal
 import sqlite3
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -316,6 +318,9 @@ def parse_list(text: str, allowed: Sequence[str], what: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns the exit code (1 when a bar is missed)."""
+    # SIGTERM unwinds like Ctrl-C, so the real claude-mem's worker and its Chroma server (started by
+    # real_claude_mem) are stopped by their pids in its finally, not left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=DEFAULT_DATA)
     p.add_argument("--links", default=",".join(LINKS),

@@ -5,9 +5,11 @@ HOME where claude-mem's published plugin is installed from a local marketplace."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -116,6 +118,18 @@ def servers(listing: str) -> dict[str, str]:
     return out
 
 
+def started_under(home: Path) -> list[int]:
+    """Pids of the live processes whose environment has ``HOME=home``: every process Claude Code
+    and claude-mem's plugin start in the test inherits it, and nothing else has it."""
+    marker = f"HOME={home}".encode()
+    pids = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError):
+            if marker in environ.read_bytes().split(b"\0"):
+                pids.append(int(environ.parent.name))
+    return pids
+
+
 CLAUDE_MEM_TOOL = "mcp__plugin_claude-mem_mcp-search__"  # how the model sees claude-mem's tools
 MEMSYNC_TOOL = "mcp__memsync__"
 
@@ -185,8 +199,11 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
             assert sorted(agent_tools(home, project, api, port)) == sorted(before)
         assert servers(claude(home, "mcp", "list", cwd=project)) == {CLAUDE_MEM_SERVER: "Connected"}
         assert json.loads((home / ".claude" / "settings.json").read_text()).get("permissions") is None
-    finally:  # anything the plugin's hooks or server started from the temporary HOME
-        subprocess.run(["pkill", "-KILL", "-f", str(home)], check=False)
+    finally:  # anything the plugin's hooks or server started (a worker it auto-starts outlives claude)
+        for pid in started_under(home):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        assert not started_under(home)
 
 
 def test_a_dry_run_prints_the_steps_and_changes_nothing(tmp_path: Path) -> None:
