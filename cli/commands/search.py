@@ -80,7 +80,7 @@ def _batch_line(searcher: Searcher, parser: RequestParser, line: str, defaults: 
         # time, the configured window).
         fields = {**defaults, **{k: v for k, v in req.items() if v or k == "window_days"}}
         for key in WHOLE_NUMBERS:  # "5" and 5.0 as the command took them before the one parser
-            if isinstance(fields.get(key), (str, float)) and not isinstance(fields.get(key), bool):
+            if isinstance(fields.get(key), (str, float)):
                 fields[key] = int(fields[key])
         return searcher.search(parser.request(cast("SearchFields", fields))).to_json()
     except (ValueError, TypeError, SearchError) as exc:
