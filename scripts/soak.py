@@ -15,7 +15,7 @@ For the given duration, in one run:
   few seconds; writes a batch of hostile rows (2 MB text, invalid JSON, bytes that are not UTF-8);
   wipes the store (worker and Chroma killed, the Chroma directory deleted, the worker started
   again: it must find the empty store and re-drive every document, as after a lost volume);
-  damages the vector copy (``vectors.i8`` or ``entries.bin`` truncated, or ``entries.bin``
+  damages the vector copy (``vectors.i8`` or ``entries.bin`` replaced by a third of it, or ``entries.bin``
   overwritten with garbage) or the text index (tantivy's ``meta.json`` garbled, a segment file
   deleted or garbled) under the running worker: searches must go on, the worker must rebuild both.
 At the end the writer stops, the worker catches up and reconciles (SIGUSR1), the vector copy is
@@ -29,6 +29,7 @@ summary table and writes JSON (``--out``); exit 0 only when every check passed.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import random
@@ -239,7 +240,14 @@ def damage_copy(settings: Settings, rng: random.Random) -> str:
                 with open(target, "r+b") as fh:  # in place: readers that mapped the file see it too
                     fh.write(rng.randbytes(size))
             else:
-                os.truncate(target, size // 3)
+                # Replaced by a shorter file, not truncated in place: a page of a mapping past the
+                # end of a file truncated under it kills the reader with SIGBUS (any memory-mapped
+                # reader, tantivy's too, and this process searches), and memsync never truncates
+                # its files in place; what is checked is that a shorter file is found and rebuilt.
+                tmp = target.with_name(target.name + ".damage")
+                with open(target, "rb") as src:
+                    tmp.write_bytes(src.read(size // 3))
+                os.replace(tmp, target)
         except OSError:
             continue  # a copy being replaced (a compaction, a rewrite): the next one is damaged instead
     return how
@@ -257,7 +265,8 @@ def damage_text_index(settings: Settings, rng: random.Random) -> str:
             rng.choice(segments).unlink()
         else:
             victim = rng.choice(segments)
-            victim.write_bytes(rng.randbytes(victim.stat().st_size))
+            with open(victim, "r+b") as fh:  # in place at the same size (write_bytes truncates first: SIGBUS)
+                fh.write(rng.randbytes(victim.stat().st_size))
     except OSError:
         pass  # a segment merged away meanwhile
     return how
@@ -394,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compact-min-churn", type=int, default=100, help="the worker's MEMSYNC_COMPACT_MIN_CHURN")
     p.add_argument("--compact-idle", type=float, default=15.0, help="the worker's MEMSYNC_COMPACT_IDLE_S")
     args = p.parse_args(argv)
+    faulthandler.enable()  # a fatal signal in a native library still leaves its stack on stderr
 
     if args.work is not None and (args.work / "claude-mem.db").exists():
         p.error(f"{args.work} already holds a soak's database; give a new --work directory")

@@ -21,7 +21,7 @@ def test_two_minute_soak_with_faults_loses_nothing(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "scripts.soak", "--minutes", "2", "--fault-every", "15", "--seed", "3",
                         "--work", str(tmp_path / "work"), "--out", str(out)], cwd=ROOT, capture_output=True,
                        text=True, timeout=1200)
-    assert out.exists(), r.stdout[-3000:] + r.stderr[-3000:]
+    assert out.exists(), f"exit {r.returncode}\n{r.stdout[-3000:]}{r.stderr[-3000:]}"
     summary = json.loads(out.read_text())
     failed = [k for k, ok in summary["checks"].items() if not ok]
     assert r.returncode == 0 and not failed, (failed, summary)
