@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
+from memsync.config.errors import BadData
 from memsync.config.kinds import KIND_NAMES
 
 # claude-mem's doc_type of each kind, from the one table of kind names.
@@ -47,7 +48,7 @@ class DocId:
         return None
 
 
-class DocIdError(ValueError):
+class DocIdError(BadData):
     """A string is not a memsync/claude-mem document id, or a (kind, id, field) is not valid."""
 
 

@@ -65,6 +65,13 @@ class InvalidRequest(MemsyncError, ValueError):
     same request will not help (CLI exit 2, HTTP 400, an MCP tool error that says what to change)."""
 
 
+class BadData(MemsyncError, ValueError):
+    """Data memsync met and cannot use: a source row it cannot turn into documents, a document id
+    that is not memsync's, a batch the vector store refused. Handled where it is met (the row is
+    recorded as failed with the reason, the id is skipped), never a crash, and retrying the same
+    data will not help."""
+
+
 class SourceUnavailable(MemsyncError):
     """The source database cannot be opened or read right now."""
 

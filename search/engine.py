@@ -34,7 +34,7 @@ from memsync.search.fusion import Ranked, Weights, fuse
 from memsync.search.hydrate import PageEntry
 from memsync.search.lexical import LexicalSide
 from memsync.search.lookups import Lookups
-from memsync.search.models import Filters, Key, Mode, Order, Response, SearchError
+from memsync.search.models import Key, Mode, Order, Response, SearchError
 from memsync.search.plan import Plan
 from memsync.search.request import SearchRequest
 from memsync.search.rerank import rerank
@@ -176,8 +176,7 @@ def _lexical(side: LexicalSide, plan: Plan) -> LexicalAnswer:
     if plan.request.mode is not Mode.SEMANTIC:
         f = plan.filters
         tasks = [(k, f) for k in plan.kinds]
-        evidence_filters = Filters(project=f.project, platform=f.platform, date_from=f.date_from, date_to=f.date_to)
-        tasks.extend((k, evidence_filters) for k in plan.evidence_kinds)
+        tasks.extend((k, f.common()) for k in plan.evidence_kinds)
         try:
             found = side.rank(tasks, plan.window, plan.depth)
         except QueryTimeout as exc:

@@ -125,9 +125,9 @@ class Lookups(ABC):
             key, epoch = self._anchor(rows, anchor, project)
             candidates: dict[Key, int] = {}
             for kind in KINDS:
-                for i, e in rows.around(kind, epoch, project, True, depth_before + 1, inclusive=True):
+                for i, e in rows.around(kind, epoch, project, "<=", depth_before + 1):
                     candidates[(kind, i)] = e
-                for i, e in rows.around(kind, epoch, project, False, depth_after + 1, inclusive=True):
+                for i, e in rows.around(kind, epoch, project, ">=", depth_after + 1):
                     candidates[(kind, i)] = e
             if key is not None:
                 candidates.setdefault(key, epoch)

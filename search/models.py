@@ -14,6 +14,7 @@ from typing import Any
 
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.errors import InvalidRequest
+from memsync.config.filters import Filters as Filters  # where the search library's callers import it
 
 Key = tuple[Kind, int]  # a row's identity outside SQLite: ids are unique only within a kind
 
@@ -52,30 +53,6 @@ class Signal(StrEnum):
     SEMANTIC = "semantic"
     LEXICAL = "lexical"
     BOTH = "both"
-
-
-@dataclass(frozen=True, slots=True)
-class Filters:
-    """Restrictions applied before any top-N cut. Empty means no restriction.
-
-    ``project`` matches ``project`` or ``merged_into_project``; ``platform`` the agent that
-    recorded the row's session, normalised as claude-mem does (``config.claude_mem.platform``);
-    ``types`` are observation types; ``concepts`` and ``files`` are substrings of the JSON lists
-    (any of the given values); ``date_from``/``date_to`` (aware datetimes) replace the recency
-    window when given."""
-
-    project: str | None = None
-    platform: str | None = None
-    types: tuple[str, ...] = ()
-    concepts: tuple[str, ...] = ()
-    files: tuple[str, ...] = ()
-    date_from: datetime | None = None
-    date_to: datetime | None = None
-
-    @property
-    def observation_only(self) -> bool:
-        """Types, concepts and files exist on observations (files also on summaries)."""
-        return bool(self.types or self.concepts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,13 +10,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from memsync.config.claude_mem.schema import KINDS, Kind
-from memsync.config.limits import MAX_FILTER_VALUES, MAX_LIMIT, MAX_OFFSET, MAX_PLATFORM_CHARS, MAX_WINDOW_DAYS
+from memsync.config.filters import FILTER_PARAMS, FilterParam
+from memsync.config.limits import MAX_FILTER_VALUES, MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
 from memsync.config.records import RecordRefError, parse_iso, parse_kinds
 from memsync.search.models import Filters, Format, Mode, Order, SearchError
 
@@ -47,17 +48,12 @@ class SearchRequest:
 
 class SearchFields(TypedDict, total=False):
     """A search as a front end receives it (strings and numbers, not yet checked); an absent field
-    takes :class:`SearchRequest`'s default."""
+    takes :class:`SearchRequest`'s default. ``filters`` holds the filters' values by their
+    :class:`Filters` field name (``search.models.FILTER_PARAMS``: project, platform, types, ...)."""
 
     query: str | None
     kind: str | Sequence[str] | None  # observations, summaries, prompts, all, an alias (or a list of them)
-    project: str | None
-    platform: str | None
-    types: str | Sequence[str] | None
-    concepts: str | Sequence[str] | None
-    files: str | Sequence[str] | None
-    date_from: str | datetime | None
-    date_to: str | datetime | None
+    filters: Mapping[str, object]
     window_days: int | None
     order: str
     limit: int
@@ -111,14 +107,17 @@ class RequestParser:
     """Builds :class:`SearchRequest` from :class:`SearchFields` with the one limit policy; the query's
     length limit is a setting (``max_query_chars``), the observation types are the database's."""
 
-    def __init__(self, max_query_chars: int, observation_types: Callable[[], Sequence[str]]) -> None:
+    def __init__(self, max_query_chars: int, observation_types: Callable[[], Sequence[str]],
+                 label: Callable[[FilterParam], str] = lambda p: p.param) -> None:
         self.max_query_chars = max_query_chars
         self._observation_types = observation_types
+        self._label = label  # how a refused filter is named: its parameter, or the CLI's option
 
     def request(self, fields: SearchFields) -> SearchRequest:
         """Every field checked (in this order: query, kind, filters, order, window, page), or
         BadRequest naming the first bad one."""
-        query, kinds, filters = self.query(fields.get("query")), self.kinds(fields.get("kind")), self.filters(fields)
+        query, kinds = self.query(fields.get("query")), self.kinds(fields.get("kind"))
+        filters = self.filters(fields.get("filters", {}))
         order = fields.get("order", Order.RELEVANCE)
         try:
             order = Order(str(order).lower())
@@ -138,9 +137,9 @@ class RequestParser:
             raise BadRequest(f"{name} is {len(text)} characters; the limit is {self.max_query_chars}")
         return text
 
-    def types(self, values: object) -> tuple[str, ...]:
+    def types(self, values: object, name: str = "type") -> tuple[str, ...]:
         """Observation types, each checked against the types this database uses."""
-        wanted = listed(values, "type")
+        wanted = listed(values, name)
         if wanted:
             known = self._observation_types()
             unknown = [t for t in wanted if t not in known]
@@ -160,18 +159,25 @@ class RequestParser:
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
 
-    def filters(self, fields: SearchFields) -> Filters:
-        """The filters of a request; a date range replaces the recency window."""
-        date_from = parse_date(fields.get("date_from"), "date_from")
-        date_to = parse_date(fields.get("date_to"), "date_to")
-        if date_from and date_to and date_from > date_to:
+    def filters(self, values: Mapping[str, object]) -> Filters:
+        """The filters of a request, each read as its declaration says (``FILTER_PARAMS``); a date
+        range replaces the recency window."""
+        filters = Filters(**{p.field: self.filter_value(p, values.get(p.field)) for p in FILTER_PARAMS})
+        if filters.date_from and filters.date_to and filters.date_from > filters.date_to:
             raise BadRequest("date_from is after date_to")
-        platform = _text(fields.get("platform"), "platform")
-        if platform is not None and len(platform) > MAX_PLATFORM_CHARS:
-            raise BadRequest(f"platform is {len(platform)} characters; the limit is {MAX_PLATFORM_CHARS}")
-        return Filters(project=_text(fields.get("project"), "project"), platform=platform,
-                       types=self.types(fields.get("types")), concepts=listed(fields.get("concepts"), "concept"),
-                       files=listed(fields.get("files"), "file"), date_from=date_from, date_to=date_to)
+        return filters
+
+    def filter_value(self, param: FilterParam, value: object) -> Any:
+        """One filter's value, checked; BadRequest names the parameter."""
+        name = self._label(param)
+        if param.shape == "date":
+            return parse_date(value, name)
+        if param.shape == "list":
+            return self.types(value, name) if param.checked else listed(value, name)
+        text = _text(value, name)
+        if text is not None and param.max_chars is not None and len(text) > param.max_chars:
+            raise BadRequest(f"{name} is {len(text)} characters; the limit is {param.max_chars}")
+        return text
 
     @staticmethod
     def page(limit: object, offset: object) -> tuple[int, int]:

@@ -31,7 +31,7 @@ from memsync.search.plan import Plan
 from memsync.search.sql import SourceRows
 from memsync.search.stopwatch import Stopwatch
 from memsync.search.threads import one_blas_thread
-from memsync.search.vectorcopy import VectorCopy
+from memsync.search.vectorcopy import COPY_FILTERS, VectorCopy
 from memsync.search.vectorstore import RowHit, VectorStore, VectorUnavailable
 
 OVERFETCH = 5  # second, deeper look before searching the filtered rows exactly ...
@@ -103,13 +103,11 @@ class SemanticSide:
         """The nearest rows of the wanted kinds within the scope, by the cheapest strategy that loses
         none, and the vector copy that answered (None: Chroma did)."""
         filters, window = plan.filters, plan.window
-        restricted = bool(filters.project or filters.platform or filters.types or filters.concepts or filters.files
-                          or window.start_ms is not None or window.end_ms is not None)
-        # The copy's entries know kind, project, type and time, not concepts, files or platform: a
-        # search filtered by those goes to Chroma and the rows that pass (a rare platform would
-        # otherwise make the copy score the whole window again and again).
-        copy = self.vector_copy() if restricted and not (filters.concepts or filters.files or filters.platform) \
-            else None
+        restricted = bool(filters.named()) or window.start_ms is not None or window.end_ms is not None
+        # The copy's entries know kind, project, type and time, not concepts, files, platform or
+        # any other filter: a search filtered by those goes to Chroma and the rows that pass (a rare
+        # platform would otherwise make the copy score the whole window again and again).
+        copy = self.vector_copy() if restricted and filters.supported(COPY_FILTERS) else None
         if copy is not None:
             # Exact over the documents that pass, from the local copy: no over-fetch, no loss.
             try:

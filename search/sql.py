@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from memsync.config.claude_mem.connection import fetch_all, open_source_db
@@ -322,12 +322,14 @@ class SourceRows:
                f"WHERE {column} IS NOT NULL AND {column} != '' ORDER BY v LIMIT ?")
         return [str(r[0]) for r in self.query(sql, [limit])]
 
-    def around(self, kind: Kind, epoch: int, project: str | None, before: bool, limit: int,
-               inclusive: bool = False) -> list[tuple[int, int]]:
-        """(id, epoch) of up to ``limit`` rows of ``kind`` just before (or after) ``epoch``."""
+    def around(self, kind: Kind, epoch: int, project: str | None, side: Literal["<", "<=", ">", ">="],
+               limit: int) -> list[tuple[int, int]]:
+        """(id, epoch) of up to ``limit`` rows of ``kind`` on ``side`` of ``epoch`` (``<``: just before
+        it, ``>=``: at or after it, ...), nearest first."""
         cond, params = self.where(kind, Filters(project=project), None)
-        op = ("<=" if inclusive else "<") if before else (">=" if inclusive else ">")
-        sort = "DESC" if before else "ASC"
+        if side not in ("<", "<=", ">", ">="):  # it becomes SQL text
+            raise ValueError(f"side must be <, <=, > or >=, got {side!r}")
+        op, sort = side, "DESC" if side.startswith("<") else "ASC"
         sql = (f"SELECT {ALIAS}.id, {ALIAS}.created_at_epoch FROM {TABLES[kind]} {ALIAS} "
                f"WHERE {ALIAS}.created_at_epoch {op} ? AND {cond} "
                f"ORDER BY {ALIAS}.created_at_epoch {sort}, {ALIAS}.id {sort} LIMIT ?")

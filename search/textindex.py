@@ -41,6 +41,9 @@ from memsync.search import fts
 from memsync.search.models import Filters, Scope
 
 _EPOCH_MAX = 2**62
+# The filters the index applies itself (its fields; dates are its window): a search with any other
+# filter asks FTS5, which applies every filter in SQL.
+INDEXED_FILTERS = frozenset({"project", "types", "date_from", "date_to"})
 FEEDBACK_DOCS = 5  # best matches whose words expand the query
 FEEDBACK_TERMS = 8  # words added
 FEEDBACK_WEIGHT = 0.3  # an added word's weight, against 1 for a query word
@@ -89,8 +92,9 @@ class TextIndex:
 
     @staticmethod
     def supports(filters: Filters) -> bool:
-        """Whether the index can apply these filters itself (concepts, files and platform it cannot)."""
-        return not filters.concepts and not filters.files and not filters.platform
+        """Whether the index can apply these filters itself (project, types and dates; not concepts,
+        files, platform or any other)."""
+        return filters.supported(INDEXED_FILTERS)
 
     def _query(self, kind: Kind, text: str, scope: Scope, extra: Mapping[str, float] | None = None) -> Any | None:
         wanted = query_terms(text)

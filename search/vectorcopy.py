@@ -41,6 +41,8 @@ from memsync.search.vectorstore import RowHit
 CHUNK = 4096  # rows per int8→float32 product: small enough to stay in cache
 PARALLEL_MIN = 16_384  # rows from which a scan is split over two threads
 DENSE = 1.5  # score the whole span when it is at most this many times the passing entries
+# The filters its entries can apply (with the window); a search with any other goes to Chroma.
+COPY_FILTERS = frozenset({"project", "types", "date_from", "date_to"})
 _ROW_BITS = 56  # a (kind, row) key packed into one int64: kind byte above a 56-bit row id
 # Sorted (kind, row) keys of a copy's entries, per copy directory and entry count: built once per
 # process and count (append-only copy: a new count means new entries), reused by every search.

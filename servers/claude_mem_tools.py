@@ -176,10 +176,11 @@ def build_profile_server(settings: Settings, searcher: Searcher | None = None) -
                 # claude-mem filters by any type and finds nothing; memsync says which exist.
                 return (f'No results found matching "{text or "undefined"}"\n_no observation of type '
                         f'{", ".join(types)}; this database has: {", ".join(sorted(known)) or "(no observations)"}_\n')
-            fields = SearchFields(query=text, kind=kind or "all", project=project, platform=platformSource,
-                                  types=[t for t in types if t in known] or None,
-                                  date_from=date_value(dateStart, "dateStart"),
-                                  date_to=date_value(dateEnd, "dateEnd", end=True), order=order,
+            filters = {"project": project, "platform": platformSource,
+                       "types": [t for t in types if t in known] or None,
+                       "date_from": date_value(dateStart, "dateStart"),
+                       "date_to": date_value(dateEnd, "dateEnd", end=True)}
+            fields = SearchFields(query=text, kind=kind or "all", filters=filters, order=order,
                                   limit=whole(limit, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT),
                                   offset=whole(offset, "offset", 0, 0, MAX_OFFSET), full=True)
             return show.search_text(requests.search(fields), text, by_date=order != "relevance")

@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.errors import ConfigError, InvalidRequest, MemsyncError, closest
+from memsync.config.filters import FilterParam
 from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S
 from memsync.config.kinds import KIND_BY_NAME, KIND_NAMES, KindFilter, choice_for, plural
 from memsync.config.limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
@@ -43,7 +44,7 @@ from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher, SearchError, VectorUnavailable
 from memsync.search.request import SearchFields
 from memsync.servers.hosts import HostGuard, HostRule
-from memsync.servers.params import MAX_DEPTH, Requests
+from memsync.servers.params import MAX_DEPTH, Requests, filter_fields, offering_filters
 from memsync.servers.redact import public
 from memsync.servers.render import days_text
 from memsync.servers.wire import H11_MAX_HEAD, MAX_QUERY_STRING, QUERY_TOO_LONG, protocol_class
@@ -175,6 +176,12 @@ def page_html(settings: Settings) -> str:
             .replace("{kind_choices}", json.dumps({name: choice_for(name) for name in KIND_BY_NAME})))
 
 
+def filter_query(param: FilterParam) -> Any:
+    """A filter's query parameter: one value, or (for a list filter) repeated (``type=a&type=b``)."""
+    kind = list[str] | None if param.shape == "list" else str | None
+    return Annotated[kind, Query(description=param.help)]
+
+
 def create_app(settings: Settings, searcher: Searcher | None = None, host: str | None = None,
                port: int | None = None) -> FastAPI:
     """The FastAPI application on one shared Searcher (closed when the app shuts down), answering
@@ -249,28 +256,20 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/search", dependencies=guarded, summary="Hybrid search over observations, summaries and prompts")
+    @offering_filters(filter_query, KINDS)  # project, platform, type, ...: declared in search.models.Filters
     def api_search(
         q: Annotated[str, Query(description="Query text; empty lists the newest records.")] = "",
         kind: Annotated[KindFilter, Query(description="Which records ('sessions' is accepted for summaries).")] = "all",
-        project: Annotated[str | None, Query(description="Only this project (merged projects included).")] = None,
-        platform: Annotated[str | None, Query(description="Only sessions of this agent platform (claude, codex, "
-                                              "cursor, ...; normalised as claude-mem does).")] = None,
-        type: Annotated[list[str] | None, Query(description="Observation type(s).")] = None,
-        concept: Annotated[list[str] | None, Query(description="Observation concept(s).")] = None,
-        file: Annotated[list[str] | None, Query(description="Substring of a file read or modified.")] = None,
-        date_from: Annotated[str | None, Query(description="ISO date/time; replaces the window.")] = None,
-        date_to: Annotated[str | None, Query(description="ISO date/time, inclusive.")] = None,
         window_days: Annotated[int | None, Query(ge=0, le=MAX_WINDOW_DAYS,
                                                  description="Recency window; 0 = all time.")] = None,
         order: Annotated[Literal["relevance", "newest", "oldest"], Query()] = "relevance",
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 10,
         offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
         full: Annotated[bool, Query(description="Include each full record.")] = False,
+        **filters: Any,
     ) -> dict[str, Any]:
-        resp = requests.search(SearchFields(query=q, kind=kind, project=project, platform=platform, types=type,
-                                            concepts=concept, files=file, date_from=date_from, date_to=date_to,
-                                            window_days=window_days, order=order, limit=limit, offset=offset,
-                                            full=full))
+        resp = requests.search(SearchFields(query=q, kind=kind, filters=filter_fields(filters), window_days=window_days,
+                                            order=order, limit=limit, offset=offset, full=full))
         metrics.modes.labels(resp.mode.value).inc()
         return {**resp.to_json(), "reason": public(resp.reason, settings), "limit": limit, "offset": offset}
 

@@ -25,8 +25,9 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from memsync.config.claude_mem.schema import Kind
+from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.errors import InvalidRequest, MemsyncError, closest
+from memsync.config.filters import FILTER_BY_FIELD, FilterParam
 from memsync.config.kinds import KindFilter, plural
 from memsync.config.limits import MAX_LIMIT
 from memsync.config.records import format_ref
@@ -36,7 +37,16 @@ from memsync.search.request import SearchFields
 from memsync.servers import render
 from memsync.servers import structured as out
 from memsync.servers.hosts import HostGuard, HostRule
-from memsync.servers.params import MAX_DEPTH, MAX_IDS, FindArgs, FindBy, Requests, parse_ref
+from memsync.servers.params import (
+    MAX_DEPTH,
+    MAX_IDS,
+    FindArgs,
+    FindBy,
+    Requests,
+    filter_fields,
+    offering_filters,
+    parse_ref,
+)
 from memsync.servers.redact import public
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,15 +64,14 @@ read the one-line results, then open the ones you need with get_observations. Re
 older matches the window left out."""
 
 
+def filter_arg(param: FilterParam) -> Any:
+    """A filter's MCP argument: one string, or (for a list filter) one or several."""
+    kind = str | list[str] | None if param.shape == "list" else str | None
+    return Annotated[kind, Field(description=param.help)]
+
+
 Query = Annotated[str, Field(description="A few key words or a short question; empty lists the newest records.")]
-Project = Annotated[str | None, Field(description="Only this project (merged projects included).")]
-Platform = Annotated[str | None, Field(description="Only sessions of this agent: claude, codex, cursor, ...")]
-Types = Annotated[str | list[str] | None, Field(
-    description="Observation type(s), e.g. bugfix, feature, decision, discovery, refactor, change.")]
-Concepts = Annotated[str | list[str] | None, Field(description="Observation concept tag(s).")]
-Files = Annotated[str | list[str] | None, Field(description="Part of a path read or modified, e.g. 'auth/' or 'x.py'.")]
-DateFrom = Annotated[str | None, Field(description="ISO date or time; with date_to it replaces the window.")]
-DateTo = Annotated[str | None, Field(description="ISO date or time (inclusive).")]
+Project = Annotated[str | None, Field(description=FILTER_BY_FIELD["project"].help)]
 WindowDays = Annotated[int | None, Field(
     description="Recency window in days (default: the server's window, see its instructions); 0 = all time.")]
 OrderArg = Annotated[Literal["relevance", "newest", "oldest"], Field(description="Sort order.")]
@@ -150,56 +159,55 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
         with answers(settings):
             return search_answer(requests.find_by(by, value, args), args.offset, args.full)
 
+    # Each search tool's filters (project, platform, type, concept, file, date_from, date_to, ...)
+    # are declared once, in search.models.Filters: offering_filters adds those of the kinds it searches.
     @tool("Search memory")
-    def search(query: Query = "", kind: KindArg = "all", project: Project = None, type: Types = None,
-               concept: Concepts = None, file: Files = None, date_from: DateFrom = None, date_to: DateTo = None,
-               window_days: WindowDays = None, order: OrderArg = "relevance", limit: Limit = 10, offset: Offset = 0,
-               format: FormatArg = "index", platform: Platform = None) -> SearchAnswer:
+    @offering_filters(filter_arg, KINDS)
+    def search(query: Query = "", kind: KindArg = "all", window_days: WindowDays = None,
+               order: OrderArg = "relevance", limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index",
+               **filters: Any) -> SearchAnswer:
         """Search all memory (observations, summaries, prompts) by meaning and words.
         Use first when you need anything from past sessions. Each result line has an id (#123,
         #S12, #P5), type, date, score and which signals found it."""
-        return run_search(SearchFields(query=query, kind=kind, project=project, platform=platform, types=type,
-                                       concepts=concept, files=file, date_from=date_from, date_to=date_to,
+        return run_search(SearchFields(query=query, kind=kind, filters=filter_fields(filters),
                                        window_days=window_days, order=order, limit=limit, offset=offset,
                                        full=format == "full"))
 
     @tool("Search observations")
-    def search_observations(query: Query = "", project: Project = None, type: Types = None,
-                            concept: Concepts = None, file: Files = None, date_from: DateFrom = None,
-                            date_to: DateTo = None, window_days: WindowDays = None, order: OrderArg = "relevance",
+    @offering_filters(filter_arg, [Kind.OBSERVATION])
+    def search_observations(query: Query = "", window_days: WindowDays = None, order: OrderArg = "relevance",
                             limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index",
-                            platform: Platform = None) -> SearchAnswer:
+                            **filters: Any) -> SearchAnswer:
         """Search observations only: what was done, found or decided in past work (bugfixes,
         features, decisions, discoveries), with their files and concepts."""
-        return run_search(SearchFields(query=query, kind=plural(Kind.OBSERVATION), project=project,
-                                       platform=platform, types=type, concepts=concept, files=file,
-                                       date_from=date_from, date_to=date_to, window_days=window_days, order=order,
-                                       limit=limit, offset=offset, full=format == "full"))
+        return run_search(SearchFields(query=query, kind=plural(Kind.OBSERVATION), filters=filter_fields(filters),
+                                       window_days=window_days, order=order, limit=limit, offset=offset,
+                                       full=format == "full"))
 
     # search_sessions and search_user_prompts keep their names from before issue 28 made the words
     # "summary" and "prompt": agents' permission lists and prompts name the tools
     # (mcp__memsync__search_sessions), and a second tool under a new name would grow the tool list
     # every session reads. Their titles and texts use the words.
     @tool("Search summaries")
-    def search_sessions(query: Query = "", project: Project = None, date_from: DateFrom = None,
-                        date_to: DateTo = None, window_days: WindowDays = None, order: OrderArg = "relevance",
+    @offering_filters(filter_arg, [Kind.SUMMARY])
+    def search_sessions(query: Query = "", window_days: WindowDays = None, order: OrderArg = "relevance",
                         limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index",
-                        platform: Platform = None) -> SearchAnswer:
+                        **filters: Any) -> SearchAnswer:
         """Search summaries: what each past session asked for, learned, completed and left
         as next steps. Good for "where did we leave X"."""
-        return run_search(SearchFields(query=query, kind=plural(Kind.SUMMARY), project=project, platform=platform,
-                                       date_from=date_from, date_to=date_to, window_days=window_days, order=order,
-                                       limit=limit, offset=offset, full=format == "full"))
+        return run_search(SearchFields(query=query, kind=plural(Kind.SUMMARY), filters=filter_fields(filters),
+                                       window_days=window_days, order=order, limit=limit, offset=offset,
+                                       full=format == "full"))
 
     @tool("Search prompts")
-    def search_user_prompts(query: Query = "", project: Project = None, date_from: DateFrom = None,
-                            date_to: DateTo = None, window_days: WindowDays = None, order: OrderArg = "relevance",
+    @offering_filters(filter_arg, [Kind.PROMPT])
+    def search_user_prompts(query: Query = "", window_days: WindowDays = None, order: OrderArg = "relevance",
                             limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index",
-                            platform: Platform = None) -> SearchAnswer:
+                            **filters: Any) -> SearchAnswer:
         """Search what the user asked in past sessions (their prompts, verbatim)."""
-        return run_search(SearchFields(query=query, kind=plural(Kind.PROMPT), project=project, platform=platform,
-                                       date_from=date_from, date_to=date_to, window_days=window_days, order=order,
-                                       limit=limit, offset=offset, full=format == "full"))
+        return run_search(SearchFields(query=query, kind=plural(Kind.PROMPT), filters=filter_fields(filters),
+                                       window_days=window_days, order=order, limit=limit, offset=offset,
+                                       full=format == "full"))
 
     @tool("Find observations by concept")
     def find_by_concept(concept: Annotated[str, Field(description="A concept tag, e.g. 'how-it-works'.")],

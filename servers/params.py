@@ -6,11 +6,13 @@ A search request is checked by the search library's one parser (``search.request
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from memsync.config.claude_mem.schema import Kind
+from memsync.config.filters import FILTER_PARAMS, FilterParam
 from memsync.config.limits import MAX_LIMIT
 from memsync.config.records import RecordRefError, format_ref, parse_record_ref
 from memsync.search import Format, Response, Result, Searcher
@@ -20,6 +22,30 @@ MAX_DEPTH = 50  # timeline records on each side of the anchor
 MAX_IDS = 100  # records per get
 
 FindBy = Literal["concept", "file", "type"]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def offering_filters(annotate: Callable[[FilterParam], Any], kinds: Iterable[Kind]) -> Callable[[F], F]:
+    """Give a tool or endpoint whose filters arrive as ``**filters`` one keyword parameter per filter
+    it offers (those declared for a kind it searches: ``search.models.FILTER_PARAMS``), typed by
+    ``annotate``. The MCP SDK and FastAPI build their schemas from the signature, so a filter
+    declared once in ``search.models.Filters`` is a parameter of every search tool and endpoint."""
+    wanted = frozenset(kinds)
+
+    def declare(fn: F) -> F:
+        signature = inspect.signature(fn, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        offered = [inspect.Parameter(p.param, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotate(p))
+                   for p in FILTER_PARAMS if p.kinds & wanted]
+        fn.__signature__ = signature.replace(parameters=[*own, *offered])  # type: ignore[attr-defined]
+        return fn
+
+    return declare
+
+
+def filter_fields(by_param: Mapping[str, object]) -> dict[str, object]:
+    """The filters a tool or endpoint received (by parameter name: ``type``), by field (``types``)."""
+    return {p.field: by_param[p.param] for p in FILTER_PARAMS if p.param in by_param}
 
 
 def parse_ref(value: str | int) -> tuple[Kind, int]:

@@ -14,7 +14,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from memsync.commands.options import errors_as_exit
 from memsync.config.claude_code import ClaudeSettingsError
 from memsync.config.claude_mem.schema import SchemaError
+from memsync.config.docids import DocIdError
 from memsync.config.errors import (
+    BadData,
     ConfigError,
     InvalidRequest,
     MemsyncError,
@@ -32,7 +34,17 @@ from memsync.search.vectorstore import VectorUnavailable
 from memsync.servers.http_api import create_app
 from memsync.servers.mcp_tools import answers
 from memsync.servers.params import BadRequest
+from memsync.worker.documents import RowError
 from memsync.worker.importer import RecordError
+from memsync.worker.sink import RejectedBatch
+
+
+def all_subclasses(cls: type) -> set[type]:
+    """Every class below ``cls``."""
+    out: set[type] = set()
+    for sub in cls.__subclasses__():
+        out |= {sub, *all_subclasses(sub)}
+    return out
 
 
 def name(value: object) -> str:
@@ -48,6 +60,22 @@ class TestTree:
                                      ClaudeSettingsError])
     def test_every_error_raised_on_purpose_is_in_the_tree(self, cls: type[Exception]) -> None:
         assert issubclass(cls, MemsyncError)
+
+    def test_no_exception_of_the_package_is_outside_the_tree(self) -> None:
+        # Every module imported, then every exception class they define: a new one outside the
+        # tree would be listed by each boundary apart again. Private ones are control flow.
+        import importlib
+        import pkgutil
+
+        import memsync
+
+        for info in pkgutil.walk_packages(memsync.__path__, "memsync."):
+            importlib.import_module(info.name)
+        lone = [f"{c.__module__}.{c.__name__}" for c in all_subclasses(Exception)
+                if c.__module__.startswith("memsync.") and not c.__name__.startswith("_")
+                and not issubclass(c, MemsyncError)]
+        assert lone == []
+        assert all(issubclass(c, BadData) and issubclass(c, ValueError) for c in (RowError, RejectedBatch, DocIdError))
 
     def test_the_errors_code_catches_as_builtins_stay_those(self) -> None:
         # lexical.py falls back on a RuntimeError of the text index (a QueryTimeout among them); the

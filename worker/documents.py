@@ -23,6 +23,7 @@ from memsync.config.claude_mem.platform import normalize_platform
 from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
 from memsync.config.claude_mem.values import clean, parse_list
 from memsync.config.docids import DOC_TYPES, fact_field, format_doc_id
+from memsync.config.errors import BadData
 from memsync.config.records import RecordRefError, ms_from_iso
 
 # The cell a reader adds to each row when projects are excluded: 1 when the row's project is.
@@ -62,7 +63,7 @@ METADATA_KEYS: dict[Kind, tuple[str, ...]] = {
 }
 
 
-class RowError(ValueError):
+class RowError(BadData):
     """The row cannot be turned into documents at all; recorded as failed with this reason."""
 
 

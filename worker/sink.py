@@ -17,12 +17,12 @@ import numpy as np
 import numpy.typing as npt
 
 from memsync.config.chroma.collections import server_failed
-from memsync.config.errors import MemsyncError, StoreDamaged, StoreUnavailable
+from memsync.config.errors import BadData, MemsyncError, StoreDamaged, StoreUnavailable
 from memsync.worker import logs
 from memsync.worker.vectorcopy import VectorCopyWriter
 
 
-class RejectedBatch(ValueError):
+class RejectedBatch(BadData):
     """Chroma refused the data itself (not the connection); retrying the same data will fail again."""
 
 

@@ -6,26 +6,24 @@ from __future__ import annotations
 
 import contextlib
 import json
-from datetime import datetime
-from typing import IO, TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
 from memsync.commands.options import (
-    EXIT_USAGE,
     common_options,
     emit,
     errors_as_exit,
-    fail,
     json_option,
     setting_default,
     settings_from,
     settings_note,
 )
 from memsync.config.errors import StoreUnavailable
+from memsync.config.filters import FILTER_PARAMS
 from memsync.config.kinds import KIND_CHOICES, choice_for
 from memsync.config.limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
-from memsync.config.records import RecordRefError, parse_iso
 from memsync.config.settings import Settings
 from memsync.servers.render import response_text, result_line
 
@@ -33,6 +31,10 @@ if TYPE_CHECKING:  # the search library loads when a command runs, not with `mem
     from memsync.search import Searcher
     from memsync.search.request import RequestParser, SearchFields
 
+F = TypeVar("F", bound=Callable[..., Any])
+FILTER_FIELDS = frozenset(p.field for p in FILTER_PARAMS)
+BATCH_KEYS = ", ".join(f'"{k}"' for k in ("query", "kind", *(p.field for p in FILTER_PARAMS), "window_days", "order",
+                                          "limit", "offset", "full"))
 WINDOW = setting_default("window_days")
 SEARCH_HELP = f"""Search memory by meaning and by words (hybrid), newest {WINDOW} days by default.
 
@@ -55,13 +57,15 @@ class KindChoice(click.Choice[str]):
         return super().convert(choice_for(value), param, ctx)
 
 
-def _date(value: str | None, name: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        return parse_iso(value)
-    except RecordRefError:
-        fail(f"{name} must be an ISO date like 2026-11-01 or 2026-11-01T10:00:00Z, got {value!r}", EXIT_USAGE)
+def filter_options(command: F) -> F:
+    """One option per search filter (``--project``, ``--type``, ``--since``, ...), as declared in
+    ``config.filters``: a filter declared there is an option here, as it is a parameter of the
+    HTTP API and the MCP tools."""
+    for param in reversed(FILTER_PARAMS):
+        many = param.shape == "list"
+        command = click.option(param.flag, param.field, multiple=many, default=None,
+                               help=param.help + (" Repeatable." if many else ""))(command)
+    return command
 
 
 WHOLE_NUMBERS = ("limit", "offset", "window_days")  # batch-line fields read with int(), as the options are
@@ -77,8 +81,10 @@ def _batch_line(searcher: Searcher, parser: RequestParser, line: str, defaults: 
         if not isinstance(req, dict) or not isinstance(req.get("query"), str):
             raise ValueError('each line must be a JSON object with a string "query"')
         # An empty value takes the option's, but a line's window_days of 0 or null is its own (all
-        # time, the configured window).
-        fields = {**defaults, **{k: v for k, v in req.items() if v or k == "window_days"}}
+        # time, the configured window). A line names its filters flat, by field ("types").
+        given = {k: v for k, v in req.items() if v or k == "window_days"}
+        fields: dict[str, Any] = {**defaults, **{k: v for k, v in given.items() if k not in FILTER_FIELDS}}
+        fields["filters"] = {**defaults.get("filters", {}), **{k: v for k, v in given.items() if k in FILTER_FIELDS}}
         for key in WHOLE_NUMBERS:  # "5" and 5.0 as the command took them before the one parser
             if isinstance(fields.get(key), (str, float)):
                 fields[key] = int(fields[key])
@@ -101,16 +107,9 @@ def _refused_exits(settings: Settings) -> None:
 @common_options
 @json_option
 @click.argument("query", required=False, default="")
-@click.option("--project", default=None, help="Only this project (merged projects included).")
-@click.option("--platform", default=None,
-              help="Only sessions of this agent platform: claude, codex, cursor, ... (normalised as claude-mem does).")
 @click.option("--kind", type=KindChoice(), default="all", show_default=True,
               help="Which records to search ('sessions' is accepted for summaries).")
-@click.option("--type", "types", multiple=True, help="Observation type (repeatable), e.g. bugfix.")
-@click.option("--concept", "concepts", multiple=True, help="Observation concept (repeatable).")
-@click.option("--file", "files", multiple=True, help="Substring of a file read or modified (repeatable).")
-@click.option("--since", default=None, help="Only records at or after this ISO date (replaces the window).")
-@click.option("--until", default=None, help="Only records at or before this ISO date.")
+@filter_options
 @click.option("--limit", type=click.IntRange(1, MAX_LIMIT), default=10, show_default=True, help="Results to show.")
 @click.option("--offset", type=click.IntRange(0, MAX_OFFSET), default=0, show_default=True, help="Results to skip.")
 @click.option("--window-days", type=click.IntRange(0, MAX_WINDOW_DAYS), default=None,
@@ -118,15 +117,13 @@ def _refused_exits(settings: Settings) -> None:
 @click.option("--order", type=click.Choice(["relevance", "newest", "oldest"]), default="relevance", show_default=True)
 @click.option("--full", is_flag=True, help="Include each full record.")
 @click.option("--batch", type=click.File("r"), default=None,
-              help='Run one search per JSON line of FILE ("-" = stdin): {"query", "kind", "project", "platform", '
-                   '"types", "concepts", "files", "date_from", "date_to", "window_days", "order", "limit", "offset", '
-                   '"full"}, within the same bounds as the options (an empty field takes --kind, --limit, '
-                   '--window-days, --project or --platform); one JSON response per line, in order.')
-def search(as_json: bool, query: str, project: str | None, platform: str | None, kind: str, types: tuple[str, ...],
-           concepts: tuple[str, ...], files: tuple[str, ...], since: str | None, until: str | None, limit: int,
-           offset: int, window_days: int | None, order: str, full: bool, batch: IO[str] | None,
-           **kwargs: Any) -> None:
+              help=f'Run one search per JSON line of FILE ("-" = stdin): {{{BATCH_KEYS}}}, within the same bounds '
+                   'as the options (an empty field takes --kind, --limit, --window-days or the filter options); one '
+                   'JSON response per line, in order.')
+def search(as_json: bool, query: str, kind: str, limit: int, offset: int, window_days: int | None, order: str,
+           full: bool, batch: IO[str] | None, **kwargs: Any) -> None:
     """``memsync search``: its help is SEARCH_HELP (the window's default read from the settings)."""
+    filters = {p.field: kwargs.pop(p.field) for p in FILTER_PARAMS}
     settings = settings_from(kwargs).settings
     from memsync.search import Searcher
     from memsync.search.request import RequestParser, SearchFields
@@ -139,16 +136,15 @@ def search(as_json: bool, query: str, project: str | None, platform: str | None,
         with errors_as_exit(settings):
             if batch is not None:
                 defaults = SearchFields(kind=None if kind == "all" else kind, limit=limit, window_days=window_days,
-                                        project=project, platform=platform)
+                                        filters={k: v for k, v in filters.items() if v})
                 for line in batch:
                     if line.strip():
                         click.echo(json.dumps(_batch_line(searcher, parser, line, defaults), default=str))
                 return
-            fields = SearchFields(query=query, kind=kind, project=project, platform=platform, types=types,
-                                  concepts=concepts, files=files, date_from=_date(since, "--since"),
-                                  date_to=_date(until, "--until"), window_days=window_days, order=order,
+            fields = SearchFields(query=query, kind=kind, filters=filters, window_days=window_days, order=order,
                                   limit=limit, offset=offset, full=full)
-            resp = searcher.search(parser.request(fields))  # a refused value: errors_as_exit, exit 2
+            by_option = RequestParser(settings.max_query_chars, searcher.observation_types, lambda p: p.flag)
+            resp = searcher.search(by_option.request(fields))  # a refused value: errors_as_exit, exit 2
             emit(resp.to_json(), as_json, response_text(resp))
     finally:
         searcher.close()

@@ -17,9 +17,10 @@ PARSER = RequestParser(40, lambda: ["bugfix", "decision"])
 class TestRequestParser:
     def test_fields_become_one_request(self) -> None:
         got = PARSER.request(SearchFields(
-            query="pool", kind="prompts", project=" alpha ", platform=" codex ", types="bugfix",
-            concepts=["gotcha", " "], files="x.py", date_from="2026-11-01", window_days=0, order="NEWEST",
-            limit=100, offset=10_000, full=True))
+            query="pool", kind="prompts", filters={"project": " alpha ", "platform": " codex ", "types": "bugfix",
+                                                   "concepts": ["gotcha", " "], "files": "x.py",
+                                                   "date_from": "2026-11-01"},
+            window_days=0, order="NEWEST", limit=100, offset=10_000, full=True))
         assert got == SearchRequest(
             query="pool", kinds=(Kind.PROMPT,), window_days=0, order=Order.NEWEST, limit=100, offset=10_000,
             format=Format.FULL,
@@ -39,12 +40,12 @@ class TestRequestParser:
         ({"query": 5}, "query must be a string"),
         ({"kind": "bogus"}, "unknown kind 'bogus'"),
         ({"kind": 3}, "kind must be a name or a list of names"),
-        ({"types": "feature"}, "unknown observation type 'feature'; this database has: bugfix, decision"),
-        ({"concepts": 7}, "concept must be a string or a list of strings"),
-        ({"project": ["a"]}, "project must be a string"),
+        ({"filters": {"types": "feature"}}, "unknown observation type 'feature'; this database has: bugfix, decision"),
+        ({"filters": {"concepts": 7}}, "concept must be a string or a list of strings"),
+        ({"filters": {"project": ["a"]}}, "project must be a string"),
         ({"order": "best"}, "order must be relevance, newest or oldest, got 'best'"),
-        ({"date_from": "yesterday"}, "date_from must be an ISO date"),
-        ({"date_from": "2026-11-02", "date_to": "2026-11-01"}, "date_from is after date_to"),
+        ({"filters": {"date_from": "yesterday"}}, "date_from must be an ISO date"),
+        ({"filters": {"date_from": "2026-11-02", "date_to": "2026-11-01"}}, "date_from is after date_to"),
     ])
     def test_a_bad_value_is_refused_by_name(self, fields: dict[str, Any], message: str) -> None:
         with pytest.raises(BadRequest, match=message):

@@ -94,9 +94,9 @@ def test_listings(rows: SourceRows) -> None:
     assert rows.distinct(Kind.OBSERVATION, "type") == ["bugfix", "feature"]
     assert [i for i, _ in rows.recent(Kind.OBSERVATION, Scope(), 2)] == [4, 3]
     assert [i for i, _ in rows.recent(Kind.OBSERVATION, Scope(), 2, newest=False)] == [1, 2]
-    assert [i for i, _ in rows.around(Kind.OBSERVATION, BASE_MS + 2000, None, True, 5)] == [1]
-    assert [i for i, _ in rows.around(Kind.OBSERVATION, BASE_MS + 2000, "beta", False, 5, inclusive=True)] == [4]
-    assert [i for i, _ in rows.around(Kind.OBSERVATION, BASE_MS + 2000, None, False, 2, inclusive=True)] == [2, 3]
+    assert [i for i, _ in rows.around(Kind.OBSERVATION, BASE_MS + 2000, None, "<", 5)] == [1]
+    assert [i for i, _ in rows.around(Kind.OBSERVATION, BASE_MS + 2000, "beta", ">=", 5)] == [4]
+    assert [i for i, _ in rows.around(Kind.OBSERVATION, BASE_MS + 2000, None, ">=", 2)] == [2, 3]
 
 
 def test_chunks() -> None:
