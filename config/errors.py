@@ -12,6 +12,10 @@
     │   ├── RecordRefError     not a record id, kind or ISO date (config.records)
     │   ├── SearchError        a search the engine cannot answer: bad anchor, unknown id (search.models)
     │   └── BadRequest         a value the servers refuse (servers.params)
+    ├── BadData                data memsync cannot use, handled where met (a failed row); retrying will not help
+    │   ├── RowError           a source row with nothing usable (worker.documents)
+    │   ├── RejectedBatch      a batch Chroma refused for its data (worker.sink)
+    │   └── DocIdError         not a memsync/claude-mem document id (config.docids)
     ├── SourceUnavailable      the agent's database is missing, locked or unreadable: retry later
     │   └── QueryTimeout       a statement ran past its time limit: retry, or ask less (search.sql)
     ├── StoreUnavailable       Chroma is down, slow or refused the call: retry with backoff
@@ -24,7 +28,7 @@ An error is defined beside the code that raises it when only that code raises it
 brackets); this tree is where they are all listed. Each boundary translates the tree once, with one
 table read through :func:`closest`: the CLI's exit codes (``cli.commands.options``), the HTTP
 API's status and body (``servers.http_api``), the MCP tools' error text (``servers.mcp_tools``).
-The refused-value errors are ``ValueError`` too and the two timeouts of a read ``RuntimeError``,
+The refused-value and bad-data errors are ``ValueError`` too and the two timeouts of a read ``RuntimeError``,
 as the code that catches them around third-party calls expects.
 """
 

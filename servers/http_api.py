@@ -34,7 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memsync.config.claude_mem.schema import KINDS, Kind
-from memsync.config.errors import ConfigError, InvalidRequest, MemsyncError, closest
+from memsync.config.errors import BadData, ConfigError, InvalidRequest, MemsyncError, closest
 from memsync.config.filters import FilterParam
 from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S
 from memsync.config.kinds import KIND_BY_NAME, KIND_NAMES, KindFilter, choice_for, plural
@@ -58,6 +58,7 @@ MAX_BODY = 64 * 1024  # bytes; no endpoint takes a body
 # for every error. Anything outside the tree is a 500 with a fixed message.
 HTTP_ERRORS: dict[type[MemsyncError], tuple[int, str]] = {
     InvalidRequest: (400, "{}"),
+    BadData: (500, "{}"),  # handled where met; one that got here is a defect, not a moment's outage
     QueryTimeout: (503, "the database did not answer in time ({})"),
     MemsyncError: (503, "{}"),
 }

@@ -116,6 +116,7 @@ HTTP_CASES: list[tuple[MemsyncError, int, str]] = [
     (SchemaError("not a claude-mem database: missing table(s) sdk_sessions"), 503,
      "not a claude-mem database: missing table(s) sdk_sessions"),
     (StoreUnavailable("Chroma down at /home/me/.memsync/chroma"), 503, "Chroma down at <path>"),
+    (DocIdError("not a document id: 'x'"), 500, "not a document id: 'x'"),
 ]
 
 
