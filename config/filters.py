@@ -21,9 +21,10 @@ class FilterParam:
     """How one filter is asked for, the same in every front end (the CLI and its ``--batch`` lines,
     the HTTP API, the MCP tools): each builds its parameter from this declaration, so a filter
     added to :class:`Filters` reaches all of them. ``shape`` says how a value is read: ``text`` (one
-    string, at most ``max_chars``), ``list`` (one string or several) or ``date`` (ISO). A tool or
-    command offers the filter when it searches one of ``kinds``; ``checked`` names a filter whose
-    values are checked against the database's own (observation types)."""
+    string, at most ``max_chars``), ``list`` (one string or several) or ``date`` (ISO). ``kinds``
+    are the kinds it applies to: rows of any other kind never pass it, and a tool or command offers
+    it when it searches one of them. ``checked`` names a filter whose values are checked against
+    the database's own (observation types)."""
 
     field: str  # the Filters field, and the key of a --batch line and of SearchFields' filters
     param: str  # the MCP argument and the HTTP query parameter
@@ -72,20 +73,21 @@ class Filters:
     concepts: tuple[str, ...] = field(default=(), metadata=_offered(
         "concept", "--concept", "Observation concept tag(s).", "list", _OBSERVATIONS))
     files: tuple[str, ...] = field(default=(), metadata=_offered(
-        "file", "--file", "Part of a path read or modified, e.g. 'auth/' or 'x.py'.", "list", _OBSERVATIONS))
+        "file", "--file", "Part of a path read or modified, e.g. 'auth/' or 'x.py'.", "list",
+        frozenset({Kind.OBSERVATION, Kind.SUMMARY})))
     date_from: datetime | None = field(default=None, metadata=_offered(
         "date_from", "--since", "Only records at or after this ISO date or time; replaces the window.", "date"))
     date_to: datetime | None = field(default=None, metadata=_offered(
         "date_to", "--until", "Only records at or before this ISO date or time (inclusive).", "date"))
 
-    @property
-    def observation_only(self) -> bool:
-        """Types, concepts and files exist on observations (files also on summaries)."""
-        return bool(self.types or self.concepts)
-
     def named(self) -> frozenset[str]:
-        """The fields that restrict (have a value)."""
-        return frozenset(f.name for f in fields(self) if getattr(self, f.name))
+        """The fields that restrict (hold a value other than their default)."""
+        return frozenset(f.name for f in fields(self) if getattr(self, f.name) != f.default)
+
+    def admits(self, kind: Kind) -> bool:
+        """Whether rows of ``kind`` can pass at all: every filter given applies to it (types and
+        concepts exist only on observations, files on observations and summaries)."""
+        return all(kind in FILTER_BY_FIELD[name].kinds for name in self.named())
 
     def supported(self, known: frozenset[str]) -> bool:
         """Whether a side that applies only the ``known`` filters can apply all of these (a filter

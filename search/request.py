@@ -49,7 +49,7 @@ class SearchRequest:
 class SearchFields(TypedDict, total=False):
     """A search as a front end receives it (strings and numbers, not yet checked); an absent field
     takes :class:`SearchRequest`'s default. ``filters`` holds the filters' values by their
-    :class:`Filters` field name (``search.models.FILTER_PARAMS``: project, platform, types, ...)."""
+    :class:`Filters` field name (``config.filters.FILTER_PARAMS``: project, platform, types, ...)."""
 
     query: str | None
     kind: str | Sequence[str] | None  # observations, summaries, prompts, all, an alias (or a list of them)

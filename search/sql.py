@@ -113,11 +113,8 @@ class SourceRows:
 
     @staticmethod
     def applicable(kind: Kind, filters: Filters) -> bool:
-        """Whether rows of ``kind`` can match at all (types/concepts exist only on observations,
-        files on observations and summaries)."""
-        if filters.observation_only and kind is not Kind.OBSERVATION:
-            return False
-        return not (filters.files and kind is Kind.PROMPT)
+        """Whether rows of ``kind`` can match at all (each filter's kinds: ``config.filters``)."""
+        return filters.admits(kind)
 
     def where(self, kind: Kind, filters: Filters, window: Window | None) -> tuple[str, list[Any]]:
         """A WHERE fragment (without the keyword) and its parameters, for alias ``t``."""

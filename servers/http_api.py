@@ -257,7 +257,7 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/search", dependencies=guarded, summary="Hybrid search over observations, summaries and prompts")
-    @offering_filters(filter_query, KINDS)  # project, platform, type, ...: declared in search.models.Filters
+    @offering_filters(filter_query, KINDS)  # project, platform, type, ...: declared in config.filters
     def api_search(
         q: Annotated[str, Query(description="Query text; empty lists the newest records.")] = "",
         kind: Annotated[KindFilter, Query(description="Which records ('sessions' is accepted for summaries).")] = "all",

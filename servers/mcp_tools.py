@@ -160,7 +160,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
             return search_answer(requests.find_by(by, value, args), args.offset, args.full)
 
     # Each search tool's filters (project, platform, type, concept, file, date_from, date_to, ...)
-    # are declared once, in search.models.Filters: offering_filters adds those of the kinds it searches.
+    # are declared once, in config.filters: offering_filters adds those of the kinds it searches.
     @tool("Search memory")
     @offering_filters(filter_arg, KINDS)
     def search(query: Query = "", kind: KindArg = "all", window_days: WindowDays = None,

@@ -27,13 +27,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def offering_filters(annotate: Callable[[FilterParam], Any], kinds: Iterable[Kind]) -> Callable[[F], F]:
     """Give a tool or endpoint whose filters arrive as ``**filters`` one keyword parameter per filter
-    it offers (those declared for a kind it searches: ``search.models.FILTER_PARAMS``), typed by
+    it offers (those declared for a kind it searches: ``config.filters.FILTER_PARAMS``), typed by
     ``annotate``. The MCP SDK and FastAPI build their schemas from the signature, so a filter
-    declared once in ``search.models.Filters`` is a parameter of every search tool and endpoint."""
+    declared once in ``config.filters.Filters`` is a parameter of every search tool and endpoint.
+    The annotations of ``fn`` are evaluated in its module (none may name a local)."""
     wanted = frozenset(kinds)
 
     def declare(fn: F) -> F:
         signature = inspect.signature(fn, eval_str=True)
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()):
+            raise TypeError(f"{fn.__name__} must take **filters to receive the filters it offers")
         own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
         offered = [inspect.Parameter(p.param, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotate(p))
                    for p in FILTER_PARAMS if p.kinds & wanted]

@@ -132,9 +132,14 @@ def search(as_json: bool, query: str, kind: str, limit: int, offset: int, window
         _refused_exits(settings)
     searcher = Searcher(settings)
     parser = RequestParser(settings.max_query_chars, searcher.observation_types)
+    by_option = RequestParser(settings.max_query_chars, searcher.observation_types, lambda p: p.flag)
     try:
         with errors_as_exit(settings):
             if batch is not None:
+                # Every filter option is a default of the lines that leave it empty (before, only
+                # --project and --platform were; the others were ignored with --batch). A bad
+                # option is refused once, by its name, before any line (exit 2).
+                by_option.filters(filters)
                 defaults = SearchFields(kind=None if kind == "all" else kind, limit=limit, window_days=window_days,
                                         filters={k: v for k, v in filters.items() if v})
                 for line in batch:
@@ -143,7 +148,6 @@ def search(as_json: bool, query: str, kind: str, limit: int, offset: int, window
                 return
             fields = SearchFields(query=query, kind=kind, filters=filters, window_days=window_days, order=order,
                                   limit=limit, offset=offset, full=full)
-            by_option = RequestParser(settings.max_query_chars, searcher.observation_types, lambda p: p.flag)
             resp = searcher.search(by_option.request(fields))  # a refused value: errors_as_exit, exit 2
             emit(resp.to_json(), as_json, response_text(resp))
     finally:

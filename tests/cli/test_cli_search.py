@@ -104,6 +104,17 @@ def test_bad_date_is_usage_error(opts: list[str]) -> None:
     assert code == 2 and "--since" in err and "Traceback" not in err
 
 
+def test_every_filter_option_is_a_default_of_the_batch_lines(opts: list[str], tmp_path: Path) -> None:
+    f = tmp_path / "lines.jsonl"
+    f.write_text('{"query": "uploads", "window_days": 0}\n{"query": "uploads", "window_days": 0, "kind": "prompts"}\n')
+    code, out, _ = run("search", *opts, "--batch", str(f), "--file", "src/app.py")
+    first, second = (json.loads(line) for line in out.splitlines())
+    assert code == 0 and first["results"] and {r["kind"] for r in first["results"]} <= {"observation", "summary"}
+    assert second["results"] == []  # prompts read or modify no files
+    code, out, err = run("search", *opts, "--batch", str(f), "--since", "yesterday")
+    assert code == 2 and out == "" and "--since" in err  # refused once, by its name, before any line
+
+
 def test_timeline_cli(opts: list[str]) -> None:
     code, out, _ = run("timeline", "P1", *opts, "--json", "--before", "1", "--after", "1")
     data = json.loads(out)

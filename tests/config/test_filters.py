@@ -20,6 +20,7 @@ from memsync.search.textindex import INDEXED_FILTERS
 from memsync.search.vectorcopy import COPY_FILTERS
 from memsync.servers.http_api import create_app
 from memsync.servers.mcp_tools import build_server
+from memsync.servers.params import offering_filters
 from tests.search.test_sql import open_rows
 
 # The MCP search tools and the kinds each searches.
@@ -86,3 +87,16 @@ def test_evidence_rows_keep_only_the_filters_of_every_kind() -> None:
     f = Filters(project="a", platform="codex", types=("bugfix",), concepts=("c",), files=("x.py",),
                 date_from=datetime(2026, 1, 1, tzinfo=UTC))
     assert f.common() == Filters(project="a", platform="codex", date_from=datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def test_a_tool_that_cannot_receive_its_filters_is_refused_when_declared() -> None:
+    def no_filters(query: str = "") -> None: ...
+
+    with pytest.raises(TypeError, match=r"\*\*filters"):
+        offering_filters(lambda p: str | None, KINDS)(no_filters)
+
+
+def test_rows_of_a_kind_a_filter_does_not_apply_to_never_pass_it() -> None:
+    assert Filters(files=("x.py",)).admits(Kind.SUMMARY) and not Filters(files=("x.py",)).admits(Kind.PROMPT)
+    assert not Filters(types=("bugfix",)).admits(Kind.SUMMARY)
+    assert all(Filters(project="a", platform="codex").admits(k) for k in KINDS)
