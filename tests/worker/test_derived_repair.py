@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -190,6 +191,19 @@ def _damage_index(s: Settings, how: str) -> None:
         segments[0].write_bytes(os.urandom(segments[0].stat().st_size))
 
 
+
+def wait_removed(path: Path, seconds: float = 10.0) -> None:
+    """``shutil.rmtree(path)``, tried again while something still writes into the directory."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            shutil.rmtree(path)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
 class TestTextIndexDamage:
     @pytest.mark.parametrize("how", ["meta_json", "delete_segment", "garble_segment"])
     def test_damaged_index_is_named_in_search_and_status_and_rebuilt_by_one_pass(self, synced: Settings,
@@ -245,7 +259,9 @@ class TestTextIndexDamage:
         text.close()
         assert [e for e in logged if e["event"] == "text_index_rebuilding"]
         assert TextIndex.open(s) is not None
-        shutil.rmtree(index_path(s))
+        # A merge the closed writer abandoned may still write its last file in tantivy's background
+        # thread (TextIndexWriter.close does not wait for it): remove the directory once it is still.
+        wait_removed(index_path(s))
         assert TextIndex.open_checked(s) == (None, None)  # never built: no damage to report
 
 
