@@ -62,7 +62,7 @@ from memsync.worker.memory import Trimmer
 from memsync.worker.signals import SignalRelay
 from memsync.worker.sink import MirroredSink, VectorSink
 from memsync.worker.state import SyncState
-from memsync.worker.sync import Destination, SyncOptions, SyncResult
+from memsync.worker.sync import Cursor, Destination, SyncOptions, SyncResult, YieldFn
 from memsync.worker.syncpass import EVERY_ROW, Checked, OnResult, Opened, Scope, StoreCollection, SyncPass
 from memsync.worker.tail import SourceTail
 from memsync.worker.target import SyncTarget, store_counts
@@ -100,6 +100,8 @@ class Worker:
         self._signals: SignalRelay | None = None
         self._store_due = True  # check the collection against the records at the next step
         self._upstream_level = False  # the upstream-readable store's records known level with ours
+        # A full pass that yielded to rows committed meanwhile: where it goes on (worker.sync).
+        self._resume: Cursor | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -251,10 +253,19 @@ class Worker:
                 # Records that no longer say what the store holds were just aligned with it: a full
                 # pass re-drives exactly those rows.
                 full = self._check_store(state) or full
-            if full:
-                self.reconcile_due.clear()
-                self._pass(full=True)
-                self._copy_check.soon()
+            if full or self._resume is not None:
+                # A full pass goes newest first and yields to rows committed meanwhile, which the
+                # tail pass of the next step syncs before it goes on (a first sync of hours would
+                # otherwise keep every new row waiting for its end).
+                if full:
+                    self.reconcile_due.clear()
+                    self._resume = None
+                else:
+                    self._pass(full=False)
+                    self._compaction.rows_arrived()
+                self._resume = self._pass(full=True, resume=self._resume).resume
+                if self._resume is None:
+                    self._copy_check.soon()
             elif self._tail.changed(state, collection, pending=bool(self.health.status.pending_rows)) or \
                     self._upstream_behind(state, collection):
                 self._pass(full=False)
@@ -307,6 +318,8 @@ class Worker:
         if not idle:
             self._trimmer.worked()
         self._trimmer.maybe()  # what the step freed goes back to the system (worker.memory)
+        if self._resume is not None:
+            return 0.0  # a full pass yielded to new rows: their tail pass, then the pass, at once
         # A stamp that just moved gets its second look soon: the commit behind it may not have been
         # visible yet, and waiting a whole poll interval would add up to a second of lag.
         return self.s.poll_interval_s if self._tail.settled else min(self.s.poll_interval_s, 0.1)
@@ -347,12 +360,13 @@ class Worker:
                 self._target.warmup.start(self._target.sink.collection, self._target.embedder.dimension, self.stop)
         return self._state
 
-    def _sync_pass(self, state: SyncState) -> SyncPass:
-        """The pass (``worker.syncpass``) over this worker's source, records and embedding store."""
+    def _sync_pass(self, state: SyncState, yield_to: YieldFn | None = None) -> SyncPass:
+        """The pass (``worker.syncpass``) over this worker's source, records and embedding store; a
+        full one yields when ``yield_to`` says rows wait."""
         reader = self._tail.reader
         assert reader is not None
         # worker.json counts the rows of memsync's own pass: no upstream progress.
-        options = SyncOptions.from_settings(self.s, self.stop, self.health.pass_progress)
+        options = SyncOptions.from_settings(self.s, self.stop, self.health.pass_progress, yield_to)
         return SyncPass(self.s, reader, state, self._collection, options, upstream_progress=False)
 
     def _check_store(self, state: SyncState) -> bool:
@@ -372,13 +386,20 @@ class Worker:
         assert self._target.sink is not None
         return MirroredSink(self._target.sink, self._target.copy, on_drop=self._target.close_copy)
 
-    def _pass(self, full: bool) -> SyncResult:
-        """A full or tail pass of a step (``SyncPass.run``, the step's own check done before)."""
+    def _pass(self, full: bool, resume: Cursor | None = None) -> SyncResult:
+        """A full or tail pass of a step (``SyncPass.run``, the step's own check done before); a
+        full one yields to rows committed meanwhile (``SyncResult.resume``: where it goes on)."""
         state, sink = self._state, self._target.sink
         assert state is not None and sink is not None
-        self._pass_started(full)
-        result = self._sync_pass(state).run(Destination(sink.name, self._mirror()), self._target.embedder,
-                                            lambda: self._target.upstream, Scope(full=full), self._passed(full))
+        # A tail pass between the parts of a full pass syncs memsync's own collection only (the
+        # upstream-readable store's pass follows the whole full pass) and keeps its rows count.
+        between = not full and self._resume is not None
+        if resume is None and not between:
+            self._pass_started(full)
+        waiting = (lambda: self._tail.rows_waiting(state, sink.name)) if full else None
+        scope = Scope(full=full, resume=resume, upstream=not between)
+        result = self._sync_pass(state, waiting).run(Destination(sink.name, self._mirror()), self._target.embedder,
+                                                     lambda: self._target.upstream, scope, self._passed(full))
         self._pass_ended(full, result)
         return result
 

@@ -38,7 +38,7 @@ from memsync.worker.backoff import Backoff
 from memsync.worker.source import SourceReader
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
 from memsync.worker.sync import SyncResult
-from memsync.worker.tail import oldest_pending_ms
+from memsync.worker.tail import oldest_pending_ms, pending_rows
 from memsync.worker.target import StoreCheck, SyncTarget
 
 if TYPE_CHECKING:
@@ -164,11 +164,14 @@ class Health:
         name = collection if collection is not None else state.get_meta(ACTIVE_COLLECTION)
         marks = state.watermarks(name) if name else {}
         try:
-            max_ids = reader.max_ids()
+            # Until a first pass is through, rows below the watermarks can lack a record too (two
+            # COUNTs per kind); after it, only rows above them can.
+            below = self.status.phase != PHASE_FOLLOWING
+            pending = pending_rows(reader, state, name, below) if name else sum(reader.max_ids().values())
             oldest = oldest_pending_ms(reader, {k: marks.get(k, 0) for k in KINDS})
         except SourceUnavailable:
             return
-        self.status.pending_rows = sum(max(0, max_ids[k] - marks.get(k, 0)) for k in KINDS)
+        self.status.pending_rows = pending
         self.status.lag_ms = max(0, now_ms() - oldest) if oldest is not None else 0
 
     def publish(self, force: bool = False) -> None:

@@ -14,6 +14,7 @@ import structlog
 SYNC_BATCH = "sync_batch"
 SYNC_DONE = "sync_done"
 SYNC_INTERRUPTED = "sync_interrupted"
+SYNC_YIELDED = "sync_yielded"  # a full pass let the rows committed meanwhile go first; it goes on
 ROW_FAILED = "row_failed"
 REBUILD_SWITCHED = "rebuild_switched"
 COMPACTED = "compacted"

@@ -135,13 +135,26 @@ class SourceReader:
         SQLite hands each row's cells to the hash function (``documents.row_cells_hash``), so the
         hash equals ``documents.row_values_hash`` of the row ``read_batch`` returns. A pass compares
         these with the sync records and reads in full only the rows that differ (issue 16)."""
+        return self._hashes(kind, (after_id, None), limit, project, descending=False)
+
+    def row_hashes_below(self, kind: Kind, up_to: int, limit: int, project: str | None = None) -> list[tuple[int, str]]:
+        """:meth:`row_hashes` of the ``limit`` highest ids at or below ``up_to`` (a pass that goes
+        from the newest rows backward), in ascending id order as the records are compared."""
+        return self._hashes(kind, (0, up_to), limit, project, descending=True)[::-1]
+
+    def _hashes(self, kind: Kind, ids: tuple[int, int | None], limit: int, project: str | None,
+                descending: bool) -> list[tuple[int, str]]:
+        """(id, row hash) of the first ``limit`` rows in ``ids`` = (after, up_to], by id ascending
+        or descending."""
         cols, join = self._row_columns(kind)
         names = [name for _, name in cols]
         if len(set(names)) != len(names):  # a row's values are a dict: the hashes would never agree
             raise SchemaError(f"duplicate column names for {kind.value}: {names}")
-        params = {"after": after_id, "limit": limit, "project": project, "up_to": None,
+        params = {"after": ids[0], "up_to": ids[1], "limit": limit, "project": project,
                   "shape": row_shape(kind, names)}
-        tail = f"FROM {TABLES[kind]} t {join} WHERE {self._where(kind, project, None)} ORDER BY t.id LIMIT :limit"
+        order = "DESC" if descending else "ASC"
+        where = self._where(kind, project, ids[1])
+        tail = f"FROM {TABLES[kind]} t {join} WHERE {where} ORDER BY t.id {order} LIMIT :limit"
         args = ", ".join(expr for expr, _ in cols)
         try:
             return self._fetch_tuples(f"SELECT t.id, {ROW_HASH_SQL}(:shape, {args}) {tail}", params)
@@ -216,6 +229,11 @@ class SourceReader:
         """The highest id per kind (0 when empty): a cheap change check."""
         return {k: int(self._fetch(f"SELECT COALESCE(MAX(id), 0) AS m FROM {TABLES[k]}", {})[0]["m"]) for k in KINDS}
 
+    def count_at_or_below(self, kind: Kind, up_to: int) -> int:
+        """Rows of ``kind`` with id <= ``up_to``."""
+        rows = self._fetch(f"SELECT COUNT(*) AS n FROM {TABLES[kind]} WHERE id <= :up_to", {"up_to": up_to})
+        return int(rows[0]["n"])
+
     def schema_version(self) -> int | None:
         """The highest migration claude-mem recorded in its ``schema_versions`` table (for the tested
         release: ``config.claude_mem.version.TESTED_SCHEMA_VERSION``); None for a file without that
@@ -224,6 +242,14 @@ class SourceReader:
         if not has:
             return None
         value = self._fetch("SELECT MAX(version) AS v FROM schema_versions", {})[0]["v"]
+        return int(value) if isinstance(value, int) else None
+
+    def newest_at_or_below(self, kind: Kind, up_to: int) -> int | None:
+        """created_at_epoch of the row of ``kind`` with the highest id at or below ``up_to`` (None
+        when none): the date a newest-first pass reaches next in that kind (ids grow with time)."""
+        rows = self._fetch(f"SELECT created_at_epoch AS e FROM {TABLES[kind]} WHERE id <= :up_to "
+                           "ORDER BY id DESC LIMIT 1", {"up_to": up_to})
+        value = rows[0]["e"] if rows else None
         return int(value) if isinstance(value, int) else None
 
     def oldest_after(self, kind: Kind, after_id: int) -> int | None:

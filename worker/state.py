@@ -167,6 +167,12 @@ class SyncState:
         )
         return {r[0]: RowRecord(*r) for r in cur}
 
+    def count_rows_at_or_below(self, collection: str, kind: Kind, up_to: int) -> int:
+        """How many row records have source_id <= ``up_to``."""
+        row = self._conn.execute("SELECT COUNT(*) FROM rows WHERE collection=? AND kind=? AND source_id <= ?",
+                                 (collection, kind.value, up_to)).fetchone()
+        return int(row[0])
+
     def count_docs_in_range(self, collection: str, kind: Kind, lo: int, hi: int) -> int:
         """How many document records (acknowledged or intent) have lo < source_id <= hi."""
         row = self._conn.execute(

@@ -213,7 +213,9 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
             report.buckets[plural(kind)] = dict(per_project)
         above = {k: marks.get(k, 0) for k in KINDS}
         max_ids = reader.max_ids()
-        report.pending_rows = sum(max(0, max_ids[k] - above[k]) for k in KINDS)
+        # Rows without a record, counted above: a full pass goes newest first, so rows below the
+        # watermarks can be pending too (a first sync under way).
+        report.pending_rows = sum(b.pending for per_kind in report.buckets.values() for b in per_kind.values())
         oldest = oldest_pending_ms(reader, above)
         report.lag_ms = max(0, now_ms() - oldest) if oldest is not None else 0
         report.text_index = text_index_state(settings, max_ids)

@@ -16,6 +16,7 @@ one, is not embedded again.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import defaultdict
@@ -37,8 +38,15 @@ from memsync.worker.source import SourceReader
 from memsync.worker.state import FAILED, SYNCED, DocRecord, RowFailed, RowRecord, RowSynced, SyncState
 
 INF_ID = 2**62
+# While a full pass may yield to new rows, a range holds about this much work, so that a row
+# committed meanwhile waits at most about this long for the pass to let it through.
+YIELD_RANGE_S = 1.0
+MIN_RANGE_ROWS = 8
+FIRST_RANGE_ROWS = 32  # a kind's first range of such a pass, before its rate is known
 
 ProgressFn = Callable[[int, int], None]  # (rows processed, documents embedded) since last call
+YieldFn = Callable[[], bool]  # asked between a full pass's ranges: True when new rows wait
+Cursor = dict[Kind, int]  # a newest-first pass's place: each kind's rows at or below the id are still to compare
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +86,9 @@ class SyncResult(Outcome):
     seconds: float = 0.0
     dry_run: bool = False
     upstream: SyncResult | None = None  # the same pass into the upstream-readable store, when on
+    # A full pass that yielded to new rows (``SyncOptions.yield_to``): where it goes on (``interrupted``
+    # is set too, as for any pass that did not reach its end).
+    resume: Cursor | None = None
 
     @classmethod
     def of(cls, collection: str, outcome: Outcome, seconds: float, dry_run: bool) -> SyncResult:
@@ -114,13 +125,16 @@ class SyncOptions:
     max_row_attempts: int = 3
     stop: threading.Event = field(default_factory=threading.Event)
     progress: ProgressFn | None = None
+    yield_to: YieldFn | None = None  # the worker's: a full pass lets rows committed meanwhile go first
 
     @classmethod
     def from_settings(cls, settings: Settings, stop: threading.Event | None = None,
-                      progress: ProgressFn | None = None) -> SyncOptions:
-        """The options ``settings`` give, with a stop event (a new one when None) and a progress callback."""
+                      progress: ProgressFn | None = None, yield_to: YieldFn | None = None) -> SyncOptions:
+        """The options ``settings`` give, with a stop event (a new one when None), a progress
+        callback and (the worker's steps) what a full pass yields to."""
         return cls(read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size,
-                   max_row_attempts=settings.max_row_attempts, stop=stop or threading.Event(), progress=progress)
+                   max_row_attempts=settings.max_row_attempts, stop=stop or threading.Event(), progress=progress,
+                   yield_to=yield_to)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,22 +208,31 @@ class Syncer:
 
     def run(
         self, kinds: Sequence[Kind] = KINDS, project: str | None = None, dry_run: bool = False,
-        start_after: Mapping[Kind, int] | None = None,
+        start_after: Mapping[Kind, int] | None = None, resume: Cursor | None = None,
     ) -> SyncResult:
         """Sync every row of ``kinds`` (optionally one project); stops early when ``stop`` is set.
 
         ``start_after`` limits a pass to rows above an id per kind (the worker's fast path for new
-        rows); without it every row is compared, which finds edits and deletions anywhere."""
+        rows, oldest first); without it every row is compared, newest first (:meth:`_newest_first`),
+        which finds edits and deletions anywhere; ``resume`` takes up a full pass where it yielded."""
         t0 = time.perf_counter()
-        total = Outcome()
-        for kind in kinds:
-            total += self._sync_kind(kind, project, dry_run, (start_after or {}).get(kind, 0))
-            if total.interrupted:
-                break
+        cursor: Cursor | None = None
+        if start_after is None:
+            cursor = dict(resume) if resume is not None else dict.fromkeys(kinds, INF_ID)
+            total = self._newest_first(cursor, project, dry_run)
+        else:
+            total = Outcome()
+            for kind in kinds:
+                total += self._sync_kind(kind, project, dry_run, start_after.get(kind, 0))
+                if total.interrupted:
+                    break
         result = SyncResult.of(self.collection, total, time.perf_counter() - t0, dry_run)
+        yielded = bool(cursor) and total.interrupted and not self.stop.is_set()
+        if yielded:
+            result = dataclasses.replace(result, resume=cursor)
         if not dry_run:  # space Chroma will not give back until a rebuild (worker.compact)
             self.state.add_churn(self.collection, result.updated + result.deleted)
-        event = logs.SYNC_INTERRUPTED if result.interrupted else logs.SYNC_DONE
+        event = logs.SYNC_YIELDED if yielded else logs.SYNC_INTERRUPTED if result.interrupted else logs.SYNC_DONE
         self.log.info(event, added=result.added, updated=result.updated, deleted=result.deleted,
                       unchanged=result.unchanged, embedded=result.embedded, reused=result.reused,
                       failed_rows=result.failed_rows, rows=result.rows,
@@ -219,6 +242,57 @@ class Syncer:
     def _progress(self, rows: int, embedded: int) -> None:
         if self.options.progress:
             self.options.progress(rows, embedded)
+
+    def _newest_first(self, below: Cursor, project: str | None, dry_run: bool) -> Outcome:
+        """Every row of ``kinds``, compared in id ranges from the newest rows backward, the kinds
+        interleaved by date: each range is the kind's whose next rows are the newest. So a first
+        sync makes the newest memory (what the default window searches) searchable first, and
+        prompts and summaries do not wait behind every observation. Each range is compared with
+        its records as a whole, as in ascending order: the first owns everything above it (rows
+        added meanwhile are the tail pass's), the last everything below, so a deleted row is found
+        wherever it was, and a pass stopped anywhere is taken up by the next without a gap.
+
+        With ``yield_to`` (the worker), the pass asks between ranges whether rows were committed
+        meanwhile, and when so it returns with ``below`` (updated in place) saying where it goes
+        on; its ranges then hold about ``YIELD_RANGE_S`` of work each (sized per kind from the rate
+        of its last range), so such a row waits about that long, not for a whole read batch to be
+        embedded."""
+        out = Outcome()
+        full_size = self.options.read_batch_rows
+        start = full_size if self.options.yield_to is None else min(full_size, FIRST_RANGE_ROWS)
+        sizes = dict.fromkeys(below, start)  # rows per range, per kind (their documents per row differ)
+        while below:
+            if self.stop.is_set():
+                return out + STOPPED
+            # Each kind's top range first: then every row below the records' watermarks belongs to
+            # this pass and every row above them to a tail pass (what the worker yields to).
+            top = [k for k, at in below.items() if at == INF_ID]
+            kind = top[0] if top else max(below, key=lambda k: self.reader.newest_at_or_below(k, below[k]) or -1)
+            hi, n = below[kind], sizes[kind]
+            t = time.perf_counter()
+            hashes = self.reader.row_hashes_below(kind, hi, n, project)
+            out += Outcome(read_seconds=time.perf_counter() - t)
+            lo = hashes[0][0] - 1 if len(hashes) == n else 0  # a short batch owns everything below it
+            settled = self._settled(kind, hashes, lo, hi, project)
+            out += settled if settled is not None else self._sync_range(kind, project, dry_run, lo, hi)
+            if out.interrupted:
+                return out
+            if lo == 0:
+                del below[kind]
+            else:
+                below[kind] = lo
+            if self.options.yield_to is not None:
+                sizes[kind] = self._range_rows(len(hashes), time.perf_counter() - t)
+                if below and not top[1:] and self.options.yield_to():
+                    return out + STOPPED
+        return out
+
+    def _range_rows(self, rows: int, seconds: float) -> int:
+        """The rows of the next range of a pass that may yield: as many as the last range's rate
+        says take ``YIELD_RANGE_S`` (unchanged ranges are quick, so a reconcile keeps its batches)."""
+        if rows == 0 or seconds <= 0:
+            return self.options.read_batch_rows
+        return max(MIN_RANGE_ROWS, min(self.options.read_batch_rows, int(rows / seconds * YIELD_RANGE_S)))
 
     def _sync_kind(self, kind: Kind, project: str | None, dry_run: bool, after: int) -> Outcome:
         out = Outcome()

@@ -29,7 +29,7 @@ from memsync.worker.embedstore import EmbeddingStore, collect_garbage
 from memsync.worker.sink import ChromaSink, MirroredSink, VectorSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import SyncState
-from memsync.worker.sync import Destination, Syncer, SyncOptions, SyncResult
+from memsync.worker.sync import Cursor, Destination, Syncer, SyncOptions, SyncResult
 from memsync.worker.target import StoreCheck, check_store
 from memsync.worker.upstream import UPSTREAM
 from memsync.worker.vectorcopy import VectorCopyWriter
@@ -45,6 +45,8 @@ class Scope:
     full: bool = True  # False: only rows above the records' watermarks (the worker's tail pass)
     project: str | None = None
     dry_run: bool = False  # plan from the records alone: nothing written
+    resume: Cursor | None = None  # a full pass that yielded to new rows goes on from here (SyncResult.resume)
+    upstream: bool = True  # False: memsync's own collection only (a tail pass inside a yielded full pass)
 
 
 EVERY_ROW = Scope()  # a full pass over every project, written
@@ -132,7 +134,9 @@ class SyncPass:
         self.s, self.reader, self.state, self.options = settings, reader, state, options
         self.garbage, self.store = garbage, garbage.store
         # The worker's progress is the first pass's rows (``worker.json``); a resync's bar counts both passes.
-        self._upstream_options = options if upstream_progress else dataclasses.replace(options, progress=None)
+        # The upstream-readable store's pass runs once ours is through, whole: it does not yield.
+        self._upstream_options = dataclasses.replace(options, yield_to=None,
+                                                     progress=options.progress if upstream_progress else None)
 
     def check(self, own: ChromaSink, copy: VectorCopyWriter | None, model: str,
               upstream: ChromaSink | None = None) -> Checked:
@@ -186,11 +190,12 @@ class SyncPass:
         upstream-readable store, opened by ``upstream`` only then; the first result, with the
         second's attached and its interruption."""
         first = Syncer(self.reader, self.state, own, embedder, self.options, self.store).run(
-            project=scope.project, dry_run=scope.dry_run, start_after=self._after(own.collection, scope))
+            project=scope.project, dry_run=scope.dry_run, start_after=self._after(own.collection, scope),
+            resume=scope.resume)
         self.garbage.passed(scope.full, first)
         if on_result is not None:
             on_result(first, False)
-        if first.interrupted or not self.s.upstream_store:
+        if first.interrupted or not self.s.upstream_store or not scope.upstream:
             return first
         sink = upstream()
         if sink is None and not scope.dry_run:  # its store did not open (logged there): the next pass tries again

@@ -45,6 +45,22 @@ def oldest_pending_ms(reader: SourceReader, above: dict[Kind, int]) -> int | Non
     return min(values) if values else None
 
 
+def pending_rows(reader: SourceReader, state: SyncState, collection: str, below: bool = True) -> int:
+    """Rows the records do not cover yet: those above the watermarks, and with ``below`` (a full
+    pass goes newest first: a first sync under way) the rows at or below them that have no record,
+    counted as the rows there less the records there (a row deleted and not yet passed keeps its
+    record, so this is a floor; ``memsync status`` counts row by row)."""
+    marks, max_ids = state.watermarks(collection), reader.max_ids()
+    pending = 0
+    for kind in KINDS:
+        mark = marks.get(kind, 0)
+        pending += max(0, max_ids[kind] - mark)
+        if mark and below:
+            recorded = state.count_rows_at_or_below(collection, kind, mark)
+            pending += max(0, reader.count_at_or_below(kind, mark) - recorded)
+    return pending
+
+
 class SourceTail:
     """The agent's database as the worker loop follows it: the open reader, the files' last stamp
     and the highest ids seen. A database found replaced (another file, or ids that went down) logs
@@ -64,6 +80,10 @@ class SourceTail:
         self.log = logs.get_logger(component="worker")
         self._stamp: FileStamp | None = None
         self._max_seen: dict[Kind, int] = {}
+        # The last look of rows_waiting (a full pass's, between its ranges), apart from changed()'s:
+        # a full pass that looked must not hide the change from the step's tail pass.
+        self._waiting_stamp: FileStamp | None = None
+        self._waiting_settled = False
         self._inode: int | None = None  # the identity of the file the reader opened
         self._known_good = False  # a claude-mem database was read here since start-up
         self._lost = False  # the file could not be read since the reader was last open
@@ -144,6 +164,23 @@ class SourceTail:
             self._reopen()
         self.reconcile_due.set()
         return True
+
+    def rows_waiting(self, state: SyncState, collection: str) -> bool:
+        """Whether rows were committed above ``collection``'s watermarks: a full pass asks between
+        its ranges, to let them go first (``worker.sync``). The file stamp first (no SQL while it
+        stays, once a look saw it stable: its commits are visible); never for a snapshot, whose
+        reader a look would have to open again under the running pass."""
+        reader = self.reader
+        if reader is None or reader.immutable:
+            return False
+        current = stamp(self.db)
+        if current == self._waiting_stamp and self._waiting_settled:
+            return False
+        self._waiting_settled = current == self._waiting_stamp
+        self._waiting_stamp = current
+        max_ids = reader.max_ids()
+        marks = state.watermarks(collection)
+        return any(max_ids[k] > marks.get(k, 0) for k in KINDS)
 
     def changed(self, state: SyncState, collection: str, pending: bool) -> bool:
         """Cheap check first (file stamp, no SQL); then max ids against ``collection``'s watermarks.

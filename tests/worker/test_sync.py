@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import numpy.typing as npt
 import pytest
 
 from memsync.config.chroma import collections as stores
-from memsync.config.claude_mem.schema import Kind
+from memsync.config.claude_mem.schema import TABLES, Kind
 from memsync.config.docids import parse_doc_id
 from memsync.config.settings import Settings
 from memsync.worker.documents import SourceRow
@@ -23,7 +24,7 @@ from memsync.worker.state import SyncState
 from memsync.worker.sync import Destination, Syncer, SyncOptions, SyncResult
 from memsync.worker.syncpass import EVERY_ROW, Scope, StoreCollection, SyncPass
 from memsync.worker.verify import verify
-from tests.conftest import FakeEmbedder, make_db, mixed_records, obs, write
+from tests.conftest import BASE_MS, FakeEmbedder, make_db, mixed_records, obs, prompt, summary, write
 
 
 class RecordingSink:
@@ -247,7 +248,8 @@ class TestUnchangedRowsAreNotRead:
         write(synced.db, "UPDATE observations SET narrative = 'an edit deep inside' WHERE id = 20")
         result, sink, full = run_reading(synced, chroma, fake_embedder)
         assert sink.upserted == ["obs_20_narrative"] and result.updated == 1 and result.written == 1
-        assert full == [(Kind.OBSERVATION, i) for i in range(15, 22)]  # the batch (14, 21] only
+        # Only its range: (19, 26], counting 7 from the newest row down (40, 33, 26, ...).
+        assert full == [(Kind.OBSERVATION, i) for i in range(20, 27)]
         assert verify(synced, chroma).clean
 
     def test_rows_deleted_at_a_batch_edge_and_past_the_tail_are_found(
@@ -456,3 +458,88 @@ def test_a_pass_whose_upstream_store_did_not_open_keeps_its_own_and_waits(
         sync = SyncPass(s, reader, state, StoreCollection(None, due=False), SyncOptions.from_settings(s))
         result = sync.run(Destination(col.name, ChromaSink(col)), fake_embedder, lambda: None, EVERY_ROW)
     assert result.added == 12 + 36 + 36 and result.upstream is None and not result.interrupted
+
+
+class TestNewestFirst:
+    """A full pass compares id ranges from the newest rows backward, the kinds interleaved by date."""
+
+    def test_a_first_sync_writes_the_newest_rows_first_kinds_interleaved(
+        self, settings: Settings, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        # Observations are many and old-to-new; prompts and summaries few. Ranges of 7 rows.
+        records = [obs(i) for i in range(40)] + [prompt(i) for i in range(30, 40)] + [summary(i) for i in range(36, 40)]
+        make_db(settings.db, records)
+        result, sink = run(settings, chroma, fake_embedder)
+        assert result.rows == 54 and verify(settings, chroma).clean
+        order = [parse_doc_id(d) for d in sink.upserted]
+        with sqlite3.connect(settings.db) as conn:
+            epochs = {(kind, int(i)): int(e) for kind, table in TABLES.items()
+                      for i, e in conn.execute(f"SELECT id, created_at_epoch FROM {table}")}
+        seen = [epochs[(d.kind, d.sqlite_id)] for d in order]
+        # The first documents written are the newest rows of every kind, not observation 1.
+        assert {d.kind for d in order[:40]} == {Kind.OBSERVATION, Kind.PROMPT, Kind.SUMMARY}
+        assert seen[0] >= BASE_MS + 33 * 1000 and min(seen[:40]) > BASE_MS + 20 * 1000
+        assert order[-1].kind is Kind.OBSERVATION and seen[-1] < BASE_MS + 7 * 1000  # the oldest come last
+
+    def test_rows_deleted_anywhere_are_found_going_backward(
+        self, settings: Settings, source_db: Path, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        run(settings, chroma, fake_embedder)
+        # The first row, one in the middle of a range, and the last (the ranges' both ends).
+        write(settings.db, "DELETE FROM observations WHERE id IN (1, 6, 12)")
+        result, sink = run(settings, chroma, fake_embedder)
+        assert {parse_doc_id(d).sqlite_id for d in sink.deleted} == {1, 6, 12} and sink.upserted == []
+        assert verify(settings, chroma).clean
+
+    def test_a_pass_stopped_midway_is_finished_by_the_next_without_a_gap(
+        self, settings: Settings, source_db: Path, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        col = stores.open_collection(chroma, settings, fake_embedder.model_id, fake_embedder.dimension)
+        sink = RecordingSink(ChromaSink(col))
+        options = SyncOptions(read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size)
+        with SourceReader(settings.db) as reader, SyncState(settings.state_path) as state:
+            state.set_meta("active_collection", col.name)
+            stopper = Syncer(reader, state, Destination(col.name, sink), fake_embedder, options)
+            real = sink.upsert
+
+            def upsert_then_stop(*a: Any, **kw: Any) -> None:
+                real(*a, **kw)
+                if len(sink.upserted) > 20:
+                    options.stop.set()
+
+            sink.upsert = upsert_then_stop  # type: ignore[method-assign]
+            first = stopper.run()
+        assert first.interrupted and 0 < len(sink.upserted) < 100
+        second, _ = run(settings, chroma, fake_embedder)
+        assert not second.interrupted and verify(settings, chroma).clean
+
+    def test_a_full_pass_yields_to_new_rows_and_goes_on_where_it_was(
+        self, settings: Settings, source_db: Path, chroma: Any, fake_embedder: FakeEmbedder
+    ) -> None:
+        col = stores.open_collection(chroma, settings, fake_embedder.model_id, fake_embedder.dimension)
+        sink = RecordingSink(ChromaSink(col))
+        asked: list[int] = []
+
+        def new_rows_wait() -> bool:
+            asked.append(len(sink.upserted))
+            return len(asked) == 1  # rows arrive once, after the first range
+
+        options = SyncOptions(read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size,
+                              yield_to=new_rows_wait)
+        with SourceReader(settings.db) as reader, SyncState(settings.state_path) as state:
+            state.set_meta("active_collection", col.name)
+            syncer = Syncer(reader, state, Destination(col.name, sink), fake_embedder, options)
+            first = syncer.run()
+            assert first.interrupted and first.resume is not None and len(asked) == 1
+            assert set(first.resume) == set(Kind) and all(0 < below < 12 for below in first.resume.values())
+            newest = {parse_doc_id(d).sqlite_id for d in sink.upserted}
+            assert min(newest) > 1  # the newest rows went first
+            write(settings.db, "INSERT INTO user_prompts (content_session_id, prompt_number, prompt_text, "
+                               "created_at, created_at_epoch) VALUES ('alpha-s0', 9, 'new while syncing', "
+                               "'2026-01-01T00:00:00Z', 1767225600000)")
+            tail = syncer.run(start_after=state.watermarks(col.name))
+            assert "prompt_13" in sink.upserted and not tail.interrupted
+            rest = syncer.run(resume=first.resume)
+        assert not rest.interrupted and rest.resume is None
+        assert len(sink.upserted) == len(set(sink.upserted))  # nothing written twice
+        assert verify(settings, chroma).clean
