@@ -52,6 +52,7 @@ from memsync.config.errors import (
     StoreRefused,
     StoreUnavailable,
 )
+from memsync.config.formats.worker_status import PHASE_FIRST_PASS
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.embedstore import EmbeddingStore
@@ -59,6 +60,7 @@ from memsync.worker.health import Degrading, Health
 from memsync.worker.lock import WorkerLock
 from memsync.worker.maintenance import Compaction, CopyCheck, CopyOrder, fill_copy
 from memsync.worker.memory import Trimmer
+from memsync.worker.progress import FirstSyncProgress, every_kind
 from memsync.worker.signals import SignalRelay
 from memsync.worker.sink import MirroredSink, VectorSink
 from memsync.worker.state import SyncState
@@ -394,18 +396,24 @@ class Worker:
         # A tail pass between the parts of a full pass syncs memsync's own collection only (the
         # upstream-readable store's pass follows the whole full pass) and keeps its rows count.
         between = not full and self._resume is not None
-        if resume is None and not between:
+        if full and resume is None:
+            resume = every_kind()  # followed in place as the pass goes (its progress in worker.json)
+            self._pass_started(full, resume)
+        elif not full and not between:
             self._pass_started(full)
         waiting = (lambda: self._tail.rows_waiting(state, sink.name)) if full else None
-        scope = Scope(full=full, resume=resume, upstream=not between)
+        scope = Scope(full=full, resume=resume if full else None, upstream=not between)
         result = self._sync_pass(state, waiting).run(Destination(sink.name, self._mirror()), self._target.embedder,
                                                      lambda: self._target.upstream, scope, self._passed(full))
         self._pass_ended(full, result)
         return result
 
-    def _pass_started(self, full: bool) -> None:
+    def _pass_started(self, full: bool, cursor: Cursor | None = None) -> None:
         self._upstream_level = False  # until the upstream pass after ours is through (it may fail or stop)
         self.health.pass_started(full)
+        if cursor is not None and self.health.status.phase == PHASE_FIRST_PASS:
+            progress = FirstSyncProgress(cursor, self.s.window_days)
+            self.health.first_sync = (progress, lambda: self._tail.reader)
 
     def _passed(self, full: bool) -> OnResult:
         """What the worker does as each collection's pass ends."""

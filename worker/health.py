@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from memsync.config.chroma.remote import endpoint
@@ -35,6 +36,7 @@ from memsync.config.errors import (
 from memsync.config.formats.worker_status import HEARTBEAT_EVERY_S, PHASE_FIRST_PASS, PHASE_FOLLOWING, WorkerStatus
 from memsync.config.settings import Settings
 from memsync.worker.backoff import Backoff
+from memsync.worker.progress import FirstSyncProgress
 from memsync.worker.source import SourceReader
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
 from memsync.worker.sync import SyncResult
@@ -60,6 +62,8 @@ class Health:
         self._written = 0.0
         self._passes_written = -1
         self._write_failed = False  # the last worker.json write failed (logged once per run of failures)
+        # The first pass's progress (worker.progress) and the reader it asks, while it runs.
+        self.first_sync: tuple[FirstSyncProgress, Callable[[], SourceReader | None]] | None = None
 
     def serve_metrics(self, port: int) -> None:
         """Serve the metrics on 127.0.0.1:``port`` (ConfigError when the port cannot be bound)."""
@@ -139,6 +143,8 @@ class Health:
         """A batch of the running pass is through (``worker.sync`` ProgressFn): count its rows and
         keep the heartbeat fresh; a first pass of hours is written every ``HEARTBEAT_EVERY_S``."""
         self.status.pass_rows_done += rows
+        if self.first_sync is not None:
+            self.first_sync[0].passed(rows, embedded)
         self.publish()
 
     def record_pass(self, result: SyncResult, full: bool) -> None:
@@ -183,6 +189,7 @@ class Health:
         if not force and now - self._written < HEARTBEAT_EVERY_S and self.status.passes == self._passes_written:
             return
         self.status.heartbeat_ms = now_ms()
+        self._describe_first_sync()
         try:
             self.status.write(self.s.data_dir)
         except OSError as exc:
@@ -195,6 +202,18 @@ class Health:
         self._write_failed = False
         self._written = now
         self._passes_written = self.status.passes
+
+    def _describe_first_sync(self) -> None:
+        """``first_sync`` in worker.json: the first pass's figures (worker.progress), None after it."""
+        if self.status.phase != PHASE_FIRST_PASS or self.first_sync is None:
+            self.status.first_sync = None
+            return
+        progress, reader = self.first_sync
+        current = reader()
+        if current is None:
+            return
+        with contextlib.suppress(SourceUnavailable):  # unreadable now: the last figures stay
+            self.status.first_sync = progress.snapshot(current)
 
     def stopping(self) -> None:
         """The worker began to stop: say so in the metrics, then stop serving them."""

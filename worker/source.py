@@ -229,9 +229,11 @@ class SourceReader:
         """The highest id per kind (0 when empty): a cheap change check."""
         return {k: int(self._fetch(f"SELECT COALESCE(MAX(id), 0) AS m FROM {TABLES[k]}", {})[0]["m"]) for k in KINDS}
 
-    def count_at_or_below(self, kind: Kind, up_to: int) -> int:
-        """Rows of ``kind`` with id <= ``up_to``."""
-        rows = self._fetch(f"SELECT COUNT(*) AS n FROM {TABLES[kind]} WHERE id <= :up_to", {"up_to": up_to})
+    def count_at_or_below(self, kind: Kind, up_to: int, since_ms: int | None = None) -> int:
+        """Rows of ``kind`` with id <= ``up_to`` (and created at or after ``since_ms``)."""
+        since = "" if since_ms is None else " AND created_at_epoch >= :since"
+        rows = self._fetch(f"SELECT COUNT(*) AS n FROM {TABLES[kind]} WHERE id <= :up_to{since}",
+                           {"up_to": up_to, "since": since_ms})
         return int(rows[0]["n"])
 
     def schema_version(self) -> int | None:

@@ -214,11 +214,13 @@ class Syncer:
 
         ``start_after`` limits a pass to rows above an id per kind (the worker's fast path for new
         rows, oldest first); without it every row is compared, newest first (:meth:`_newest_first`),
-        which finds edits and deletions anywhere; ``resume`` takes up a full pass where it yielded."""
+        which finds edits and deletions anywhere; ``resume`` (a cursor, moved as the pass goes)
+        takes up a full pass where it yielded, or starts one the caller follows."""
         t0 = time.perf_counter()
         cursor: Cursor | None = None
         if start_after is None:
-            cursor = dict(resume) if resume is not None else dict.fromkeys(kinds, INF_ID)
+            # The caller's cursor is moved in place: the worker reads it for its progress.
+            cursor = resume if resume is not None else dict.fromkeys(kinds, INF_ID)
             total = self._newest_first(cursor, project, dry_run)
         else:
             total = Outcome()

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import signal
 import sys
-from collections.abc import Callable
+import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +31,10 @@ from memsync.commands.options import (
 )
 from memsync.config.claude_mem.projects import exclusion
 from memsync.config.claude_mem.version import TESTED_SCHEMA_VERSION, claude_mem_version, schema_warning
+from memsync.config.errors import SourceUnavailable
 from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S, PHASE_FIRST_PASS, PHASE_FOLLOWING
 from memsync.config.settings import DEFAULT_DATABASE, DEFAULT_TENANT, LoadedSettings, Settings, describe
-from memsync.servers.render import utc_stamp
+from memsync.servers.render import days_text, utc_stamp
 
 if TYPE_CHECKING:
     from memsync.worker.sync import SyncResult
@@ -54,25 +57,50 @@ def settings_cmd(as_json: bool, **kwargs: Any) -> None:
     click.echo("\n".join(lines))
 
 
-def _progress_bar(settings: Settings, scope: Scope) -> tuple[Any, Callable[[int, int], None] | None]:
-    if not sys.stderr.isatty():
-        return None, None
-    from tqdm import tqdm
+class _ProgressBar:
+    """resync's bar on a terminal: rows (both passes with the upstream store), documents embedded,
+    and, while memsync's own pass runs (newest first), how far back search by meaning reaches and
+    when the default window is done (``worker.progress``, looked at every few seconds)."""
 
-    from memsync.worker.resync import count_rows
+    LOOK_EVERY_S = 5.0
 
-    # A pseudo-terminal may report a 0x0 size, with which tqdm draws nothing: assume 100x24 then.
-    size = os.get_terminal_size(sys.stderr.fileno())
-    bar = tqdm(total=count_rows(settings, scope), unit="row", file=sys.stderr,
-               dynamic_ncols=size.columns > 0, ncols=None if size.columns > 0 else 100, nrows=size.lines or 24)
-    embedded = [0]
+    def __init__(self, settings: Settings, scope: Scope) -> None:
+        from tqdm import tqdm
 
-    def progress(rows: int, docs: int) -> None:
-        embedded[0] += docs
-        bar.set_postfix(embedded=embedded[0], refresh=False)
-        bar.update(rows)
+        from memsync.worker.progress import FirstSyncProgress, every_kind
+        from memsync.worker.resync import count_rows
+        from memsync.worker.source import SourceReader
 
-    return bar, progress
+        # A pseudo-terminal may report a 0x0 size, with which tqdm draws nothing: assume 100x24 then.
+        size = os.get_terminal_size(sys.stderr.fileno())
+        self.bar = tqdm(total=count_rows(settings, scope), unit="row", file=sys.stderr,
+                        dynamic_ncols=size.columns > 0, ncols=None if size.columns > 0 else 100,
+                        nrows=size.lines or 24)
+        self.cursor = every_kind()  # the pass's own, moved as it goes (Scope.resume)
+        self.first = FirstSyncProgress(self.cursor, settings.window_days)
+        self.reader = SourceReader.open(settings)
+        self.embedded, self.looked, self.reach = 0, 0.0, ""
+
+    def progress(self, rows: int, docs: int) -> None:
+        """``worker.sync`` ProgressFn."""
+        self.embedded += docs
+        self.first.passed(rows, docs)
+        now = time.monotonic()
+        if now - self.looked >= self.LOOK_EVERY_S:
+            self.looked = now
+            with contextlib.suppress(SourceUnavailable):
+                got = self.first.snapshot(self.reader)
+                since = got["searchable_from_ms"]
+                self.reach = ("all" if not got["rows_left"] else
+                              f"{utc_stamp(since)[:10]}, window in {_duration(got['eta_window_s'])}" if since else "")
+        self.bar.set_postfix(embedded=self.embedded, **({"searchable": self.reach} if self.reach else {}),
+                             refresh=False)
+        self.bar.update(rows)
+
+    def close(self) -> None:
+        """Close the bar and its reader."""
+        self.bar.close()
+        self.reader.close()
 
 
 @click.command()
@@ -93,9 +121,12 @@ def resync(as_json: bool, project: str | None, rebuild: bool, dry_run: bool, **k
 
     scope = Scope(project=project, dry_run=dry_run)
     with errors_as_exit(settings), graceful_stop() as stop:
-        bar, progress = _progress_bar(settings, scope)
+        bar = _ProgressBar(settings, scope) if sys.stderr.isatty() else None
+        if bar is not None:
+            scope = dataclasses.replace(scope, resume=bar.cursor)  # the bar follows the pass's place
         try:
-            result = run_resync(settings, scope=scope, rebuild=rebuild, stop=stop, progress=progress)
+            result = run_resync(settings, scope=scope, rebuild=rebuild, stop=stop,
+                                progress=None if bar is None else bar.progress)
         finally:
             if bar is not None:
                 bar.close()
@@ -202,8 +233,33 @@ def _phase_text(w: dict[str, Any]) -> str:
     rows compared so far) or following the database (a file from before phases: following)."""
     phase = str(w.get("phase", PHASE_FOLLOWING))
     if phase == PHASE_FIRST_PASS:
-        return f"{phase} in progress, {int(w.get('pass_rows_done') or 0)} rows done"
+        done = f"{phase} in progress, {int(w.get('pass_rows_done') or 0)} rows done"
+        first = w.get("first_sync")
+        return done if not isinstance(first, dict) else f"{done}; {first_sync_text(first)}"
     return phase
+
+
+def first_sync_text(first: dict[str, Any]) -> str:
+    """The first pass's figures (``worker.json`` ``first_sync``, from ``worker.progress``) in words:
+    how far back search by meaning reaches, what is left, the rate, and when the default window
+    and all of it will be done."""
+    since = first.get("searchable_from_ms")
+    reach = f"searchable by meaning back to {utc_stamp(since)}" if since else "nothing searchable by meaning yet"
+    docs = first.get("documents_left")
+    left = f"{first.get('rows_left', 0)} rows" + ("" if docs is None else f" (~{docs} documents)") + " left"
+    window = days_text(int(first.get("window_days") or 0))
+    return (f"{reach}; {left} at {first.get('docs_per_s', 0)} documents/s; "
+            f"the {window} done in {_duration(first.get('eta_window_s'))}, all in {_duration(first.get('eta_all_s'))}")
+
+
+def _duration(seconds: object) -> str:
+    """An ETA in words: ``now``, ``~45 s``, ``~12 min``, ``~3.2 h``; ``unknown`` before a rate."""
+    if not isinstance(seconds, (int, float)):
+        return "unknown"
+    if seconds <= 0:
+        return "now"
+    return f"~{seconds:.0f} s" if seconds < 90 else f"~{seconds / 60:.0f} min" if seconds < 5400 else \
+        f"~{seconds / 3600:.1f} h"
 
 
 def _upstream_result(result: SyncResult) -> str:

@@ -56,9 +56,13 @@ def test_newest_first_and_new_rows_go_ahead_of_the_first_sync(managed: Settings)
             if share < 0.9:  # synced between the parts of the first sync, not after it
                 assert originals < total, (share, lags)
                 assert status(managed).pending_rows > 0  # rows below the watermarks are pending too
+            if share == 0.1:  # worker.json says how far back search by meaning reaches, and when the rest
+                first = wait_for(lambda: worker.status().get("first_sync"), 30, "the first sync's figures")
+                assert first["rows_left"] > 0 and first["searchable_from_ms"] and first["docs_per_s"] > 0
         worker.wait_reconciles(1, timeout=300)
         worker.wait_caught_up()
         assert worker.events("sync_yielded")  # the pass let the new rows go first
+        assert worker.status().get("first_sync") is None  # through: nothing left to tell
         assert worker.stop() == 0
     finally:
         worker.kill()
