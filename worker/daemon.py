@@ -256,18 +256,7 @@ class Worker:
                 # pass re-drives exactly those rows.
                 full = self._check_store(state) or full
             if full or self._resume is not None:
-                # A full pass goes newest first and yields to rows committed meanwhile, which the
-                # tail pass of the next step syncs before it goes on (a first sync of hours would
-                # otherwise keep every new row waiting for its end).
-                if full:
-                    self.reconcile_due.clear()
-                    self._resume = None
-                else:
-                    self._pass(full=False)
-                    self._compaction.rows_arrived()
-                self._resume = self._pass(full=True, resume=self._resume).resume
-                if self._resume is None:
-                    self._copy_check.soon()
+                self._full_pass_part(restart=full)
             elif self._tail.changed(state, collection, pending=bool(self.health.status.pending_rows)) or \
                     self._upstream_behind(state, collection):
                 self._pass(full=False)
@@ -325,6 +314,20 @@ class Worker:
         # A stamp that just moved gets its second look soon: the commit behind it may not have been
         # visible yet, and waiting a whole poll interval would add up to a second of lag.
         return self.s.poll_interval_s if self._tail.settled else min(self.s.poll_interval_s, 0.1)
+
+    def _full_pass_part(self, restart: bool) -> None:
+        """A full pass, from the top (``restart``) or where it yielded. It goes newest first and
+        yields to rows committed meanwhile, whose tail pass comes first when it goes on (a first
+        sync of hours would otherwise keep every new row waiting for its end)."""
+        if restart:
+            self.reconcile_due.clear()
+            self._resume = None
+        else:
+            self._pass(full=False)
+            self._compaction.rows_arrived()
+        self._resume = self._pass(full=True, resume=self._resume).resume
+        if self._resume is None:
+            self._copy_check.soon()
 
     def _repair(self, exc: StoreDamaged) -> float:
         """Chroma cannot read a collection: recreate it (``worker.target.repair_damaged``), and check
