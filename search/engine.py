@@ -113,7 +113,8 @@ class Searcher(Lookups):
             if plan.linked:
                 with watch.stage("linked"):
                     linked = self._link(rows, plan, lex, sem)
-            notes = [*([sem.unavailable] if sem.unavailable else []), *lex.notes, *([sem.note] if sem.note else [])]
+            notes = [*([sem.unavailable] if sem.unavailable else []), *lex.notes, *([sem.note] if sem.note else []),
+                     *([sem.coverage.note(mode is not Mode.SEMANTIC)] if sem.coverage else [])]
             with watch.stage("fuse"):
                 by_relevance = request.order is Order.RELEVANCE
                 entries = self._fuse(lex, sem, linked) if by_relevance else _date_order(rows, lexical, plan, sem)
@@ -125,7 +126,7 @@ class Searcher(Lookups):
             if own := lexical.own_index_note():  # e.g. prompts: claude-mem dropped user_prompts_fts
                 notes.append(own)
             return Response(Mode.LEXICAL_FALLBACK if sem.unavailable else mode, results, plan.window, excluded,
-                            "; ".join(notes) or None, len(entries), watch.timings, plan.query)
+                            "; ".join(notes) or None, len(entries), watch.timings, plan.query, sem.coverage)
         except QueryTimeout as exc:
             raise SearchError(f"the database did not answer in time ({exc}); try again") from exc
         finally:

@@ -126,6 +126,39 @@ class Result:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """The semantic side of a search saw only part of its scope."""
+
+    newest_missing_ms: int  # the newest row of the scope not embedded yet: complete after it
+    missing_rows: int
+    scope_rows: int
+
+    @property
+    def missing_share(self) -> float:
+        """The share of the scope's rows that may lack documents (an upper bound: rows a pass
+        stopped earlier had synced are counted until this pass passes them again)."""
+        return self.missing_rows / self.scope_rows if self.scope_rows else 0.0
+
+    @property
+    def from_date(self) -> str:
+        """From when on (ISO 8601, UTC, the next whole second after the newest row missing) every
+        row of the scope is searchable by meaning."""
+        when = datetime.fromtimestamp(self.newest_missing_ms // 1000 + 1, UTC)
+        return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def to_json(self) -> dict[str, Any]:
+        """The response's ``coverage`` field."""
+        return {"from_date": self.from_date, "missing_share": round(self.missing_share, 4),
+                "missing_rows": self.missing_rows}
+
+    def note(self, lexical: bool) -> str:
+        """What the response's reason says (``lexical``: the full-text side searched every row)."""
+        return (f"first sync in progress: by meaning, rows after {self.from_date} only; "
+                f"{self.missing_share:.0%} of the rows searched ({self.missing_rows}) are not embedded yet"
+                + (", full-text covers them" if lexical else ""))
+
+
 @dataclass(slots=True)
 class Response:
     """A search answer: results plus how it was produced."""
@@ -138,6 +171,7 @@ class Response:
     total: int | None = None  # matches known before offset/limit (a lower bound for relevance order)
     timings_ms: dict[str, float] = field(default_factory=dict)
     query: str = ""
+    coverage: Coverage | None = None  # what the semantic side could not see yet (a first sync); None: all
 
     def to_json(self) -> dict[str, Any]:
         """The stable JSON contract: ``{"mode", "results": [...], ...}``."""
@@ -148,6 +182,7 @@ class Response:
             "window": {"days": self.window.days, "start_ms": self.window.start_ms, "end_ms": self.window.end_ms,
                        "source": self.window.source},
             "excluded_by_window": self.excluded_by_window,
+            "coverage": None if self.coverage is None else self.coverage.to_json(),
             "total": self.total,
             "results": [r.to_json() for r in self.results],
             "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},

@@ -26,7 +26,8 @@ from memsync.config.docids import DOC_TYPES, possible_doc_ids
 from memsync.config.formats.sync_records import synced_doc_ids
 from memsync.config.settings import Settings
 from memsync.search import context as prompt_context
-from memsync.search.models import Key, Scope
+from memsync.search.coverage import coverage
+from memsync.search.models import Coverage, Key, Scope
 from memsync.search.plan import Plan
 from memsync.search.sql import SourceRows
 from memsync.search.stopwatch import Stopwatch
@@ -52,6 +53,7 @@ class SemanticAnswer:
     timings: dict[str, float] = field(default_factory=dict)
     note: str | None = None  # what the response's reason should say (a damaged vector copy)
     unavailable: str | None = None  # why the vector store could not answer (the search falls back)
+    coverage: Coverage | None = None  # the part of the scope a first sync has not embedded yet
 
 
 class SemanticSide:
@@ -85,6 +87,8 @@ class SemanticSide:
             vec = self.store.embed(plan.query)
         hits, copy = self._nearest(rows, plan, vec)
         answer = SemanticAnswer([h for h in hits if h.kind in plan.kinds], {(h.kind, h.id): h for h in hits})
+        with self.watch.stage("coverage"):  # one stat, unless a first sync is under way
+            answer.coverage = coverage(self.settings, rows, self.store.collection_name(), plan)
         if plan.evidence_kinds:
             answer.evidence = [(h.kind, h.id) for h in hits if h.kind in plan.evidence_kinds]
         if plan.context or plan.evidence_kinds:

@@ -339,6 +339,17 @@ class SourceRows:
         cond, params = self.where(kind, filters, window)
         return int(self.query(f"SELECT COUNT(*) FROM {TABLES[kind]} {ALIAS} WHERE {cond}", params)[0][0])
 
+    def behind(self, kind: Kind, filters: Filters, window: Window | None, up_to: int) -> tuple[int, int, int | None]:
+        """Rows of ``kind`` within the filters and window: how many, how many have an id at or
+        below ``up_to`` (a first sync has not compared them yet), and the newest date among those."""
+        if not self.applicable(kind, filters):
+            return 0, 0, None
+        cond, params = self.where(kind, filters, window)
+        row = self.query(f"SELECT COUNT(*), COUNT(CASE WHEN {ALIAS}.id <= ? THEN 1 END), "
+                         f"MAX(CASE WHEN {ALIAS}.id <= ? THEN {ALIAS}.created_at_epoch END) "
+                         f"FROM {TABLES[kind]} {ALIAS} WHERE {cond}", [up_to, up_to, *params])[0]
+        return int(row[0]), int(row[1]), None if row[2] is None else int(row[2])
+
     def recent(self, kind: Kind, scope: Scope, limit: int, offset: int = 0,
                newest: bool = True) -> list[tuple[int, int]]:
         """(id, epoch) of the newest (or oldest) rows within the scope's filters and window."""

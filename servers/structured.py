@@ -67,6 +67,14 @@ class Window(Structured):
     end: str | None = Field(None, description="ISO 8601; absent = now.")
 
 
+class Coverage(Structured):
+    """During a first sync: the part of the search's scope not yet searchable by meaning."""
+
+    from_date: str = Field(description="ISO 8601 (UTC): every row after it is searchable by meaning.")
+    missing_share: float = Field(description="Share of the rows searched that are not embedded yet.")
+    missing_rows: int
+
+
 class SearchOutput(Structured):
     """A search or find_by_* answer: how it was produced, the page and its rows."""
 
@@ -74,6 +82,8 @@ class SearchOutput(Structured):
     reason: str | None = Field(None, description="Why the mode is degraded (lexical_fallback).")
     window: Window
     excluded_by_window: int = Field(description="Matches older than the window (window_days=0 includes them).")
+    coverage: Coverage | None = Field(None, description="Absent unless a first sync has not yet embedded part "
+                                                        "of what was searched (full-text search covers it).")
     total: int | None = Field(None, description="Matches known before paging; absent when unknown.")
     offset: int
     next_offset: int | None = Field(None, description="The offset of the next page; absent on the last one.")
@@ -142,7 +152,9 @@ def search_output(resp: Response, offset: int) -> SearchOutput:
     more = n > 0 and (resp.total is None or offset + n < resp.total)
     window = Window(source=cast(Source, w.source), days=w.days, start=iso(w.start_ms), end=iso(w.end_ms))
     return SearchOutput(mode=resp.mode, reason=resp.reason, window=window,
-                        excluded_by_window=resp.excluded_by_window, total=resp.total, offset=offset,
+                        excluded_by_window=resp.excluded_by_window,
+                        coverage=None if resp.coverage is None else Coverage(**resp.coverage.to_json()),
+                        total=resp.total, offset=offset,
                         next_offset=offset + n if more else None, results=[hit(r) for r in resp.results])
 
 

@@ -52,6 +52,7 @@ from memsync.config.errors import (
     StoreRefused,
     StoreUnavailable,
 )
+from memsync.config.formats.first_sync import Cursor, every_kind
 from memsync.config.formats.worker_status import PHASE_FIRST_PASS
 from memsync.config.settings import Settings
 from memsync.worker import logs
@@ -60,11 +61,11 @@ from memsync.worker.health import Degrading, Health
 from memsync.worker.lock import WorkerLock
 from memsync.worker.maintenance import Compaction, CopyCheck, CopyOrder, fill_copy
 from memsync.worker.memory import Trimmer
-from memsync.worker.progress import FirstSyncProgress, every_kind
+from memsync.worker.progress import FirstSyncProgress
 from memsync.worker.signals import SignalRelay
 from memsync.worker.sink import MirroredSink, VectorSink
 from memsync.worker.state import SyncState
-from memsync.worker.sync import Cursor, Destination, SyncOptions, SyncResult, YieldFn
+from memsync.worker.sync import Destination, SyncOptions, SyncResult, YieldFn
 from memsync.worker.syncpass import EVERY_ROW, Checked, OnResult, Opened, Scope, StoreCollection, SyncPass
 from memsync.worker.tail import SourceTail
 from memsync.worker.target import SyncTarget, store_counts

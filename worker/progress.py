@@ -13,10 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from memsync.config.claude_mem.schema import KINDS
+from memsync.config.formats.first_sync import Cursor
 from memsync.worker.source import SourceReader
 from memsync.worker.state import now_ms
-from memsync.worker.sync import INF_ID, Cursor
 
 DAY_MS = 86_400_000
 
@@ -61,8 +60,3 @@ class FirstSyncProgress:
                 "window_rows_left": window_left, "window_days": self.window_days,
                 "docs_per_s": round(self.documents / seconds, 1), "rows_per_s": round(rows_per_s, 1),
                 "eta_window_s": eta(window_left), "eta_all_s": eta(rows_left)}
-
-
-def every_kind() -> Cursor:
-    """A new pass's cursor: every row of every kind still to compare."""
-    return dict.fromkeys(KINDS, INF_ID)

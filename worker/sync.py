@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.embedding import Embedder
+from memsync.config.formats.first_sync import INF_ID, Cursor
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.documents import OWN, Derivation, Document, RowError, SourceRow, row_values_hash
@@ -37,7 +38,6 @@ from memsync.worker.sink import RejectedBatch, VectorSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import FAILED, SYNCED, DocRecord, RowFailed, RowRecord, RowSynced, SyncState
 
-INF_ID = 2**62
 # While a full pass may yield to new rows, a range holds about this much work, so that a row
 # committed meanwhile waits at most about this long for the pass to let it through.
 YIELD_RANGE_S = 1.0
@@ -46,7 +46,7 @@ FIRST_RANGE_ROWS = 32  # a kind's first range of such a pass, before its rate is
 
 ProgressFn = Callable[[int, int], None]  # (rows processed, documents embedded) since last call
 YieldFn = Callable[[], bool]  # asked between a full pass's ranges: True when new rows wait
-Cursor = dict[Kind, int]  # a newest-first pass's place: each kind's rows at or below the id are still to compare
+MovedFn = Callable[[Cursor], None]  # a full pass's cursor after a range (rows above it are compared)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +126,7 @@ class SyncOptions:
     stop: threading.Event = field(default_factory=threading.Event)
     progress: ProgressFn | None = None
     yield_to: YieldFn | None = None  # the worker's: a full pass lets rows committed meanwhile go first
+    moved: MovedFn | None = None  # told where a full pass is after each of its ranges (worker.frontier)
 
     @classmethod
     def from_settings(cls, settings: Settings, stop: threading.Event | None = None,
@@ -283,6 +284,8 @@ class Syncer:
                 del below[kind]
             else:
                 below[kind] = lo
+            if self.options.moved is not None:
+                self.options.moved(below)
             if self.options.yield_to is not None:
                 sizes[kind] = self._range_rows(len(hashes), time.perf_counter() - t)
                 if below and not top[1:] and self.options.yield_to():

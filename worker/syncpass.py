@@ -24,12 +24,14 @@ from typing import Protocol
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.embedding import Embedder, upstream_embedder
 from memsync.config.errors import StoreDamaged
+from memsync.config.formats.first_sync import Cursor, every_kind
 from memsync.config.settings import Settings
 from memsync.worker.embedstore import EmbeddingStore, collect_garbage
+from memsync.worker.frontier import Frontier
 from memsync.worker.sink import ChromaSink, MirroredSink, VectorSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import SyncState
-from memsync.worker.sync import Cursor, Destination, Syncer, SyncOptions, SyncResult
+from memsync.worker.sync import Destination, Syncer, SyncOptions, SyncResult
 from memsync.worker.target import StoreCheck, check_store
 from memsync.worker.upstream import UPSTREAM
 from memsync.worker.vectorcopy import VectorCopyWriter
@@ -189,9 +191,13 @@ class SyncPass:
         """Sync memsync's own collection, then (``upstream_store`` on, the first pass through) the
         upstream-readable store, opened by ``upstream`` only then; the first result, with the
         second's attached and its interruption."""
-        first = Syncer(self.reader, self.state, own, embedder, self.options, self.store).run(
+        cursor, frontier = self._frontier(own, scope)
+        options = self.options if frontier is None else dataclasses.replace(self.options, moved=frontier.moved)
+        first = Syncer(self.reader, self.state, own, embedder, options, self.store).run(
             project=scope.project, dry_run=scope.dry_run, start_after=self._after(own.collection, scope),
-            resume=scope.resume)
+            resume=cursor)
+        if frontier is not None and cursor is not None:
+            frontier.ended(cursor, through=not first.interrupted)
         self.garbage.passed(scope.full, first)
         if on_result is not None:
             on_result(first, False)
@@ -205,6 +211,19 @@ class SyncPass:
         if on_result is not None:
             on_result(second, True)
         return dataclasses.replace(first, upstream=second, interrupted=second.interrupted)
+
+    def _frontier(self, own: Destination, scope: Scope) -> tuple[Cursor | None, Frontier | None]:
+        """The cursor of a full pass (the scope's when it goes on, else a new one at the top) and,
+        when it is (part of) a first sync of every project, its frontier (``worker.frontier``)
+        written where searches see it."""
+        if not scope.full:
+            return None, None
+        cursor = scope.resume if scope.resume is not None else every_kind()
+        if scope.dry_run or scope.project is not None or own.sink is None:
+            return cursor, None
+        # A cursor at the top is a new pass (the worker hands one in to follow it); any other goes on.
+        return cursor, Frontier.begin(self.s.data_dir, self.reader, self.state, own.collection, cursor,
+                                      resumed=cursor != every_kind())
 
     def upstream(self, sink: VectorSink | None, scope: Scope) -> SyncResult:
         """The pass into the upstream-readable store alone (``sink`` None: a dry run from its

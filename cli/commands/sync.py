@@ -67,7 +67,8 @@ class _ProgressBar:
     def __init__(self, settings: Settings, scope: Scope) -> None:
         from tqdm import tqdm
 
-        from memsync.worker.progress import FirstSyncProgress, every_kind
+        from memsync.config.formats.first_sync import every_kind
+        from memsync.worker.progress import FirstSyncProgress
         from memsync.worker.resync import count_rows
         from memsync.worker.source import SourceReader
 

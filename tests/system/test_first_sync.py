@@ -9,6 +9,7 @@ import time
 import pytest
 
 from memsync.config.settings import Settings
+from memsync.search import Mode, Response, Searcher, SearchRequest
 from memsync.worker.importer import import_records
 from memsync.worker.status import status
 from memsync.worker.verify import verify
@@ -32,6 +33,15 @@ def synced_ids(settings: Settings, kind: str) -> set[int]:
         return set()
     finally:
         conn.close()
+
+
+def all_time_search(settings: Settings) -> Response:
+    """A search over all time through the library, with the worker's model and store."""
+    engine = Searcher(settings)
+    try:
+        return engine.search(SearchRequest(query="problem caching", window_days=0))
+    finally:
+        engine.close()
 
 
 def test_newest_first_and_new_rows_go_ahead_of_the_first_sync(managed: Settings) -> None:
@@ -59,10 +69,16 @@ def test_newest_first_and_new_rows_go_ahead_of_the_first_sync(managed: Settings)
             if share == 0.1:  # worker.json says how far back search by meaning reaches, and when the rest
                 first = wait_for(lambda: worker.status().get("first_sync"), 30, "the first sync's figures")
                 assert first["rows_left"] > 0 and first["searchable_from_ms"] and first["docs_per_s"] > 0
+                # A search meanwhile answers hybrid over what is synced and says what is missing.
+                during = all_time_search(managed)
+                assert during.mode is Mode.HYBRID and during.coverage is not None, during.reason
+                assert 0 < during.coverage.missing_share < 1 and "first sync in progress" in (during.reason or "")
         worker.wait_reconciles(1, timeout=300)
         worker.wait_caught_up()
         assert worker.events("sync_yielded")  # the pass let the new rows go first
         assert worker.status().get("first_sync") is None  # through: nothing left to tell
+        after = all_time_search(managed)
+        assert after.mode is Mode.HYBRID and after.coverage is None and after.reason is None
         assert worker.stop() == 0
     finally:
         worker.kill()

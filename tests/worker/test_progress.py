@@ -7,10 +7,10 @@ from pathlib import Path
 
 from memsync.commands.sync import first_sync_text
 from memsync.config.claude_mem.schema import Kind
-from memsync.worker.progress import FirstSyncProgress, every_kind
+from memsync.config.formats.first_sync import INF_ID, every_kind
+from memsync.worker.progress import FirstSyncProgress
 from memsync.worker.source import SourceReader
 from memsync.worker.state import now_ms
-from memsync.worker.sync import INF_ID
 from tests.conftest import BASE_MS, make_db, obs, prompt, summary
 
 DAY_MS = 86_400_000
