@@ -36,8 +36,10 @@ def synced_ids(settings: Settings, kind: str) -> set[int]:
 
 
 def all_time_search(settings: Settings) -> Response:
-    """A search over all time through the library, with the worker's model and store."""
-    engine = Searcher(settings)
+    """A search over all time through the library, with the worker's model and store (a generous
+    deadline: Chroma answers slowly while the worker embeds on a loaded machine, and what is
+    tested is what the answer says, not how fast it came)."""
+    engine = Searcher(settings.model_copy(update={"search_timeout_ms": 20_000}))
     try:
         return engine.search(SearchRequest(query="problem caching", window_days=0))
     finally:
