@@ -402,7 +402,7 @@ class Worker:
         between = not full and self._resume is not None
         if full and resume is None:
             resume = every_kind()  # followed in place as the pass goes (its progress in worker.json)
-            self._pass_started(full, resume)
+            self._pass_started(full, (resume, sink.name))
         elif not full and not between:
             self._pass_started(full)
         waiting = (lambda: self._tail.rows_waiting(state, sink.name)) if full else None
@@ -412,12 +412,15 @@ class Worker:
         self._pass_ended(full, result)
         return result
 
-    def _pass_started(self, full: bool, cursor: Cursor | None = None) -> None:
+    def _pass_started(self, full: bool, followed: tuple[Cursor, str] | None = None) -> None:
+        """A pass begins; ``followed``: a full pass's cursor and collection, whose progress
+        ``worker.json`` reports while it is a first sync."""
         self._upstream_level = False  # until the upstream pass after ours is through (it may fail or stop)
         self.health.pass_started(full)
-        if cursor is not None and self.health.status.phase == PHASE_FIRST_PASS:
-            progress = FirstSyncProgress(cursor, self.s.window_days)
-            self.health.first_sync = (progress, lambda: self._tail.reader)
+        if followed is not None and self.health.status.phase == PHASE_FIRST_PASS:
+            cursor, collection = followed
+            self.health.first_sync = (FirstSyncProgress(cursor, self.s.window_days), lambda: self._tail.reader,
+                                      collection)
 
     def _passed(self, full: bool) -> OnResult:
         """What the worker does as each collection's pass ends."""

@@ -20,6 +20,7 @@ from memsync.config.formats.first_sync import Cursor, clear_mark, read_mark, wri
 from memsync.worker import logs
 from memsync.worker.source import SourceReader
 from memsync.worker.state import SyncState, now_ms
+from memsync.worker.tail import unrecorded_below
 
 WRITE_EVERY_S = 0.5
 
@@ -28,13 +29,9 @@ def uncovered(reader: SourceReader, state: SyncState, collection: str) -> bool:
     """Whether some row at or below the records' watermarks has no record, or a kind has rows and
     no record at all: a pass over them is (part of) a first sync. Two COUNTs per kind."""
     marks, max_ids = state.watermarks(collection), reader.max_ids()
-    for kind in KINDS:
-        mark = marks.get(kind, 0)
-        if max_ids[kind] and not mark:
-            return True
-        if mark and reader.count_at_or_below(kind, mark) > state.count_rows_at_or_below(collection, kind, mark):
-            return True
-    return False
+    return any((max_ids[kind] and not marks.get(kind)) or unrecorded_below(reader, state, collection, kind,
+                                                                            marks.get(kind, 0))
+               for kind in KINDS)
 
 
 class Frontier:

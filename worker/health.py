@@ -33,6 +33,7 @@ from memsync.config.errors import (
     StoreRefused,
     StoreUnavailable,
 )
+from memsync.config.formats.first_sync import read_mark
 from memsync.config.formats.worker_status import HEARTBEAT_EVERY_S, PHASE_FIRST_PASS, PHASE_FOLLOWING, WorkerStatus
 from memsync.config.settings import Settings
 from memsync.worker.backoff import Backoff
@@ -62,8 +63,9 @@ class Health:
         self._written = 0.0
         self._passes_written = -1
         self._write_failed = False  # the last worker.json write failed (logged once per run of failures)
-        # The first pass's progress (worker.progress) and the reader it asks, while it runs.
-        self.first_sync: tuple[FirstSyncProgress, Callable[[], SourceReader | None]] | None = None
+        # The first pass's progress (worker.progress), the reader it asks and the collection it
+        # fills, while it runs.
+        self.first_sync: tuple[FirstSyncProgress, Callable[[], SourceReader | None], str] | None = None
 
     def serve_metrics(self, port: int) -> None:
         """Serve the metrics on 127.0.0.1:``port`` (ConfigError when the port cannot be bound)."""
@@ -204,11 +206,15 @@ class Health:
         self._passes_written = self.status.passes
 
     def _describe_first_sync(self) -> None:
-        """``first_sync`` in worker.json: the first pass's figures (worker.progress), None after it."""
-        if self.status.phase != PHASE_FIRST_PASS or self.first_sync is None:
+        """``first_sync`` in worker.json: the first pass's figures (worker.progress) while it is a
+        first sync, i.e. while the pass keeps its cursor for searches (``worker.frontier``: rows
+        below the records' watermarks lack records); None after it, and for the first pass of a
+        worker restarted on synced records, which embeds nothing it has not been told of."""
+        if self.status.phase != PHASE_FIRST_PASS or self.first_sync is None \
+                or read_mark(self.s.data_dir, self.first_sync[2]) is None:
             self.status.first_sync = None
             return
-        progress, reader = self.first_sync
+        progress, reader, _ = self.first_sync
         current = reader()
         if current is None:
             return

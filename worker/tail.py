@@ -55,10 +55,18 @@ def pending_rows(reader: SourceReader, state: SyncState, collection: str, below:
     for kind in KINDS:
         mark = marks.get(kind, 0)
         pending += max(0, max_ids[kind] - mark)
-        if mark and below:
-            recorded = state.count_rows_at_or_below(collection, kind, mark)
-            pending += max(0, reader.count_at_or_below(kind, mark) - recorded)
+        if below:
+            pending += unrecorded_below(reader, state, collection, kind, mark)
     return pending
+
+
+def unrecorded_below(reader: SourceReader, state: SyncState, collection: str, kind: Kind, mark: int) -> int:
+    """Rows of ``kind`` at or below the records' watermark ``mark`` that have no record: the rows
+    there less the records there (two COUNTs; a row deleted and not yet passed keeps its record,
+    so this is a floor). A newest-first first sync leaves such rows until it has passed them."""
+    if not mark:
+        return 0
+    return max(0, reader.count_at_or_below(kind, mark) - state.count_rows_at_or_below(collection, kind, mark))
 
 
 class SourceTail:

@@ -7,7 +7,11 @@ from pathlib import Path
 
 from memsync.commands.sync import first_sync_text
 from memsync.config.claude_mem.schema import Kind
-from memsync.config.formats.first_sync import INF_ID, every_kind
+from memsync.config.formats.first_sync import INF_ID, every_kind, write_mark
+from memsync.config.formats.worker_status import PHASE_FIRST_PASS
+from memsync.config.settings import Settings
+from memsync.worker import logs
+from memsync.worker.health import Health
 from memsync.worker.progress import FirstSyncProgress
 from memsync.worker.source import SourceReader
 from memsync.worker.state import now_ms
@@ -47,3 +51,20 @@ def test_the_status_line_says_it_in_words() -> None:
                     "61.5 documents/s; the last 90 days done in ~75 s, all in ~67 min")
     assert "nothing searchable by meaning yet" in first_sync_text({"rows_left": 5, "eta_all_s": None})
     assert first_sync_text({"rows_left": 5, "eta_all_s": None}).endswith("all in unknown")
+
+
+def test_worker_json_tells_a_first_sync_only_while_its_cursor_is_kept(tmp_path: Path) -> None:
+    """A worker restarted on synced records runs a first pass too; it embeds nothing it is not told
+    of, so worker.json gives no first-sync figures unless the pass keeps a cursor (worker.frontier)."""
+    db = make_db(tmp_path / "claude-mem.db", [obs(i) for i in range(4)])
+    settings = Settings(db=db, data_dir=tmp_path / "data")
+    health = Health(settings, logs.get_logger())
+    health.pass_started(full=True)
+    assert health.status.phase == PHASE_FIRST_PASS
+    with SourceReader(db) as reader:
+        health.first_sync = (FirstSyncProgress(every_kind(), 90), lambda: reader, "memsync-g1")
+        health.publish(force=True)
+        assert health.status.first_sync is None  # no cursor kept: a reconcile of synced records
+        write_mark(settings.data_dir, "memsync-g1", every_kind(), now_ms())
+        health.publish(force=True)
+        assert health.status.first_sync is not None and health.status.first_sync["rows_left"] == 4
