@@ -137,6 +137,14 @@ class SyncState:
     def _open(path: Path) -> sqlite3.Connection:
         return open_wal(path, STATE_DDL)
 
+    def sibling(self) -> SyncState:
+        """Another connection to the same records, for a thread that writes while this one reads:
+        WAL gives each connection its own snapshot, and write transactions begin IMMEDIATE, so the
+        two writers take turns on SQLite's lock (busy timeout) instead of sharing a transaction."""
+        other = type(self).__new__(type(self))  # a subclass (a test's) keeps its behaviour
+        other.path, other.moved_aside, other._conn = self.path, None, self._open(self.path)
+        return other
+
     def close(self) -> None:
         """Close the database."""
         self._conn.close()
@@ -270,7 +278,7 @@ class SyncState:
     def record_intents(self, collection: str, kind: Kind, docs: Iterable[tuple[str, int]], model: str) -> None:
         """Before an upsert: make sure every document has a record (new ones with no hash)."""
         with self._conn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")
             self._conn.executemany(
                 "INSERT OR IGNORE INTO docs(collection, doc_id, kind, source_id, model) VALUES (?,?,?,?,?)",
                 [(collection, d, kind.value, s, model) for d, s in docs],
@@ -280,7 +288,7 @@ class SyncState:
         """After Chroma acknowledged: these documents (with their text and content hashes) are in the store."""
         ts = now_ms()
         with self._conn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")
             self._conn.executemany(
                 "INSERT INTO docs(collection, doc_id, kind, source_id, text_hash, content_hash, model, synced_at) "
                 "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(collection, doc_id) DO UPDATE SET "
@@ -294,7 +302,7 @@ class SyncState:
         """Set the text hash of records that have none: (doc_id, text_hash) of documents whose
         content hash matched (so the text is the one the store holds)."""
         with self._conn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")
             self._conn.executemany(
                 "UPDATE docs SET text_hash=? WHERE collection=? AND doc_id=? AND text_hash IS NULL",
                 [(th, collection, d) for d, th in docs],
@@ -303,7 +311,7 @@ class SyncState:
     def forget_docs(self, collection: str, doc_ids: Sequence[str]) -> None:
         """After Chroma deleted them: drop the records."""
         with self._conn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")
             self._conn.executemany(
                 "DELETE FROM docs WHERE collection=? AND doc_id=?", [(collection, d) for d in doc_ids]
             )
@@ -312,7 +320,7 @@ class SyncState:
         """Rows whose every document is acknowledged."""
         ts = now_ms()
         with self._conn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")
             self._conn.executemany(
                 "INSERT INTO rows(collection, kind, source_id, project, merged_into_project, row_hash, status, "
                 "docs, reason, attempts, updated_at) VALUES (?,?,?,?,?,?,?,?,NULL,0,?) "
@@ -327,7 +335,7 @@ class SyncState:
         """Rows that could not be synced; attempts += 1."""
         ts = now_ms()
         with self._conn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")
             self._conn.executemany(
                 "INSERT INTO rows(collection, kind, source_id, project, merged_into_project, row_hash, status, "
                 "docs, reason, attempts, updated_at) VALUES (?,?,?,?,?,?,?,0,?,1,?) "
@@ -342,7 +350,7 @@ class SyncState:
     def forget_rows(self, collection: str, kind: Kind, source_ids: Sequence[int]) -> None:
         """Rows gone from the source (their documents were deleted first)."""
         with self._conn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")
             self._conn.executemany(
                 "DELETE FROM rows WHERE collection=? AND kind=? AND source_id=?",
                 [(collection, kind.value, s) for s in source_ids],
@@ -353,7 +361,7 @@ class SyncState:
         content_hash). No text hash: a document whose hash then differs is embedded again."""
         ts = now_ms()
         with self._conn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")
             self._conn.executemany(
                 "INSERT INTO docs(collection, doc_id, kind, source_id, text_hash, content_hash, model, synced_at) "
                 "VALUES (?,?,?,?,NULL,?,?,?) ON CONFLICT(collection, doc_id) DO UPDATE SET text_hash=NULL, "
@@ -365,7 +373,7 @@ class SyncState:
         """Drop row records (not their document records), so the next full pass derives these rows
         again and compares each document with its record."""
         with self._conn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")
             self._conn.executemany(
                 "DELETE FROM rows WHERE collection=? AND kind=? AND source_id=?",
                 [(collection, k.value, s) for k, s in rows],
@@ -375,14 +383,14 @@ class SyncState:
         """Drop every row record of a collection (not its document records): the next pass derives
         every row again and writes only the documents that differ from their records."""
         with self._conn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")
             self._conn.execute("DELETE FROM rows WHERE collection=?", (collection,))
 
     def bind_store(self, collection: str, identity: str, audited_at_ms: int | None = None) -> None:
         """Record which Chroma collection (identity) these records describe, and when they were last
         compared with it in full."""
         with self._conn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")
             self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
                                (STORE_PREFIX + collection, identity))
             if audited_at_ms is not None:
@@ -396,7 +404,7 @@ class SyncState:
     def set_meta(self, key: str, value: str) -> None:
         """Set a value of the key/value table."""
         with self._conn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")
             self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
 
     def add_churn(self, collection: str, documents: int) -> None:
@@ -404,7 +412,7 @@ class SyncState:
         collection is rebuilt; see worker.compact)."""
         if documents > 0:
             with self._conn:
-                self._conn.execute("BEGIN")
+                self._conn.execute("BEGIN IMMEDIATE")
                 self._conn.execute(
                     "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
                     "value = CAST(value AS INTEGER) + excluded.value", (CHURN_PREFIX + collection, documents))
@@ -427,7 +435,7 @@ class SyncState:
     def copy_records(self, source: str, target: str) -> None:
         """Make ``target``'s records an exact copy of ``source``'s (docs and rows), in one transaction."""
         with self._conn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")
             for table in ("docs", "rows"):
                 cols = [r[1] for r in self._conn.execute(f"PRAGMA table_info({table})") if r[1] != "collection"]
                 listed = ", ".join(cols)
@@ -438,7 +446,7 @@ class SyncState:
     def record_run(self, collection: str, started_at: int, summary: str) -> None:
         """Remember a finished resync."""
         with self._conn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")
             self._conn.execute(
                 "INSERT INTO runs(collection, started_at, finished_at, summary) VALUES (?,?,?,?)",
                 (collection, started_at, now_ms(), summary),
@@ -447,7 +455,7 @@ class SyncState:
     def drop_collection(self, collection: str) -> None:
         """Forget every record of a collection generation (after a rebuild replaced it)."""
         with self._conn:
-            self._conn.execute("BEGIN")
+            self._conn.execute("BEGIN IMMEDIATE")
             for table in ("docs", "rows", "runs"):
                 self._conn.execute(f"DELETE FROM {table} WHERE collection=?", (collection,))
             for prefix in (CHURN_PREFIX, STORE_PREFIX, AUDIT_PREFIX):

@@ -12,15 +12,24 @@ Chroma acknowledged, so a crash at any point replays at most the batch in flight
 an orphan unaccounted for. Documents to embed are first looked up in the embedding store
 (``worker.embedstore``): a text already embedded by the same model, in this pass or any earlier
 one, is not embedded again.
+
+Embedding (CPU, the sync thread) overlaps writing (I/O, one upsert thread per pass with its own
+connection to the records): a chunk's upsert and records, and a batch's finish (its rows marked
+once every chunk is acknowledged), run on the upsert thread in order, while the sync thread reads,
+plans and embeds the next. At most one chunk is in flight. What follows a batch's finish (a full
+pass's cursor moving) happens only once it resolved, and a pass returns only when every write it
+started has.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 
@@ -206,6 +215,13 @@ class Syncer:
         self._store_model: int | None = None
         self.stop = options.stop
         self.log = logs.get_logger(collection=self.collection)
+        # The upsert thread of a pass that writes, its own connection to the records, the chunk in
+        # flight, and the batches' finishes (or what waits for them: None) in submission order.
+        self._pool: ThreadPoolExecutor | None = None
+        self._writes: SyncState | None = None
+        self._in_flight: Future[_Chunk] | None = None
+        self._finishing: deque[tuple[Future[Outcome] | None, Callable[[], None] | None]] = deque()
+        self._finished = Outcome()  # what resolved finishes did (added to the pass's at its end)
 
     def run(
         self, kinds: Sequence[Kind] = KINDS, project: str | None = None, dry_run: bool = False,
@@ -219,16 +235,19 @@ class Syncer:
         takes up a full pass where it yielded, or starts one the caller follows."""
         t0 = time.perf_counter()
         cursor: Cursor | None = None
-        if start_after is None:
-            # The caller's cursor is moved in place: the worker reads it for its progress.
-            cursor = resume if resume is not None else dict.fromkeys(kinds, INF_ID)
-            total = self._newest_first(cursor, project, dry_run)
-        else:
-            total = Outcome()
-            for kind in kinds:
-                total += self._sync_kind(kind, project, dry_run, start_after.get(kind, 0))
-                if total.interrupted:
-                    break
+        with self._writer(dry_run):
+            if start_after is None:
+                # The caller's cursor is moved in place as ranges are through (rows compared and
+                # their writes acknowledged): the worker reads it for its progress.
+                cursor = resume if resume is not None else dict.fromkeys(kinds, INF_ID)
+                total = self._newest_first(cursor, project, dry_run)
+            else:
+                total = Outcome()
+                for kind in kinds:
+                    total += self._sync_kind(kind, project, dry_run, start_after.get(kind, 0))
+                    if total.interrupted:
+                        break
+            total += self._drain()
         result = SyncResult.of(self.collection, total, time.perf_counter() - t0, dry_run)
         yielded = bool(cursor) and total.interrupted and not self.stop.is_set()
         if yielded:
@@ -245,6 +264,63 @@ class Syncer:
     def _progress(self, rows: int, embedded: int) -> None:
         if self.options.progress:
             self.options.progress(rows, embedded)
+
+    @contextlib.contextmanager
+    def _writer(self, dry_run: bool) -> Iterator[None]:
+        """The pass's upsert thread and its connection to the records (none for a dry run). On the
+        way out every write started is waited for, also when the pass raised: what a write did is
+        recorded by the write itself, so nothing is lost, and nothing is left running."""
+        if dry_run or self.sink is None:
+            yield
+            return
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memsync-upsert")
+        self._writes = self.state.sibling()
+        try:
+            yield
+        finally:
+            self._pool.shutdown(wait=True)
+            self._writes.close()
+            self._pool = self._writes = self._in_flight = None
+            self._finishing.clear()
+            self._finished = Outcome()
+
+    def _await_chunk(self) -> None:
+        """Wait for the chunk in flight (its error is raised here), then take up what resolved."""
+        if self._in_flight is not None:
+            chunk, self._in_flight = self._in_flight, None
+            chunk.result()
+        self._collect(block=False)
+
+    def _then(self, action: Callable[[], None]) -> None:
+        """Do ``action`` once every finish submitted so far has resolved (at once when none waits)."""
+        if self._finishing:
+            self._finishing.append((None, action))
+        else:
+            action()
+
+    def _collect(self, block: bool) -> None:
+        """Take up resolved finishes in order (all of them when ``block``): add what they did, and
+        do what waited for them. A finish that failed raises here."""
+        while self._finishing:
+            finish, action = self._finishing[0]
+            if finish is not None and not (block or finish.done()):
+                return
+            self._finishing.popleft()
+            if finish is not None:
+                self._finished += finish.result()
+            if action is not None:
+                action()
+
+    def _drain_writes(self) -> None:
+        """Wait for every write submitted so far, and take up what resolved."""
+        self._await_chunk()
+        self._collect(block=True)
+
+    def _drain(self) -> Outcome:
+        """Wait for every write of the pass; what the finishes did."""
+        self._drain_writes()
+        done, self._finished = self._finished, Outcome()
+        return done
 
     def _newest_first(self, below: Cursor, project: str | None, dry_run: bool) -> Outcome:
         """Every row of ``kinds``, compared in id ranges from the newest rows backward, the kinds
@@ -264,14 +340,15 @@ class Syncer:
         full_size = self.options.read_batch_rows
         start = full_size if self.options.yield_to is None else min(full_size, FIRST_RANGE_ROWS)
         sizes = dict.fromkeys(below, start)  # rows per range, per kind (their documents per row differ)
-        while below:
+        ahead = dict(below)  # where the ranges are taken; `below` follows once a range's writes resolved
+        while ahead:
             if self.stop.is_set():
                 return out + STOPPED
             # Each kind's top range first: then every row below the records' watermarks belongs to
             # this pass and every row above them to a tail pass (what the worker yields to).
-            top = [k for k, at in below.items() if at == INF_ID]
-            kind = top[0] if top else max(below, key=lambda k: self.reader.newest_at_or_below(k, below[k]) or -1)
-            hi, n = below[kind], sizes[kind]
+            top = [k for k, at in ahead.items() if at == INF_ID]
+            kind = top[0] if top else max(ahead, key=lambda k: self.reader.newest_at_or_below(k, ahead[k]) or -1)
+            hi, n = ahead[kind], sizes[kind]
             t = time.perf_counter()
             hashes = self.reader.row_hashes_below(kind, hi, n, project)
             out += Outcome(read_seconds=time.perf_counter() - t)
@@ -281,16 +358,28 @@ class Syncer:
             if out.interrupted:
                 return out
             if lo == 0:
-                del below[kind]
+                del ahead[kind]
             else:
-                below[kind] = lo
-            if self.options.moved is not None:
-                self.options.moved(below)
+                ahead[kind] = lo
+            self._then(functools.partial(self._moved, below, kind, lo))
+            if hi == INF_ID:
+                # The records' watermarks (what a tail pass starts above, and what yield_to compares
+                # with) are the top ranges' rows: marked before anything else is asked.
+                self._drain_writes()
             if self.options.yield_to is not None:
                 sizes[kind] = self._range_rows(len(hashes), time.perf_counter() - t)
-                if below and not top[1:] and self.options.yield_to():
+                if ahead and not top[1:] and self.options.yield_to():
                     return out + STOPPED
         return out
+
+    def _moved(self, below: Cursor, kind: Kind, lo: int) -> None:
+        """A range of ``kind`` down to ``lo`` is through, its writes acknowledged: move the cursor."""
+        if lo == 0:
+            del below[kind]
+        else:
+            below[kind] = lo
+        if self.options.moved is not None:
+            self.options.moved(below)
 
     def _range_rows(self, rows: int, seconds: float) -> int:
         """The rows of the next range of a pass that may yield: as many as the last range's rate
@@ -431,29 +520,47 @@ class Syncer:
         plan.done_rows[row.id] = RowSynced(row.id, rh, row.project, row.merged_into_project, len(docs))
 
     def _execute(self, kind: Kind, plan: _Plan) -> Outcome:
-        """Apply a plan; what it did beyond the plan's own counts, ``interrupted`` when stopped in
-        between (everything recorded so far is exact)."""
+        """Apply a plan: what needs no vector at once, its chunks and then its finish on the upsert
+        thread. What it did so far beyond the plan's own counts, ``interrupted`` when stopped in
+        between (everything recorded so far is exact: the batch's rows are then not marked)."""
         out = self._write_unembedded(kind, plan)
-        written, rejected = self._write_embedded(kind, plan)
+        written, chunks = self._write_embedded(kind, plan)
         out += written
         if out.interrupted:
             return out
+        assert self._pool is not None
+        self._finishing.append((self._pool.submit(self._finish, kind, plan, chunks), None))
+        return out
+
+    def _finish(self, kind: Kind, plan: _Plan, chunks: list[Future[_Chunk]]) -> Outcome:
+        """On the upsert thread, after the batch's chunks (so they resolved): mark its rows synced,
+        or failed with their reason when Chroma refused one of their documents. A chunk that
+        failed raises here, and none of the batch's rows is marked (the next pass takes them up)."""
+        assert self._writes is not None
+        done_rows, failed_rows = dict(plan.done_rows), list(plan.failed_rows)
+        rejected: dict[int, str] = {}
+        results = [c.result() for c in chunks]
+        for c in results:  # a row's first refusal names it
+            for sid, reason in c.rejected.items():
+                rejected.setdefault(sid, reason)
         for sid, reason in rejected.items():
-            done = plan.done_rows.pop(sid, None)
+            done = done_rows.pop(sid, None)
             if done is not None:
-                plan.failed_rows.append(RowFailed(sid, done.row_hash, done.project, done.merged_into_project, reason))
-        if plan.done_rows:
-            self.state.mark_rows(self.collection, kind, list(plan.done_rows.values()))
-        if plan.failed_rows:
-            self.state.mark_failed(self.collection, kind, plan.failed_rows)
-            for failed in plan.failed_rows:
+                failed_rows.append(RowFailed(sid, done.row_hash, done.project, done.merged_into_project, reason))
+        if done_rows:
+            self._writes.mark_rows(self.collection, kind, list(done_rows.values()))
+        if failed_rows:
+            self._writes.mark_failed(self.collection, kind, failed_rows)
+            for failed in failed_rows:
                 self.log.warning(logs.ROW_FAILED, kind=kind.value, id=failed.source_id, reason=failed.reason[:200])
-        return out + Outcome(failed_rows=len(plan.failed_rows),
-                             failures=tuple((kind.value, f.source_id, f.reason) for f in plan.failed_rows))
+        return Outcome(failed_rows=len(failed_rows), upsert_seconds=sum(c.seconds for c in results),
+                       failures=tuple((kind.value, f.source_id, f.reason) for f in failed_rows))
 
     def _write_unembedded(self, kind: Kind, plan: _Plan) -> Outcome:
         """What needs no vector: deletes, rows gone, texts named, metadata updates."""
         assert self.sink is not None
+        if plan.delete or plan.relabel:
+            self._await_chunk()  # the sink (and the vector copy behind it) is written by one thread at a time
         upsert_s = 0.0
         if plan.delete:
             t = time.perf_counter()
@@ -472,47 +579,39 @@ class Syncer:
             self.state.record_synced(self.collection, kind, _records(plan.relabel), self.embedder.model_id)
         return Outcome(upsert_seconds=upsert_s)
 
-    def _write_embedded(self, kind: Kind, plan: _Plan) -> tuple[Outcome, dict[int, str]]:
-        """Embed (or look up) and upsert the documents to embed, chunk by chunk; what it did, and
-        the rows Chroma refused (source id → its first reason)."""
+    def _write_embedded(self, kind: Kind, plan: _Plan) -> tuple[Outcome, list[Future[_Chunk]]]:
+        """Embed (or look up) the documents to embed, chunk by chunk, each chunk's upsert submitted
+        to the upsert thread once the one before it (of this batch or an earlier one) resolved;
+        what embedding did, and the chunks' futures."""
+        assert self._pool is not None
         if plan.embed and self.store is not None and self._store_model is None:
             self._store_model = store_model(self.store, self.embedder)
         vectors_of = BatchVectors(self.embedder, self.store, self._store_model)
         plan.embed = vectors_of.order(plan.embed)
-        chunks: list[_Chunk] = []
+        chunks: list[Future[_Chunk]] = []
         unwritten = Outcome()
-        # Embedding (CPU, this thread) overlaps the previous chunk's intents + upsert + records
-        # (I/O, one helper thread, so state writes never interleave). At most one chunk in flight;
-        # the helper returns what it did (a _Chunk), and only this thread adds it up.
-        in_flight: Future[_Chunk] | None = None
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memsync-upsert") as pool:
-            for start in range(0, len(plan.embed), self.options.batch_size):
-                if self.stop.is_set():
-                    # Report what was done, not what was planned: un-count the chunks left out.
-                    left = plan.embed[start:]
-                    new = sum(1 for d in left if d.doc_id in plan.new)
-                    unwritten = Outcome(added=-new, updated=-(len(left) - new), interrupted=True)
-                    break
-                chunk = plan.embed[start : start + self.options.batch_size]
-                vectors = vectors_of.vectors(chunk)
-                if in_flight is not None:
-                    chunks.append(in_flight.result())  # re-raises the helper's error here
-                in_flight = pool.submit(self._write_chunk, kind, chunk, vectors)
-            if in_flight is not None:
-                chunks.append(in_flight.result())
-        rejected: dict[int, str] = {}
-        for c in chunks:  # a row's first refusal names it
-            for sid, reason in c.rejected.items():
-                rejected.setdefault(sid, reason)
+        for start in range(0, len(plan.embed), self.options.batch_size):
+            if self.stop.is_set():
+                # Report what was done, not what was planned: un-count the chunks left out.
+                left = plan.embed[start:]
+                new = sum(1 for d in left if d.doc_id in plan.new)
+                unwritten = Outcome(added=-new, updated=-(len(left) - new), interrupted=True)
+                self._await_chunk()
+                break
+            chunk = plan.embed[start : start + self.options.batch_size]
+            vectors = vectors_of.vectors(chunk)
+            self._await_chunk()
+            self._in_flight = self._pool.submit(self._write_chunk, kind, chunk, vectors)
+            chunks.append(self._in_flight)
         return unwritten + Outcome(embedded=vectors_of.embedded, reused=vectors_of.reused,
-                                   embed_seconds=vectors_of.embed_s, store_seconds=vectors_of.store_s,
-                                   upsert_seconds=sum(c.seconds for c in chunks)), rejected
+                                   embed_seconds=vectors_of.embed_s, store_seconds=vectors_of.store_s), chunks
 
     def _write_chunk(self, kind: Kind, docs: list[Document], vectors: npt.NDArray[np.float32]) -> _Chunk:
-        """Intent records, upsert, then records of what Chroma acknowledged (on the upsert thread)."""
-        assert self.sink is not None
+        """Intent records, upsert, then records of what Chroma acknowledged (on the upsert thread,
+        with its own connection to the records)."""
+        assert self.sink is not None and self._writes is not None
         model = self.embedder.model_id
-        self.state.record_intents(self.collection, kind, [(d.doc_id, d.source_id) for d in docs], model)
+        self._writes.record_intents(self.collection, kind, [(d.doc_id, d.source_id) for d in docs], model)
         t = time.perf_counter()
         metas = [self.derivation.metadata(d) for d in docs]
         texts = [d.text if d.stored is None else d.stored for d in docs] if self.derivation.stores_text else None
@@ -531,5 +630,5 @@ class Syncer:
                 except RejectedBatch as exc:
                     rejected.setdefault(d.source_id, str(exc))
         seconds = time.perf_counter() - t
-        self.state.record_synced(self.collection, kind, _records(ok), model)
+        self._writes.record_synced(self.collection, kind, _records(ok), model)
         return _Chunk(rejected, seconds)
