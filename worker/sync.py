@@ -47,15 +47,11 @@ from memsync.worker.sink import RejectedBatch, VectorSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import FAILED, SYNCED, DocRecord, RowFailed, RowRecord, RowSynced, SyncState
 
-# While a full pass may yield to new rows, a chunk holds about this much embedding, and the pass
-# asks between chunks, so that a row committed meanwhile waits about this long to be let through.
-# Its ranges stay whole read batches: the model's cost follows the longest text of a call, and a
-# range's documents are embedded sorted by length, so the more a range holds, the less padding
-# (ranges of about 60 texts embedded 0.83 of the rate of the same texts sorted as a whole).
-YIELD_CHUNK_S = 1.0
-MIN_CHUNK_DOCS = 8
-FIRST_CHUNK_DOCS = 32  # a pass's first chunk, before its rate is known
-FIRST_RANGE_ROWS = 32  # a kind's top range in such a pass: the records' watermarks, asked for first
+# While a full pass may yield to new rows, a range holds about this much work, so that a row
+# committed meanwhile waits at most about this long for the pass to let it through.
+YIELD_RANGE_S = 1.0
+MIN_RANGE_ROWS = 8
+FIRST_RANGE_ROWS = 32  # a kind's first range of such a pass, before its rate is known
 
 ProgressFn = Callable[[int, int], None]  # (rows processed, documents embedded) since last call
 YieldFn = Callable[[], bool]  # asked between a full pass's ranges: True when new rows wait
@@ -226,10 +222,6 @@ class Syncer:
         self._in_flight: Future[_Chunk] | None = None
         self._finishing: deque[tuple[Future[Outcome] | None, Callable[[], None] | None]] = deque()
         self._finished = Outcome()  # what resolved finishes did (added to the pass's at its end)
-        # A full pass that may yield (every kind's top range done): asked between chunks too, which
-        # are then sized by the embedding rate (documents per second) of the last one.
-        self._may_yield = False
-        self._chunk_rate: float | None = None
 
     def run(
         self, kinds: Sequence[Kind] = KINDS, project: str | None = None, dry_run: bool = False,
@@ -339,12 +331,11 @@ class Syncer:
         added meanwhile are the tail pass's), the last everything below, so a deleted row is found
         wherever it was, and a pass stopped anywhere is taken up by the next without a gap.
 
-        With ``yield_to`` (the worker), the pass asks between ranges and between the chunks of a
-        range whether rows were committed meanwhile, and when so it returns with ``below``
-        (updated in place) saying where it goes on. Its chunks then hold about ``YIELD_CHUNK_S`` of
-        embedding, so such a row waits about that long, not for a whole read batch to be embedded.
-        A range left mid-way is compared again when the pass goes on: what its chunks wrote has
-        records (unchanged then) and their texts are in the embedding store, so it is not redone."""
+        With ``yield_to`` (the worker), the pass asks between ranges whether rows were committed
+        meanwhile, and when so it returns with ``below`` (updated in place) saying where it goes
+        on; its ranges then hold about ``YIELD_RANGE_S`` of work each (sized per kind from the rate
+        of its last range), so such a row waits about that long, not for a whole read batch to be
+        embedded."""
         out = Outcome()
         full_size = self.options.read_batch_rows
         start = full_size if self.options.yield_to is None else min(full_size, FIRST_RANGE_ROWS)
@@ -363,11 +354,7 @@ class Syncer:
             out += Outcome(read_seconds=time.perf_counter() - t)
             lo = hashes[0][0] - 1 if len(hashes) == n else 0  # a short batch owns everything below it
             settled = self._settled(kind, hashes, lo, hi, project)
-            self._may_yield = self.options.yield_to is not None and not top
-            try:
-                out += settled if settled is not None else self._sync_range(kind, project, dry_run, lo, hi)
-            finally:
-                self._may_yield = False
+            out += settled if settled is not None else self._sync_range(kind, project, dry_run, lo, hi)
             if out.interrupted:
                 return out
             if lo == 0:
@@ -380,7 +367,7 @@ class Syncer:
                 # with) are the top ranges' rows: marked before anything else is asked.
                 self._drain_writes()
             if self.options.yield_to is not None:
-                sizes[kind] = full_size
+                sizes[kind] = self._range_rows(len(hashes), time.perf_counter() - t)
                 if ahead and not top[1:] and self.options.yield_to():
                     return out + STOPPED
         return out
@@ -394,14 +381,12 @@ class Syncer:
         if self.options.moved is not None:
             self.options.moved(below)
 
-    def _chunk_docs(self) -> int:
-        """The documents of the next chunk: ``batch_size``, or in a pass that may yield as many
-        as the last chunk's rate says take ``YIELD_CHUNK_S``."""
-        if not self._may_yield:
-            return self.options.batch_size
-        if self._chunk_rate is None:
-            return min(self.options.batch_size, FIRST_CHUNK_DOCS)
-        return max(MIN_CHUNK_DOCS, min(self.options.batch_size, int(self._chunk_rate * YIELD_CHUNK_S)))
+    def _range_rows(self, rows: int, seconds: float) -> int:
+        """The rows of the next range of a pass that may yield: as many as the last range's rate
+        says take ``YIELD_RANGE_S`` (unchanged ranges are quick, so a reconcile keeps its batches)."""
+        if rows == 0 or seconds <= 0:
+            return self.options.read_batch_rows
+        return max(MIN_RANGE_ROWS, min(self.options.read_batch_rows, int(rows / seconds * YIELD_RANGE_S)))
 
     def _sync_kind(self, kind: Kind, project: str | None, dry_run: bool, after: int) -> Outcome:
         out = Outcome()
@@ -605,26 +590,19 @@ class Syncer:
         plan.embed = vectors_of.order(plan.embed)
         chunks: list[Future[_Chunk]] = []
         unwritten = Outcome()
-        start = 0
-        while start < len(plan.embed):
-            if self.stop.is_set() or (start and self._may_yield and self.options.yield_to is not None
-                                      and self.options.yield_to()):
-                # Stopped, or rows wait: report what was done, not what was planned.
+        for start in range(0, len(plan.embed), self.options.batch_size):
+            if self.stop.is_set():
+                # Report what was done, not what was planned: un-count the chunks left out.
                 left = plan.embed[start:]
                 new = sum(1 for d in left if d.doc_id in plan.new)
                 unwritten = Outcome(added=-new, updated=-(len(left) - new), interrupted=True)
                 self._await_chunk()
                 break
-            chunk = plan.embed[start : start + self._chunk_docs()]
-            t, embedded = time.perf_counter(), vectors_of.embedded
+            chunk = plan.embed[start : start + self.options.batch_size]
             vectors = vectors_of.vectors(chunk)
-            seconds = time.perf_counter() - t
-            if vectors_of.embedded > embedded and seconds > 0:  # a chunk of stored vectors says nothing of the rate
-                self._chunk_rate = len(chunk) / seconds
             self._await_chunk()
             self._in_flight = self._pool.submit(self._write_chunk, kind, chunk, vectors)
             chunks.append(self._in_flight)
-            start += len(chunk)
         return unwritten + Outcome(embedded=vectors_of.embedded, reused=vectors_of.reused,
                                    embed_seconds=vectors_of.embed_s, store_seconds=vectors_of.store_s), chunks
 

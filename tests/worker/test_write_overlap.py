@@ -142,33 +142,3 @@ def test_a_failed_upsert_leaves_the_cursor_before_its_range_and_the_pass_goes_on
     again, _ = full_pass(year, lambda inner: OverlapProbe(inner, embedder), embedder, cursor, moves)
     assert not again.interrupted and cursor == {}
     assert verify(year).clean
-
-
-def test_a_pass_yields_between_the_chunks_of_a_range_and_goes_on_without_embedding_twice(year: Settings) -> None:
-    """Ranges are whole read batches (their documents embedded sorted by length); a pass that may
-    yield asks between their chunks, and the range it left mid-way is not embedded again."""
-    embedder = FakeEmbedder()
-    asked: list[int] = []
-
-    def rows_wait() -> bool:  # the worker's question; rows wait the 2nd time it is asked
-        asked.append(embedder.embedded)
-        return len(asked) == 2
-
-    with stores.connect(year) as handle:
-        col = stores.open_collection(handle.client, year, embedder.model_id, embedder.dimension)
-        with SourceReader(year.db) as reader, SyncState(year.state_path) as state:
-            state.set_meta("active_collection", col.name)
-            options = SyncOptions(read_batch_rows=500, batch_size=16, yield_to=rows_wait)
-            cursor = every_kind()
-            first = Syncer(reader, state, Destination(col.name, ChromaSink(col)), embedder, options).run(
-                resume=cursor)
-            assert first.interrupted and first.resume is cursor
-            # Asked between ranges (after each kind's top range) and then between chunks: it left a
-            # range mid-way, whose rows the cursor still holds.
-            assert 0 < first.added == embedder.embedded < 144
-            assert any(cursor[k] < 2**62 for k in cursor) and cursor.get(Kind.OBSERVATION, 0) > 0
-            again = Syncer(reader, state, Destination(col.name, ChromaSink(col)), embedder,
-                           SyncOptions(read_batch_rows=500, batch_size=16, yield_to=lambda: False)).run(resume=cursor)
-    assert not again.interrupted and cursor == {}
-    assert embedder.embedded == first.added + again.added == 144  # nothing embedded twice
-    assert verify(year).clean
