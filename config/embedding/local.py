@@ -85,6 +85,12 @@ class MiniLMOnnx:
             # bench_embed_memory measures both purposes.
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
             self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+            # The worker embeds beside Chroma, the search and the agent: onnxruntime's threads spin
+            # between ops by default, and a spinning pool loses far more than the CPU others take.
+            # Another process using a quarter of a core cost 14 % of the rate with spinning, 1 %
+            # without, and alone the rate is the same (67.8 and 70.3 texts/s; docs/benchmarks.md,
+            # "Time to useful").
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         # The search server's profile ("queries") keeps the optimisations: without them every run
         # dequantises the weights again, which a batch of hundreds of texts hides but one query
         # does not (3.3 ms per query with them, 12 without, 48 with the arena shrunk as well).
