@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
@@ -137,10 +138,19 @@ class SyncState:
     def _open(path: Path) -> sqlite3.Connection:
         return open_wal(path, STATE_DDL)
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One write transaction, begun IMMEDIATE: SQLite's write lock is taken first (waiting up to
+        the busy timeout), so two connections writing in turn (the sync thread's and its upsert
+        thread's, the worker's and a resync's) never fail on a stale read snapshot."""
+        with self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            yield
+
     def sibling(self) -> SyncState:
         """Another connection to the same records, for a thread that writes while this one reads:
-        WAL gives each connection its own snapshot, and write transactions begin IMMEDIATE, so the
-        two writers take turns on SQLite's lock (busy timeout) instead of sharing a transaction."""
+        WAL gives each connection its own snapshot, and write transactions begin IMMEDIATE
+        (:meth:`_writing`), so the two take turns on SQLite's lock instead of sharing a transaction."""
         other = type(self).__new__(type(self))  # a subclass (a test's) keeps its behaviour
         other.path, other.moved_aside, other._conn = self.path, None, self._open(self.path)
         return other
@@ -277,8 +287,7 @@ class SyncState:
 
     def record_intents(self, collection: str, kind: Kind, docs: Iterable[tuple[str, int]], model: str) -> None:
         """Before an upsert: make sure every document has a record (new ones with no hash)."""
-        with self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+        with self._writing():
             self._conn.executemany(
                 "INSERT OR IGNORE INTO docs(collection, doc_id, kind, source_id, model) VALUES (?,?,?,?,?)",
                 [(collection, d, kind.value, s, model) for d, s in docs],
@@ -287,8 +296,7 @@ class SyncState:
     def record_synced(self, collection: str, kind: Kind, docs: Sequence[DocRecord], model: str) -> None:
         """After Chroma acknowledged: these documents (with their text and content hashes) are in the store."""
         ts = now_ms()
-        with self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+        with self._writing():
             self._conn.executemany(
                 "INSERT INTO docs(collection, doc_id, kind, source_id, text_hash, content_hash, model, synced_at) "
                 "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(collection, doc_id) DO UPDATE SET "
@@ -301,8 +309,7 @@ class SyncState:
     def name_texts(self, collection: str, docs: Sequence[tuple[str, str]]) -> None:
         """Set the text hash of records that have none: (doc_id, text_hash) of documents whose
         content hash matched (so the text is the one the store holds)."""
-        with self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+        with self._writing():
             self._conn.executemany(
                 "UPDATE docs SET text_hash=? WHERE collection=? AND doc_id=? AND text_hash IS NULL",
                 [(th, collection, d) for d, th in docs],
@@ -310,8 +317,7 @@ class SyncState:
 
     def forget_docs(self, collection: str, doc_ids: Sequence[str]) -> None:
         """After Chroma deleted them: drop the records."""
-        with self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+        with self._writing():
             self._conn.executemany(
                 "DELETE FROM docs WHERE collection=? AND doc_id=?", [(collection, d) for d in doc_ids]
             )
@@ -319,8 +325,7 @@ class SyncState:
     def mark_rows(self, collection: str, kind: Kind, rows: Sequence[RowSynced]) -> None:
         """Rows whose every document is acknowledged."""
         ts = now_ms()
-        with self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+        with self._writing():
             self._conn.executemany(
                 "INSERT INTO rows(collection, kind, source_id, project, merged_into_project, row_hash, status, "
                 "docs, reason, attempts, updated_at) VALUES (?,?,?,?,?,?,?,?,NULL,0,?) "
@@ -334,8 +339,7 @@ class SyncState:
     def mark_failed(self, collection: str, kind: Kind, rows: Sequence[RowFailed]) -> None:
         """Rows that could not be synced; attempts += 1."""
         ts = now_ms()
-        with self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+        with self._writing():
             self._conn.executemany(
                 "INSERT INTO rows(collection, kind, source_id, project, merged_into_project, row_hash, status, "
                 "docs, reason, attempts, updated_at) VALUES (?,?,?,?,?,?,?,0,?,1,?) "
@@ -349,8 +353,7 @@ class SyncState:
 
     def forget_rows(self, collection: str, kind: Kind, source_ids: Sequence[int]) -> None:
         """Rows gone from the source (their documents were deleted first)."""
-        with self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+        with self._writing():
             self._conn.executemany(
                 "DELETE FROM rows WHERE collection=? AND kind=? AND source_id=?",
                 [(collection, kind.value, s) for s in source_ids],
@@ -360,8 +363,7 @@ class SyncState:
         """Documents the store holds, with the store's content hash: (doc_id, kind, source_id,
         content_hash). No text hash: a document whose hash then differs is embedded again."""
         ts = now_ms()
-        with self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+        with self._writing():
             self._conn.executemany(
                 "INSERT INTO docs(collection, doc_id, kind, source_id, text_hash, content_hash, model, synced_at) "
                 "VALUES (?,?,?,?,NULL,?,?,?) ON CONFLICT(collection, doc_id) DO UPDATE SET text_hash=NULL, "
@@ -372,8 +374,7 @@ class SyncState:
     def forget_row_records(self, collection: str, rows: Iterable[tuple[Kind, int]]) -> None:
         """Drop row records (not their document records), so the next full pass derives these rows
         again and compares each document with its record."""
-        with self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+        with self._writing():
             self._conn.executemany(
                 "DELETE FROM rows WHERE collection=? AND kind=? AND source_id=?",
                 [(collection, k.value, s) for k, s in rows],
@@ -382,15 +383,13 @@ class SyncState:
     def forget_all_rows(self, collection: str) -> None:
         """Drop every row record of a collection (not its document records): the next pass derives
         every row again and writes only the documents that differ from their records."""
-        with self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+        with self._writing():
             self._conn.execute("DELETE FROM rows WHERE collection=?", (collection,))
 
     def bind_store(self, collection: str, identity: str, audited_at_ms: int | None = None) -> None:
         """Record which Chroma collection (identity) these records describe, and when they were last
         compared with it in full."""
-        with self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+        with self._writing():
             self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
                                (STORE_PREFIX + collection, identity))
             if audited_at_ms is not None:
@@ -403,16 +402,14 @@ class SyncState:
 
     def set_meta(self, key: str, value: str) -> None:
         """Set a value of the key/value table."""
-        with self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+        with self._writing():
             self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
 
     def add_churn(self, collection: str, documents: int) -> None:
         """Count vectors overwritten or deleted in a collection (Chroma keeps their space until the
         collection is rebuilt; see worker.compact)."""
         if documents > 0:
-            with self._conn:
-                self._conn.execute("BEGIN IMMEDIATE")
+            with self._writing():
                 self._conn.execute(
                     "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
                     "value = CAST(value AS INTEGER) + excluded.value", (CHURN_PREFIX + collection, documents))
@@ -434,8 +431,7 @@ class SyncState:
 
     def copy_records(self, source: str, target: str) -> None:
         """Make ``target``'s records an exact copy of ``source``'s (docs and rows), in one transaction."""
-        with self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+        with self._writing():
             for table in ("docs", "rows"):
                 cols = [r[1] for r in self._conn.execute(f"PRAGMA table_info({table})") if r[1] != "collection"]
                 listed = ", ".join(cols)
@@ -445,8 +441,7 @@ class SyncState:
 
     def record_run(self, collection: str, started_at: int, summary: str) -> None:
         """Remember a finished resync."""
-        with self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+        with self._writing():
             self._conn.execute(
                 "INSERT INTO runs(collection, started_at, finished_at, summary) VALUES (?,?,?,?)",
                 (collection, started_at, now_ms(), summary),
@@ -454,8 +449,7 @@ class SyncState:
 
     def drop_collection(self, collection: str) -> None:
         """Forget every record of a collection generation (after a rebuild replaced it)."""
-        with self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+        with self._writing():
             for table in ("docs", "rows", "runs"):
                 self._conn.execute(f"DELETE FROM {table} WHERE collection=?", (collection,))
             for prefix in (CHURN_PREFIX, STORE_PREFIX, AUDIT_PREFIX):

@@ -32,6 +32,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +54,7 @@ YIELD_RANGE_S = 1.0
 MIN_RANGE_ROWS = 8
 FIRST_RANGE_ROWS = 32  # a kind's first range of such a pass, before its rate is known
 
+_T = TypeVar("_T")
 ProgressFn = Callable[[int, int], None]  # (rows processed, documents embedded) since last call
 YieldFn = Callable[[], bool]  # asked between a full pass's ranges: True when new rows wait
 MovedFn = Callable[[Cursor], None]  # a full pass's cursor after a range (rows above it are compared)
@@ -235,7 +237,7 @@ class Syncer:
         takes up a full pass where it yielded, or starts one the caller follows."""
         t0 = time.perf_counter()
         cursor: Cursor | None = None
-        with self._writer(dry_run):
+        with self._writer():
             if start_after is None:
                 # The caller's cursor is moved in place as ranges are through (rows compared and
                 # their writes acknowledged): the worker reads it for its progress.
@@ -266,23 +268,28 @@ class Syncer:
             self.options.progress(rows, embedded)
 
     @contextlib.contextmanager
-    def _writer(self, dry_run: bool) -> Iterator[None]:
-        """The pass's upsert thread and its connection to the records (none for a dry run). On the
-        way out every write started is waited for, also when the pass raised: what a write did is
-        recorded by the write itself, so nothing is lost, and nothing is left running."""
-        if dry_run or self.sink is None:
-            yield
-            return
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memsync-upsert")
-        self._writes = self.state.sibling()
+    def _writer(self) -> Iterator[None]:
+        """The scope of the pass's upsert thread and its connection to the records, opened by the
+        first write (:meth:`_submit`; a pass with nothing to write, a dry run, opens neither). On
+        the way out every write started is waited for, also when the pass raised: what a write did
+        is recorded by the write itself, so nothing is lost, and nothing is left running."""
         try:
             yield
         finally:
-            self._pool.shutdown(wait=True)
-            self._writes.close()
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            if self._writes is not None:
+                self._writes.close()
             self._pool = self._writes = self._in_flight = None
             self._finishing.clear()
             self._finished = Outcome()
+
+    def _submit(self, fn: Callable[..., _T], *args: object) -> Future[_T]:
+        """Run ``fn`` on the upsert thread, after what was submitted before it."""
+        if self._pool is None:
+            self._writes = self.state.sibling()
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memsync-upsert")
+        return self._pool.submit(fn, *args)
 
     def _await_chunk(self) -> None:
         """Wait for the chunk in flight (its error is raised here), then take up what resolved."""
@@ -528,8 +535,8 @@ class Syncer:
         out += written
         if out.interrupted:
             return out
-        assert self._pool is not None
-        self._finishing.append((self._pool.submit(self._finish, kind, plan, chunks), None))
+        if chunks or plan.done_rows or plan.failed_rows:  # a batch with nothing to mark opens no thread
+            self._finishing.append((self._submit(self._finish, kind, plan, chunks), None))
         return out
 
     def _finish(self, kind: Kind, plan: _Plan, chunks: list[Future[_Chunk]]) -> Outcome:
@@ -583,7 +590,6 @@ class Syncer:
         """Embed (or look up) the documents to embed, chunk by chunk, each chunk's upsert submitted
         to the upsert thread once the one before it (of this batch or an earlier one) resolved;
         what embedding did, and the chunks' futures."""
-        assert self._pool is not None
         if plan.embed and self.store is not None and self._store_model is None:
             self._store_model = store_model(self.store, self.embedder)
         vectors_of = BatchVectors(self.embedder, self.store, self._store_model)
@@ -601,7 +607,7 @@ class Syncer:
             chunk = plan.embed[start : start + self.options.batch_size]
             vectors = vectors_of.vectors(chunk)
             self._await_chunk()
-            self._in_flight = self._pool.submit(self._write_chunk, kind, chunk, vectors)
+            self._in_flight = self._submit(self._write_chunk, kind, chunk, vectors)
             chunks.append(self._in_flight)
         return unwritten + Outcome(embedded=vectors_of.embedded, reused=vectors_of.reused,
                                    embed_seconds=vectors_of.embed_s, store_seconds=vectors_of.store_s), chunks
