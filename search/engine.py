@@ -123,8 +123,8 @@ class Searcher(Lookups):
             with watch.stage("hydrate"):
                 results = hydrate.results(rows, entries[request.offset:plan.need], sem.similarity, request.format)
             watch.total()
-            if own := lexical.own_index_note():  # e.g. prompts: claude-mem dropped user_prompts_fts
-                notes.append(own)
+            if index := lexical.index_note():  # e.g. prompts (claude-mem dropped user_prompts_fts), CJK words
+                notes.append(index)
             return Response(Mode.LEXICAL_FALLBACK if sem.unavailable else mode, results, plan.window, excluded,
                             "; ".join(notes) or None, len(entries), watch.timings, plan.query, sem.coverage)
         except QueryTimeout as exc:

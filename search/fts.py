@@ -22,6 +22,8 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 
+from memsync.config import cjk
+
 MAX_QUERY_CHARS = 2000  # longer input is cut: the first 2000 characters say what the user wants
 MAX_TOKENS = 32
 MIN_STEM = 3
@@ -77,11 +79,13 @@ def stem(token: str) -> str:
 
 def tokens(text: str) -> list[str]:
     """Content words of ``text``: lower-cased, deduplicated in order, stopwords dropped (unless
-    nothing else is left), NUL and control characters ignored, at most MAX_TOKENS."""
+    nothing else is left), NUL and control characters ignored, CJK runs cut into bigrams
+    (``config.cjk``), at most MAX_TOKENS."""
     words = _WORD.findall(text[:MAX_QUERY_CHARS].lower().replace("_", " "))
     seen: dict[str, None] = {}
     for w in words:
-        seen.setdefault(w, None)
+        for piece in cjk.query_words(w):
+            seen.setdefault(piece, None)
     all_words = list(seen)
     content = [w for w in all_words if w not in STOPWORDS]
     return (content or all_words)[:MAX_TOKENS]

@@ -6,9 +6,11 @@ Per kind:
    filters (all but concepts and files): its ranking, plus the rows newer than its watermark (the
    tail, committed since the worker's last pass) from FTS5, interleaved by rank (``merge_tail``);
 2. else FTS5 alone.
-FTS5 is the app's table for the kind (``search.app_fts``) or, when the database has none (older
-files; and prompts since claude-mem dropped ``user_prompts_fts`` after 13.25.3), memsync's own FTS
-index (``search.lexical_index``), and the response's reason names the kinds it answered; the same
+FTS5 is the app's table for the kind (``search.app_fts``) or memsync's own FTS index
+(``search.lexical_index``): when the database has none (older files; and prompts since claude-mem
+dropped ``user_prompts_fts`` after 13.25.3), and for a query with CJK words (the app's ``unicode61``
+keeps a CJK run as one word; memsync's index cuts runs into bigrams, ``config.cjk``). The
+response's reason names the kinds it answered and why; the same
 choice answers the tail, date order (the newest/oldest matches) and the count of matches outside
 the window. Every filter and the
 window are applied inside the index's query, so nothing inside them is cut by rows outside them.
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from memsync.config import cjk
 from memsync.config.claude_mem.schema import FTS_TABLES, KINDS, Kind
 from memsync.config.formats.text_index import text_columns
 from memsync.config.kinds import plural
@@ -58,6 +61,9 @@ class _Connection:
         self._app: AppFts | None = None
         self._own: LexicalIndex | None = None
         self._expressions: dict[Kind, str | None] = {}
+        # The app's tables tokenize with unicode61, which keeps a CJK run as one word: a CJK word
+        # inside a run is found only by memsync's own index, which cuts runs (config.cjk).
+        self.cjk = cjk.has_cjk(text)
 
     def close(self) -> None:
         if self._app is not None:
@@ -65,8 +71,8 @@ class _Connection:
 
     def fts(self, kind: Kind) -> FtsSource:
         """The app's FTS5 table for ``kind``, or memsync's own index (brought up to date) when the
-        database has none."""
-        if self.rows.has_fts(kind):
+        database has none or the query has CJK words (see the module docstring)."""
+        if self.rows.has_fts(kind) and not self.cjk:
             if self._app is None:
                 self._app = AppFts(self.rows)
             return self._app
@@ -100,6 +106,7 @@ class LexicalSide:
         self.text = text
         self._pool = pool
         self._own_kinds: set[Kind] = set()
+        self._indexed_kinds: set[Kind] = set()  # the kinds the text index ranked
         self._main = _Connection(settings, rows, text, self._own_kinds)
         self._use_text_index = settings.text_index and use_text_index
         self._feedback = settings.lexical_feedback
@@ -129,14 +136,22 @@ class LexicalSide:
         self._index = None
         self.note = f"lexical: FTS5 (text index unreadable, rebuilding: {why})"
 
-    def own_index_note(self) -> str | None:
-        """For the response's reason: the kinds memsync's own FTS index answered because the
-        database has no FTS5 table for them (None when the app's tables answered every kind)."""
-        kinds = [k for k in KINDS if k in self._own_kinds]
-        if not kinds:
+    def index_note(self) -> str | None:
+        """For the response's reason: which index answered when it was not the usual one. For a
+        query with CJK words, the indexes that cut them into bigrams (the text index and memsync's
+        own FTS index, never the app's tables); otherwise the kinds memsync's own FTS index answered
+        because the database has no FTS5 table for them. None when there is nothing to say."""
+        own = [k for k in KINDS if k in self._own_kinds]
+        if self._main.cjk:
+            indexed = [k for k in KINDS if k in self._indexed_kinds]
+            parts = [f"{name} for {', '.join(plural(k) for k in kinds)}" for name, kinds in
+                     (("memsync's text index", indexed), ("memsync's own FTS index", own)) if kinds]
+            return (f"lexical: CJK words as bigrams, from {' and '.join(parts)} (FTS5's unicode61 tokenizer "
+                    "keeps a CJK run as one word)") if parts else None
+        if not own:
             return None
-        return (f"lexical: memsync's own FTS index for {', '.join(plural(k) for k in kinds)} "
-                f"(the database has no {', '.join(FTS_TABLES[k][0] for k in kinds)})")
+        return (f"lexical: memsync's own FTS index for {', '.join(plural(k) for k in own)} "
+                f"(the database has no {', '.join(FTS_TABLES[k][0] for k in own)})")
 
     def _watermark(self, kind: Kind, filters: Filters) -> int | None:
         """The text index's watermark for ``kind`` when it can answer this search, else None."""
@@ -185,6 +200,7 @@ class LexicalSide:
         except (OSError, ValueError, RuntimeError) as exc:  # a segment damaged since the index opened
             self._unreadable(f"{type(exc).__name__}: {exc}"[:120])
             return conn.ranked(kind, scope, depth)
+        self._indexed_kinds.add(kind)
         tail = conn.ranked(kind, replace(scope, after_id=mark), depth) if conn.rows.max_id(kind) > mark else []
         return merge_tail(ranked, tail, depth)
 

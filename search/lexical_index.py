@@ -3,10 +3,13 @@ without FTS5 when the app created them). Lives in ``DATA_DIR/lexical.db``; the a
 only read. Read with the same calls as the app's tables (``search.app_fts``); ``search.lexical``
 decides which one answers.
 
-Porter tokenizer (the better of the two on the LoCoMo dev set: BM25 recall@10 0.610 vs 0.586).
+Porter tokenizer (the better of the two on the LoCoMo dev set: BM25 recall@10 0.610 vs 0.586),
+over text whose CJK runs are cut into characters and bigrams (``config.cjk``): so it also answers
+the CJK words of a query when the app's tables do have FTS5, whose ``unicode61`` cannot find them.
 Kept current on use: when the database files changed since the last look, each table's
 fingerprint (row count, max id, total text length) is compared; only-new rows are appended, any
-other change rebuilds that table's index. A file lock serialises refreshes across processes.
+other change rebuilds that table's index. A file lock serialises refreshes across processes. An
+index of another ``FORMAT`` (how its text is cut) is rebuilt whole once.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from memsync.config import cjk
 from memsync.config.claude_mem.schema import FTS_TABLES, KINDS, TABLES, Kind
 from memsync.config.settings import Settings
 from memsync.search import fts
@@ -24,6 +28,7 @@ from memsync.search.models import Order, Scope
 from memsync.search.sql import ALIAS, SourceRows
 
 INDEX_FILE = "lexical.db"
+FORMAT = 2  # 2: CJK runs as characters and bigrams (1, unversioned: as one word each)
 _last_stamp: dict[str, tuple[float, ...]] = {}
 _stamp_lock = threading.Lock()
 
@@ -122,6 +127,12 @@ def _text_columns(rows: SourceRows, kind: Kind) -> list[str]:
 
 
 def _refresh(conn: sqlite3.Connection, rows: SourceRows) -> None:
+    if conn.execute("PRAGMA user_version").fetchone()[0] != FORMAT:
+        with conn:  # another format (or a new file): every table is filled again below
+            conn.execute("DROP TABLE IF EXISTS fingerprint")
+            for kind in KINDS:
+                conn.execute(f"DROP TABLE IF EXISTS {_index_table(kind)}")
+            conn.execute(f"PRAGMA user_version = {FORMAT}")
     conn.execute("CREATE TABLE IF NOT EXISTS fingerprint (kind TEXT PRIMARY KEY, n INTEGER, max_id INTEGER, "
                  "chars INTEGER)")
     for kind in KINDS:
@@ -149,6 +160,6 @@ def _refresh(conn: sqlite3.Connection, rows: SourceRows) -> None:
                 new = rows.query(f"SELECT {ALIAS}.id, {select} FROM {TABLES[kind]} {ALIAS}")
             conn.executemany(
                 f"INSERT INTO {table}(rowid, {', '.join(cols)}) VALUES (?, {', '.join('?' * len(cols))})",
-                [tuple(r) for r in new],
+                [(r[0], *(cjk.index_form(v) if isinstance(v, str) else v for v in list(r)[1:])) for r in new],
             )
             conn.execute("INSERT OR REPLACE INTO fingerprint VALUES (?, ?, ?, ?)", (kind.value, n, max_id, chars))

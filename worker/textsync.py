@@ -32,6 +32,7 @@ from memsync.config.formats.text_index import (
     KIND_TERM,
     META_FILE,
     VERSION,
+    body,
     index_path,
     meta_unreadable,
     open_index,
@@ -161,7 +162,7 @@ class TextIndexWriter:
                     doc.add_text("type", clean(row.values.get("type")))
                 epoch = row.values.get("created_at_epoch")
                 doc.add_integer("epoch", int(epoch) if isinstance(epoch, int | float) else 0)
-                doc.add_text("body", " ".join(clean(row.values.get(c)) for c in cols))
+                doc.add_text("body", body(clean(row.values.get(c)) for c in cols))
                 self._writer.add_document(doc)
             n += len(batch)
             if len(batch) < READ_BATCH:

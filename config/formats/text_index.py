@@ -10,8 +10,9 @@ database answer in 2-3 ms (``scripts/bench_search.py``).
 Layout: one document per row with ``kind`` (o/s/p), ``row`` (the row id, a fast field),
 ``project`` (its own and the one it was merged into), ``type``, ``epoch`` (created_at_epoch) and
 ``body``: the app's FTS columns of the table (the text FTS5 sees), tokenized on letters and digits,
-lower-cased, English Snowball stems. ``memsync-meta.json`` says which database the index is of and,
-per kind, the highest row id it holds (the watermark) with a fingerprint of the rows up to it.
+lower-cased, English Snowball stems; CJK runs as their characters and bigrams (``config.cjk``).
+``memsync-meta.json`` says which database the index is of and, per kind, the highest row id it
+holds (the watermark) with a fingerprint of the rows up to it.
 
 Checked, never trusted (issue 24): an index whose files tantivy cannot open or read (a damaged
 ``meta.json``, a segment file missing or garbled: :func:`unreadable`) is rebuilt by the worker from
@@ -24,17 +25,21 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import tantivy
 
+from memsync.config import cjk
 from memsync.config.claude_mem.schema import FTS_TABLES, Kind
 from memsync.config.settings import Settings
 
 INDEX_DIR = "text-index"
 META_FILE = "memsync-meta.json"
-VERSION = 3  # 3: fingerprints hash the filter cells too (2 had the text only); an older index is rebuilt
+# 4: CJK runs indexed as characters and bigrams (config.cjk); 3: fingerprints hash the filter cells
+# too (2 had the text only). An index of another version is rebuilt.
+VERSION = 4
 ANALYZER = "memsync_en"
 KIND_TERM: dict[Kind, str] = {Kind.OBSERVATION: "o", Kind.SUMMARY: "s", Kind.PROMPT: "p"}  # the `kind` field's term
 FINGERPRINT_HASH_BYTES = 4  # per-row hashes that SQLite sums: 2^31 rows before an int64 could overflow
@@ -84,8 +89,12 @@ _query_analyzer: Any = None
 _analyzer_lock = threading.Lock()
 
 
-def analyzed(text: str) -> list[str]:
-    """The index terms of a text (the same analysis as the body field)."""
+def body(texts: Iterable[str]) -> str:
+    """The body field's value for a row's text columns: joined, CJK runs cut (``config.cjk``)."""
+    return cjk.index_form(" ".join(texts))
+
+
+def _analyze(text: str) -> list[str]:
     global _query_analyzer
     with _analyzer_lock:
         if _query_analyzer is None:
@@ -93,9 +102,14 @@ def analyzed(text: str) -> list[str]:
         return [str(t) for t in _query_analyzer.analyze(text)]
 
 
+def analyzed(text: str) -> list[str]:
+    """The index terms of a row's text (the same analysis as the body field, :func:`body` included)."""
+    return _analyze(cjk.index_form(text))
+
+
 def terms(word: str) -> list[str]:
-    """The index terms of one query word."""
-    return analyzed(word)
+    """The index terms of one query word (``search.fts.tokens`` already cut CJK runs into bigrams)."""
+    return _analyze(word)
 
 
 def schema() -> Any:

@@ -1,0 +1,68 @@
+"""How Chinese, Japanese and Korean text becomes words in memsync's lexical indexes: the one owner
+of that convention, for the worker (which writes the text index) and the search (which writes its
+own FTS5 index and cuts queries).
+
+Why: CJK writing puts no space between words, so a word tokenizer (FTS5's ``unicode61``, tantivy's
+simple tokenizer) keeps a whole run (``修复退款金额的舍入错误``) as one word, and a search for a word
+inside it (``退款``) finds nothing. As Lucene's CJK analyzer does, with no dictionary:
+- indexed text: every run of Han, Kana and Hangul characters becomes its characters and its
+  overlapping bigrams (``退 款 金 退款 款金``), so one-character words are found too;
+- query text: a run becomes its bigrams (one character: itself), so ``退款`` asks for ``退款`` and
+  ``舍入错误`` for ``舍入 入错 错误``, which BM25 ranks rows holding all of them first.
+Text without CJK is left exactly as it was (Latin keeps its stemming downstream). Korean, written
+with spaces, gains too: a word with its particle (``비밀번호를``) holds the bigrams of ``비밀번호``.
+Changing this changes both indexes' contents: bump their format versions.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Hangul Jamo, CJK symbols' iteration marks (々〆〇), Hiragana, Katakana, Hangul compatibility Jamo,
+# Katakana extensions, CJK Extension A, CJK Unified Ideographs, Hangul Jamo Extended-A, Hangul
+# syllables and Extended-B, CJK compatibility ideographs, half-width Katakana, the supplementary
+# ideograph planes.
+_CHARS = ("\u1100-\u11ff\u3005-\u3007\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
+          "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\uff66-\uff9f"
+          "\U00020000-\U0003134f")
+RUN = re.compile(f"[{_CHARS}]+")
+
+
+def has_cjk(text: str) -> bool:
+    """Whether ``text`` holds any Han, Kana or Hangul character."""
+    return RUN.search(text) is not None
+
+
+def bigrams(run: str) -> list[str]:
+    """The overlapping two-character pieces of a run (a one-character run: itself)."""
+    return [run[i : i + 2] for i in range(len(run) - 1)] if len(run) > 1 else [run]
+
+
+def index_form(text: str) -> str:
+    """``text`` with every CJK run replaced by its characters and its bigrams, spaced apart (what
+    the indexes are given to tokenize); text without CJK is returned as it is."""
+    if not has_cjk(text):
+        return text
+
+    def cut(m: re.Match[str]) -> str:
+        run = m.group()
+        return " " + " ".join(list(run) + (bigrams(run) if len(run) > 1 else [])) + " "
+
+    return RUN.sub(cut, text)
+
+
+def query_words(word: str) -> list[str]:
+    """One query word (letters and digits, as a word tokenizer cut it) as index words: its CJK runs
+    as bigrams, the other pieces as they are (``退款bug`` → ``退款``, ``bug``)."""
+    if not has_cjk(word):
+        return [word]
+    out: list[str] = []
+    at = 0
+    for m in RUN.finditer(word):
+        if m.start() > at:
+            out.append(word[at : m.start()])
+        out.extend(bigrams(m.group()))
+        at = m.end()
+    if at < len(word):
+        out.append(word[at:])
+    return out
