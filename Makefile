@@ -38,7 +38,7 @@ $(VENV)/package-files: FORCE
 $(BIN)/.installed: pyproject.toml setup.py $(VENV)/package-files
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test]" --config-settings editable_mode=strict
+	$(BIN)/pip install --quiet -e ".[test,multilingual]" --config-settings editable_mode=strict
 	@touch $@
 
 FORCE:

@@ -22,10 +22,14 @@ import re
 # Katakana extensions, CJK Extension A, CJK Unified Ideographs, Hangul Jamo Extended-A, Hangul
 # syllables and Extended-B, CJK compatibility ideographs, half-width Katakana, the supplementary
 # ideograph planes.
-_CHARS = ("\u1100-\u11ff\u3005-\u3007\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
-          "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\uff66-\uff9f"
-          "\U00020000-\U0003134f")
-RUN = re.compile(f"[{_CHARS}]+")
+RANGES: tuple[tuple[int, int], ...] = (
+    (0x1100, 0x11FF), (0x3005, 0x3007), (0x3040, 0x309F), (0x30A0, 0x30FF), (0x3130, 0x318F), (0x31F0, 0x31FF),
+    (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xA960, 0xA97F), (0xAC00, 0xD7AF), (0xD7B0, 0xD7FF), (0xF900, 0xFAFF),
+    (0xFF66, 0xFF9F), (0x20000, 0x3134F),
+)
+_SET = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in RANGES)
+RUN = re.compile(f"[{_SET}]+")
+GLOB = f"*[{_SET}]*"  # SQLite GLOB: text holding a CJK character (its sets take Unicode ranges)
 
 
 def has_cjk(text: str) -> bool:

@@ -41,8 +41,9 @@ DEFAULT_DATABASE = "default_database"  # chromadb.config.DEFAULT_DATABASE
 _CHROMA_NAME = r"^[^/?#%\s]+$"  # it goes into a URL path as it is
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
 _TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + string.punctuation)  # as chromadb's _check_token
-EmbeddingProvider = Literal["local", "openai"]
+EmbeddingProvider = Literal["local", "local-multilingual", "openai"]
 LOCAL_MODEL = "all-MiniLM-L6-v2-int8"  # the bundled model: the local provider's only one
+MULTILINGUAL_MODEL = "multilingual-e5-small-q4"  # the local-multilingual provider's only one (an extra)
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"  # embedding_model when the openai provider names none
 OPENAI_HOST = "api.openai.com"  # the one host OPENAI_API_KEY is sent to (see embedding_api_key)
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
@@ -142,12 +143,15 @@ class Settings(BaseSettings):
         "as claude-mem's CLAUDE_MEM_EXCLUDED_PROJECTS, which applies as well; matched against the project name.",
     )
     embedding_provider: EmbeddingProvider = Field(
-        "local", description="Who turns texts into vectors: `local`, the bundled model (offline); `openai`, any "
-        "OpenAI-compatible /v1/embeddings endpoint (OpenAI, Ollama, vLLM, LM Studio, llama.cpp's server).",
+        "local", description="Who turns texts into vectors: `local`, the bundled English model (offline); "
+        f"`local-multilingual`, `{MULTILINGUAL_MODEL}` (offline, about 100 languages; needs "
+        "`pip install 'memsync[multilingual]'`); `openai`, any OpenAI-compatible /v1/embeddings endpoint (OpenAI, "
+        "Ollama, vLLM, LM Studio, llama.cpp's server). A change needs `memsync resync --rebuild`.",
     )
     embedding_model: str = Field(
         LOCAL_MODEL, min_length=1, max_length=200, validate_default=True,
-        description=f"Embedding model. local: `{LOCAL_MODEL}` only (packaged ONNX); openai: the endpoint's model "
+        description=f"Embedding model. local: `{LOCAL_MODEL}` only (packaged ONNX); local-multilingual: "
+        f"`{MULTILINGUAL_MODEL}` only; openai: the endpoint's model "
         f"name (default `{OPENAI_DEFAULT_MODEL}`). A change needs `memsync resync --rebuild`.",
     )
     embedding_base_url: str = Field(
@@ -282,8 +286,10 @@ class Settings(BaseSettings):
     def _provider_default_model(cls, data: Any) -> Any:
         # The model's default depends on the provider: a remote provider without a model named gets
         # OPENAI_DEFAULT_MODEL, never the bundled model's name.
-        if isinstance(data, dict) and data.get("embedding_provider") == "openai" and not data.get("embedding_model"):
-            return {**data, "embedding_model": OPENAI_DEFAULT_MODEL}
+        if isinstance(data, dict) and not data.get("embedding_model"):
+            default = {"openai": OPENAI_DEFAULT_MODEL, "local-multilingual": MULTILINGUAL_MODEL}
+            if (provider := data.get("embedding_provider")) in default:
+                return {**data, "embedding_model": default[provider]}
         return data
 
     @model_validator(mode="after")
@@ -315,6 +321,8 @@ class Settings(BaseSettings):
         if provider == "local" and value != LOCAL_MODEL:
             raise ValueError(f"the local provider has one model, {LOCAL_MODEL!r}; for {value!r} set "
                              "embedding_provider=openai and embedding_base_url to an endpoint that serves it")
+        if provider == "local-multilingual" and value != MULTILINGUAL_MODEL:
+            raise ValueError(f"the local-multilingual provider has one model, {MULTILINGUAL_MODEL!r}")
         if provider == "openai" and (value != value.strip() or not value.isprintable()):
             raise ValueError(f"{value!r} is not a model name")
         return value

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memsync.config import cjk
 from memsync.config.claude_mem.connection import decode_text, fetch_all, open_source_db, unreadable
 from memsync.config.claude_mem.projects import SQL_FUNCTION as EXCLUDED_SQL
 from memsync.config.claude_mem.projects import ProjectExclusion, exclusion
@@ -224,6 +225,16 @@ class SourceReader:
         row = self._fetch(f"SELECT count(*) AS n, coalesce(sum({FINGERPRINT_SQL}({args})), 0) AS h FROM {source} "
                           "WHERE t.id > :after AND t.id <= :up_to", {"after": after, "up_to": up_to})[0]
         return int(row["n"]), int(row["h"])
+
+    def cjk_rows(self, kind: Kind, columns: Sequence[str]) -> int:
+        """Rows of ``kind`` whose logical ``columns`` hold a Chinese, Japanese or Korean character
+        (``config.cjk``): a scan in SQLite, about as fast as reading the text."""
+        table = TABLES[kind]
+        phys = [c for c in (self.schema.column(table, x) for x in columns) if c]
+        if not phys:
+            return 0
+        where = " OR ".join(f't."{c}" GLOB :pattern' for c in phys)
+        return int(self._fetch(f"SELECT count(*) AS n FROM {table} t WHERE {where}", {"pattern": cjk.GLOB})[0]["n"])
 
     def max_ids(self) -> dict[Kind, int]:
         """The highest id per kind (0 when empty): a cheap change check."""

@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memsync.config.claude_mem.schema import KINDS, Kind
-from memsync.config.formats.text_index import index_path, meta_unreadable, read_meta, source_id, unreadable
+from memsync.config.embedding.multilingual import PROVIDER as MULTILINGUAL_PROVIDER
+from memsync.config.formats.text_index import (
+    index_path,
+    meta_unreadable,
+    read_meta,
+    source_id,
+    text_columns,
+    unreadable,
+)
 from memsync.config.formats.vector_copy import Manifest, copy_dir, damage, open_arrays
 from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S, PHASE_FOLLOWING, worker_state
 from memsync.config.kinds import plural
@@ -23,6 +31,8 @@ from memsync.worker.source import SourceReader
 from memsync.worker.state import ACTIVE_COLLECTION, FAILED, SyncState, now_ms
 from memsync.worker.tail import oldest_pending_ms
 from memsync.worker.writers import upstream_writers
+
+CJK_SUGGEST_SHARE = 0.05  # rows holding CJK text from which status suggests the multilingual model
 
 
 @dataclass
@@ -58,6 +68,7 @@ class StatusReport:
     vector_copy: dict[str, Any] = field(default_factory=dict)
     store: dict[str, Any] = field(default_factory=dict)
     upstream: dict[str, Any] = field(default_factory=dict)
+    languages: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -74,6 +85,7 @@ class StatusReport:
             "text_index": self.text_index,
             "vector_copy": self.vector_copy,
             "store": self.store,
+            "languages": self.languages,
             "upstream": self.upstream,
         }
 
@@ -177,6 +189,21 @@ def upstream_state(settings: Settings, state: SyncState) -> dict[str, Any]:
     return {**out, "writers": upstream_writers(True, out)}
 
 
+def language_state(settings: Settings, reader: SourceReader, rows: int) -> dict[str, Any]:
+    """How many rows hold CJK text, and the multilingual model suggested when they are at least
+    CJK_SUGGEST_SHARE of the rows and another model is configured: the bundled model reads English
+    only, so such memory is found by its words alone."""
+    cjk_rows = sum(reader.cjk_rows(kind, text_columns(kind)) for kind in KINDS)
+    share = cjk_rows / rows if rows else 0.0
+    out: dict[str, Any] = {"rows": rows, "cjk_rows": cjk_rows, "cjk_share": round(share, 4), "suggestion": None}
+    if share >= CJK_SUGGEST_SHARE and settings.embedding_provider != MULTILINGUAL_PROVIDER:
+        out["suggestion"] = (f"{share:.0%} of the rows hold Chinese, Japanese or Korean text, which the "
+                             f"{settings.embedding_provider} model does not read: install "
+                             "'memsync[multilingual]', set embedding_provider=local-multilingual and run "
+                             "`memsync resync --rebuild`")
+    return out
+
+
 def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
     """Build the status report from the source database and the sync records."""
     with SyncState(settings.state_path) as state:
@@ -219,6 +246,8 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
         oldest = oldest_pending_ms(reader, above)
         report.lag_ms = max(0, now_ms() - oldest) if oldest is not None else 0
         report.text_index = text_index_state(settings, max_ids)
+        report.languages = language_state(settings, reader, sum(b.rows for per in report.buckets.values()
+                                                                 for b in per.values()))
     report.vector_copy = vector_copy_state(settings, collection)
     report.worker = worker_state(settings.data_dir, now_ms())
     report.store = store_state(report.worker, now_ms(), settings.reconcile_interval_s)

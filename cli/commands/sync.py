@@ -226,6 +226,8 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
                          f"{b.pending:>8}{b.failed:>8}  {utc_stamp(b.last_sync_ms)}")
     for f in report.failures[:10]:
         lines.append(f"failed: {f['kind']} {f['id']}: {f['reason']}")
+    if report.languages.get("suggestion"):
+        lines.append(f"suggestion: {report.languages['suggestion']}")
     click.echo("\n".join(lines))
 
 

