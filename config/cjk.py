@@ -29,7 +29,6 @@ RANGES: tuple[tuple[int, int], ...] = (
 )
 _SET = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in RANGES)
 RUN = re.compile(f"[{_SET}]+")
-GLOB = f"*[{_SET}]*"  # SQLite GLOB: text holding a CJK character (its sets take Unicode ranges)
 
 
 def has_cjk(text: str) -> bool:

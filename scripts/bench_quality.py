@@ -30,6 +30,9 @@ through the public library call:
 For the two MCP retrievers the answer's size is reported too (WordPiece tokens of the text, as
 ``scripts.bench_tokens`` counts them, and rows per answer).
 
+``--set multilingual`` runs the parallel English/Chinese/Japanese/Korean set instead, with the
+English and the multilingual model (its protocol and bars: ``scripts/multilingual.py``).
+
 Writes JSON (default ``.bench/bench_quality.json``) and exits 1 when a bar is missed. Each
 linking's synced data directory is kept (``--work``/quality-LINKS) so a rerun skips embedding.
 """
@@ -330,7 +333,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / ".bench" / "bench_quality.json")
     p.add_argument("--weights", default=None, metavar="K,LEX,SEM,LINKED_SEM,LINKED_LEX[,CONTEXT]",
                    help="fusion constants to try instead of the shipped ones, e.g. 10,1,0.5,0.5,0.5,0.5")
+    p.add_argument("--set", choices=("locomo", "multilingual"), default="locomo", dest="dataset",
+                   help="locomo (default): the English LoCoMo set above; multilingual: the parallel "
+                   "English/Chinese/Japanese/Korean set of tests/data/multilingual (scripts/multilingual.py)")
     args = p.parse_args(argv)
+    if args.dataset == "multilingual":
+        return multilingual_main(args.work / "quality-multilingual", args.out,
+                                 "claude-mem" in parse_list(args.retrievers, RETRIEVERS, "retrievers"))
     linkings = parse_list(args.links, LINKS, "links")
     retrievers = parse_list(args.retrievers, RETRIEVERS, "retrievers")
     weights = Weights()
@@ -351,6 +360,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bar {name}: {'MET' if ok else 'MISSED'}")
     write_json({"questions": len(questions), "linkings": linkings, "bars": met, "fusion": asdict(weights),
                 "table": table}, args.out)
+    return 0 if all(met.values()) else 1
+
+
+def multilingual_main(work: Path, out: Path, with_claude_mem: bool) -> int:
+    """``--set multilingual``: the parallel set's table, its bars, and the single-word misses
+    (the real claude-mem too unless ``--retrievers`` leaves it out)."""
+    from scripts import multilingual
+
+    table, met, misses = multilingual.evaluate(work, with_claude_mem)
+    print_table([{k: v for k, v in r.items() if "ms" not in k} for r in table])
+    print_table([{"language": r["language"], "retriever": r["retriever"], "p50_ms": r["p50_ms"], "p95_ms": r["p95_ms"]}
+                 for r in table if r["p50_ms"] is not None])
+    for miss in misses:
+        print(f"lexical missed: {miss}")
+    for name, ok in met.items():
+        print(f"bar {name}: {'MET' if ok else 'MISSED'}")
+    write_json({"set": "multilingual", "bars": met, "misses": misses, "table": table}, out)
     return 0 if all(met.values()) else 1
 
 

@@ -12,8 +12,9 @@ of near-duplicates that Chroma's HNSW search could not leave: it returned at mos
 Meaningless for quality, which bench_quality measures. Queries are embedded by the real model inside every timed search.
 Variants: no window, the 90-day window, window + project filter; hybrid, lexical only, and the
 fallback (Chroma unreachable); lexical only also without memsync's text index (FTS5 alone), to
-show what the index buys in the same run. Writes JSON (default ``.bench/bench_search.json``). The built data
-is kept in ``--work`` and reused.
+show what the index buys in the same run. ``--query-model local-multilingual`` embeds the timed
+queries with the multilingual model instead (latency only, see ``QueryTiming``). Writes JSON
+(default ``.bench/bench_search.json``). The built data is kept in ``--work`` and reused.
 """
 
 from __future__ import annotations
@@ -116,6 +117,24 @@ def ensure_vector_copy(settings: Settings, server: ManagedServer) -> float | Non
             writer.close()
 
 
+class QueryTiming:
+    """Queries embedded by the multilingual model (``search_embedding_threads``, as a search server
+    does) under the pool's model id, so the same store answers them: what a search with
+    ``local-multilingual`` costs at this size, not what it finds (a 100k-row build with that model
+    would take hours on two cores)."""
+
+    def __init__(self, settings: Settings) -> None:
+        from memsync.config.embedding.multilingual import get_multilingual
+
+        self.inner = get_multilingual(settings.search_embedding_threads, "queries")
+        self.model_id = "all-MiniLM-L6-v2-int8"
+        self.dimension = self.inner.dimension
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """The multilingual model's query vectors."""
+        return self.inner.embed(texts)
+
+
 def timed(fn: Callable[[], object], n: int) -> tuple[list[float], dict[str, float]]:
     """Milliseconds of n calls, and the median of each stage the responses report."""
     out = []
@@ -142,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queries", type=int, default=3, help="rounds over the query list")
     p.add_argument("--work", type=Path, default=None)
     p.add_argument("--out", type=Path, default=ROOT / ".bench" / "bench_search.json")
+    p.add_argument("--query-model", choices=("local", "local-multilingual"), default="local",
+                   help="the model that embeds each timed query; local-multilingual times multilingual-e5 "
+                   "queries against the same store (its vectors stay the pool's: latency only)")
     args = p.parse_args(argv)
     work = args.work or ROOT / ".bench" / f"search-{args.rows}"
     settings = build(work, args.rows)
@@ -151,9 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     server = ManagedServer(settings)
     server.ensure()
     fill_s = ensure_vector_copy(settings, server)
-    searcher = Searcher(settings)
-    no_copy = Searcher(settings.model_copy(update={"vector_copy": False}))  # the Chroma-only exact path
-    down = Searcher(settings.model_copy(update={"chroma_mode": "http", "chroma_port": free_port()}))
+    query_model = QueryTiming(settings) if args.query_model == "local-multilingual" else None
+    searcher = Searcher(settings, embedder=query_model)
+    no_copy = Searcher(settings.model_copy(update={"vector_copy": False}), embedder=query_model)  # Chroma only
+    down = Searcher(settings.model_copy(update={"chroma_mode": "http", "chroma_port": free_port()}),
+                    embedder=query_model)
     fts5 = Searcher(settings.model_copy(update={"text_index": False}))  # the lexical side without it
     project = PROJECTS[0].name
     try:

@@ -33,6 +33,7 @@ from memsync.worker.tail import oldest_pending_ms
 from memsync.worker.writers import upstream_writers
 
 CJK_SUGGEST_SHARE = 0.05  # rows holding CJK text from which status suggests the multilingual model
+CJK_SAMPLE_ROWS = 2000  # the newest rows of each kind looked at for it
 
 
 @dataclass
@@ -189,15 +190,16 @@ def upstream_state(settings: Settings, state: SyncState) -> dict[str, Any]:
     return {**out, "writers": upstream_writers(True, out)}
 
 
-def language_state(settings: Settings, reader: SourceReader, rows: int) -> dict[str, Any]:
-    """How many rows hold CJK text, and the multilingual model suggested when they are at least
-    CJK_SUGGEST_SHARE of the rows and another model is configured: the bundled model reads English
-    only, so such memory is found by its words alone."""
-    cjk_rows = sum(reader.cjk_rows(kind, text_columns(kind)) for kind in KINDS)
+def language_state(settings: Settings, reader: SourceReader) -> dict[str, Any]:
+    """How many of the newest rows hold CJK text, and the multilingual model suggested when they
+    are at least CJK_SUGGEST_SHARE of them and another model is configured: the bundled model reads
+    English only, so such memory is found by its words alone."""
+    looked = [reader.cjk_rows(kind, text_columns(kind), CJK_SAMPLE_ROWS) for kind in KINDS]
+    rows, cjk_rows = sum(n for n, _ in looked), sum(c for _, c in looked)
     share = cjk_rows / rows if rows else 0.0
     out: dict[str, Any] = {"rows": rows, "cjk_rows": cjk_rows, "cjk_share": round(share, 4), "suggestion": None}
     if share >= CJK_SUGGEST_SHARE and settings.embedding_provider != MULTILINGUAL_PROVIDER:
-        out["suggestion"] = (f"{share:.0%} of the rows hold Chinese, Japanese or Korean text, which the "
+        out["suggestion"] = (f"{share:.0%} of the newest rows hold Chinese, Japanese or Korean text, which the "
                              f"{settings.embedding_provider} model does not read: install "
                              "'memsync[multilingual]', set embedding_provider=local-multilingual and run "
                              "`memsync resync --rebuild`")
@@ -246,8 +248,7 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
         oldest = oldest_pending_ms(reader, above)
         report.lag_ms = max(0, now_ms() - oldest) if oldest is not None else 0
         report.text_index = text_index_state(settings, max_ids)
-        report.languages = language_state(settings, reader, sum(b.rows for per in report.buckets.values()
-                                                                 for b in per.values()))
+        report.languages = language_state(settings, reader)
     report.vector_copy = vector_copy_state(settings, collection)
     report.worker = worker_state(settings.data_dir, now_ms())
     report.store = store_state(report.worker, now_ms(), settings.reconcile_interval_s)

@@ -17,6 +17,7 @@ from memsync.search import Mode, Searcher, SearchRequest
 from memsync.worker.resync import resync
 from memsync.worker.status import CJK_SUGGEST_SHARE, status
 from tests.conftest import make_db, obs, prompt, summary
+from tests.system.test_e2e import memsync
 from tests.worker.test_embedstore import stored_per_model
 
 pytestmark = pytest.mark.slow
@@ -62,6 +63,8 @@ def test_status_suggests_it_then_a_rebuild_switches(settings: Settings) -> None:
     before = status(settings).languages
     assert before["cjk_rows"] == 3 and before["rows"] == 6 and before["cjk_share"] >= CJK_SUGGEST_SHARE
     assert "embedding_provider=local-multilingual" in before["suggestion"]
+    shown = memsync(settings, "status")  # the command a user runs says it too
+    assert shown.returncode == 0 and "suggestion: 50% of the newest rows hold Chinese" in shown.stdout
 
     s = multilingual(settings)
     assert resync(s, rebuild=True).added > 0
