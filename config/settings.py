@@ -43,7 +43,8 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RF
 _TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + string.punctuation)  # as chromadb's _check_token
 EmbeddingProvider = Literal["local", "local-multilingual", "openai"]
 LOCAL_MODEL = "all-MiniLM-L6-v2-int8"  # the bundled model: the local provider's only one
-MULTILINGUAL_MODEL = "multilingual-e5-small-q4"  # the local-multilingual provider's only one (an extra)
+MULTILINGUAL_PROVIDER = "local-multilingual"  # the multilingual model in the process (an optional extra)
+MULTILINGUAL_MODEL = "multilingual-e5-small-q4"  # that provider's only model
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"  # embedding_model when the openai provider names none
 OPENAI_HOST = "api.openai.com"  # the one host OPENAI_API_KEY is sent to (see embedding_api_key)
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
@@ -287,7 +288,7 @@ class Settings(BaseSettings):
         # The model's default depends on the provider: a remote provider without a model named gets
         # OPENAI_DEFAULT_MODEL, never the bundled model's name.
         if isinstance(data, dict) and not data.get("embedding_model"):
-            default = {"openai": OPENAI_DEFAULT_MODEL, "local-multilingual": MULTILINGUAL_MODEL}
+            default = {"openai": OPENAI_DEFAULT_MODEL, MULTILINGUAL_PROVIDER: MULTILINGUAL_MODEL}
             if (provider := data.get("embedding_provider")) in default:
                 return {**data, "embedding_model": default[provider]}
         return data
@@ -321,8 +322,8 @@ class Settings(BaseSettings):
         if provider == "local" and value != LOCAL_MODEL:
             raise ValueError(f"the local provider has one model, {LOCAL_MODEL!r}; for {value!r} set "
                              "embedding_provider=openai and embedding_base_url to an endpoint that serves it")
-        if provider == "local-multilingual" and value != MULTILINGUAL_MODEL:
-            raise ValueError(f"the local-multilingual provider has one model, {MULTILINGUAL_MODEL!r}")
+        if provider == MULTILINGUAL_PROVIDER and value != MULTILINGUAL_MODEL:
+            raise ValueError(f"the {MULTILINGUAL_PROVIDER} provider has one model, {MULTILINGUAL_MODEL!r}")
         if provider == "openai" and (value != value.strip() or not value.isprintable()):
             raise ValueError(f"{value!r} is not a model name")
         return value

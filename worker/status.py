@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memsync.config.claude_mem.schema import KINDS, Kind
-from memsync.config.embedding.multilingual import PROVIDER as MULTILINGUAL_PROVIDER
 from memsync.config.formats.text_index import (
     index_path,
     meta_unreadable,
@@ -26,7 +25,7 @@ from memsync.config.formats.text_index import (
 from memsync.config.formats.vector_copy import Manifest, copy_dir, damage, open_arrays
 from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S, PHASE_FOLLOWING, worker_state
 from memsync.config.kinds import plural
-from memsync.config.settings import Settings
+from memsync.config.settings import MULTILINGUAL_PROVIDER, Settings
 from memsync.worker.source import SourceReader
 from memsync.worker.state import ACTIVE_COLLECTION, FAILED, SyncState, now_ms
 from memsync.worker.tail import oldest_pending_ms

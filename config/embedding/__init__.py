@@ -42,7 +42,14 @@ from memsync.config.embedding.remote import (
     model_id,
 )
 from memsync.config.errors import EmbeddingError, EmbeddingUnavailable
-from memsync.config.settings import LOCAL_MODEL, MULTILINGUAL_MODEL, Settings, openai_env_key, openai_host
+from memsync.config.settings import (
+    LOCAL_MODEL,
+    MULTILINGUAL_MODEL,
+    MULTILINGUAL_PROVIDER,
+    Settings,
+    openai_env_key,
+    openai_host,
+)
 
 __all__ = [
     "MODELS", "TOKENS_PER_TEXT", "Embedder", "EmbeddingError", "EmbeddingUnavailable", "Identity", "MiniLMOnnx",
@@ -51,7 +58,7 @@ __all__ = [
     "vector_identity",
 ]
 
-MULTILINGUAL = multilingual.PROVIDER
+MULTILINGUAL = MULTILINGUAL_PROVIDER
 CHROMA_DEFAULT_TOKENS = 256  # Chroma's default embedding function cuts every text here
 
 

@@ -34,8 +34,8 @@ import numpy.typing as npt
 
 from memsync.config.errors import EmbeddingError
 from memsync.config.settings import MULTILINGUAL_MODEL
+from memsync.config.settings import MULTILINGUAL_PROVIDER as PROVIDER
 
-PROVIDER = "local-multilingual"
 DIMENSION = 384
 WINDOW_TOKENS = 510  # the engine's window: 512 positions less the two special tokens
 MAX_CHARS = 4096  # a text is cut here first: at most a few windows, whatever one row holds
