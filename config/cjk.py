@@ -4,7 +4,8 @@ own FTS5 index and cuts queries).
 
 Why: CJK writing puts no space between words, so a word tokenizer (FTS5's ``unicode61``, tantivy's
 simple tokenizer) keeps a whole run (``修复退款金额的舍入错误``) as one word, and a search for a word
-inside it (``退款``) finds nothing. As Lucene's CJK analyzer does, with no dictionary:
+inside it (``退款``) finds nothing. Bigrams as Lucene's CJK analyzer makes them, plus every
+character, with no dictionary (measured against jieba: ``docs/benchmarks.md``, Multilingual):
 - indexed text: every run of Han, Kana and Hangul characters becomes its characters and its
   overlapping bigrams (``退 款 金 退款 款金``), so one-character words are found too;
 - query text: a run becomes its bigrams (one character: itself), so ``退款`` asks for ``退款`` and
@@ -18,14 +19,14 @@ from __future__ import annotations
 
 import re
 
-# Hangul Jamo, CJK symbols' iteration marks (々〆〇), Hiragana, Katakana, Hangul compatibility Jamo,
-# Katakana extensions, CJK Extension A, CJK Unified Ideographs, Hangul Jamo Extended-A, Hangul
-# syllables and Extended-B, CJK compatibility ideographs, half-width Katakana, the supplementary
-# ideograph planes.
+# CJK radicals and Kangxi radicals, iteration marks (々〆〇), Hiragana, Katakana but its middle dot
+# (・ separates words), Bopomofo, Hangul Jamo and compatibility Jamo, Katakana extensions, CJK
+# Extension A, CJK Unified Ideographs, Hangul Jamo Extended-A, Hangul syllables and Extended-B, CJK
+# compatibility ideographs, half-width Katakana and Hangul, the supplementary ideograph planes.
 RANGES: tuple[tuple[int, int], ...] = (
-    (0x1100, 0x11FF), (0x3005, 0x3007), (0x3040, 0x309F), (0x30A0, 0x30FF), (0x3130, 0x318F), (0x31F0, 0x31FF),
-    (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xA960, 0xA97F), (0xAC00, 0xD7AF), (0xD7B0, 0xD7FF), (0xF900, 0xFAFF),
-    (0xFF66, 0xFF9F), (0x20000, 0x3134F),
+    (0x1100, 0x11FF), (0x2E80, 0x2FDF), (0x3005, 0x3007), (0x3040, 0x309F), (0x30A0, 0x30FA), (0x30FC, 0x30FF),
+    (0x3100, 0x312F), (0x3130, 0x318F), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xA960, 0xA97F),
+    (0xAC00, 0xD7AF), (0xD7B0, 0xD7FF), (0xF900, 0xFAFF), (0xFF66, 0xFF9F), (0xFFA0, 0xFFDC), (0x20000, 0x323AF),
 )
 _SET = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in RANGES)
 RUN = re.compile(f"[{_SET}]+")

@@ -184,7 +184,8 @@ class Settings(BaseSettings):
         32, ge=1, le=1024, description="Texts per model call (local) or per request (openai)."
     )
     embedding_max_tokens: int = Field(256, ge=16, le=512, description="Token limit per text (the model's own).")
-    embedding_threads: int = Field(0, ge=0, le=64, description="onnxruntime intra-op threads; 0 = one per core.")
+    embedding_threads: int = Field(0, ge=0, le=64, description="The model's threads (onnxruntime intra-op; "
+                                   "OpenMP for local-multilingual); 0 = one per core.")
     batch_size: int = Field(256, ge=1, le=5000, description="Documents per embed+upsert batch during sync.")
     read_batch_rows: int = Field(
         2000, ge=1, le=100_000,
@@ -216,7 +217,7 @@ class Settings(BaseSettings):
         1500, ge=10, description="Search: deadline for the vector side of one query; past it, the lexical answer."
     )
     search_embedding_threads: int = Field(
-        1, ge=0, le=64, description="Search: onnxruntime threads to embed a query (1 leaves other cores to SQLite)."
+        1, ge=0, le=64, description="Search: the model's threads to embed a query (1 leaves other cores to SQLite)."
     )
     fts_timeout_ms: int = Field(2000, ge=10, description="Search: time limit of one SQLite/FTS5 statement, ms.")
     filter_ids_cap: int = Field(

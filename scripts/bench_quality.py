@@ -330,7 +330,9 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"linkings of observations to prompts to build and score (default {','.join(LINKS)})")
     p.add_argument("--retrievers", default=",".join(RETRIEVERS), help=f"default {','.join(RETRIEVERS)}")
     p.add_argument("--work", type=Path, default=ROOT / ".bench", help="parent of the quality-LINKS directories")
-    p.add_argument("--out", type=Path, default=ROOT / ".bench" / "bench_quality.json")
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON written (default .bench/bench_quality.json; with --set multilingual "
+                   ".bench/bench_quality_multilingual.json)")
     p.add_argument("--weights", default=None, metavar="K,LEX,SEM,LINKED_SEM,LINKED_LEX[,CONTEXT]",
                    help="fusion constants to try instead of the shipped ones, e.g. 10,1,0.5,0.5,0.5,0.5")
     p.add_argument("--set", choices=("locomo", "multilingual"), default="locomo", dest="dataset",
@@ -338,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
                    "English/Chinese/Japanese/Korean set of tests/data/multilingual (scripts/multilingual.py)")
     args = p.parse_args(argv)
     if args.dataset == "multilingual":
-        return multilingual_main(args.work / "quality-multilingual", args.out,
+        return multilingual_main(args.work / "quality-multilingual",
+                                 args.out or ROOT / ".bench" / "bench_quality_multilingual.json",
                                  "claude-mem" in parse_list(args.retrievers, RETRIEVERS, "retrievers"))
     linkings = parse_list(args.links, LINKS, "links")
     retrievers = parse_list(args.retrievers, RETRIEVERS, "retrievers")
@@ -359,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, ok in met.items():
         print(f"bar {name}: {'MET' if ok else 'MISSED'}")
     write_json({"questions": len(questions), "linkings": linkings, "bars": met, "fusion": asdict(weights),
-                "table": table}, args.out)
+                "table": table}, args.out or ROOT / ".bench" / "bench_quality.json")
     return 0 if all(met.values()) else 1
 
 

@@ -81,13 +81,15 @@ class LexicalIndex:
         words = fts.tokens(text)
         return fts.expression_for([(w,) for w in words]) if words else None
 
-    def match(self, kind: Kind, expr: str, limit: int | None = None) -> list[tuple[int, float]]:
-        """(id, score) best first for a MATCH expression (higher = better)."""
+    def match(self, kind: Kind, expr: str, limit: int | None = None, after_id: int = 0) -> list[tuple[int, float]]:
+        """(id, score) best first for a MATCH expression (higher = better), of the rows with an id
+        above ``after_id`` (FTS5 applies a rowid bound inside the match: the text index's tail ranks
+        only the newest rows, not the whole table)."""
         conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
         try:
             table = _index_table(kind)
-            sql = f"SELECT rowid, rank FROM {table} WHERE {table} MATCH ? ORDER BY rank"
-            params: list[object] = [expr]
+            sql = f"SELECT rowid, rank FROM {table} WHERE {table} MATCH ? AND rowid > ? ORDER BY rank"
+            params: list[object] = [expr, after_id]
             if limit is not None:
                 sql += " LIMIT ?"
                 params.append(limit)
@@ -103,7 +105,7 @@ class LexicalIndex:
         index holds text only), best (or newest/oldest) first."""
         if not self.rows.applicable(kind, scope.filters):
             return []
-        matches = [(i, s) for i, s in self.match(kind, expr) if i > scope.after_id]
+        matches = self.match(kind, expr, after_id=scope.after_id)
         if not matches:
             return []
         keep = self.rows.passing(kind, [i for i, _ in matches], scope.filters, scope.window)

@@ -191,17 +191,17 @@ def upstream_state(settings: Settings, state: SyncState) -> dict[str, Any]:
 
 def language_state(settings: Settings, reader: SourceReader) -> dict[str, Any]:
     """How many of the newest rows hold CJK text, and the multilingual model suggested when they
-    are at least CJK_SUGGEST_SHARE of them and another model is configured: the bundled model reads
-    English only, so such memory is found by its words alone."""
+    are at least CJK_SUGGEST_SHARE of them and the bundled model is configured: it reads English
+    only, so such memory is found by its words alone (an ``openai`` model may well read them)."""
     looked = [reader.cjk_rows(kind, text_columns(kind), CJK_SAMPLE_ROWS) for kind in KINDS]
     rows, cjk_rows = sum(n for n, _ in looked), sum(c for _, c in looked)
     share = cjk_rows / rows if rows else 0.0
     out: dict[str, Any] = {"rows": rows, "cjk_rows": cjk_rows, "cjk_share": round(share, 4), "suggestion": None}
-    if share >= CJK_SUGGEST_SHARE and settings.embedding_provider != MULTILINGUAL_PROVIDER:
+    if share >= CJK_SUGGEST_SHARE and settings.embedding_provider == "local":  # an openai model may read them
         out["suggestion"] = (f"{share:.0%} of the newest rows hold Chinese, Japanese or Korean text, which the "
-                             f"{settings.embedding_provider} model does not read: install "
-                             "'memsync[multilingual]', set embedding_provider=local-multilingual and run "
-                             "`memsync resync --rebuild`")
+                             "bundled English model does not read: install 'memsync[multilingual]', set "
+                             f"embedding_provider={MULTILINGUAL_PROVIDER} for the worker and the search servers, "
+                             "and run `memsync resync --rebuild`")
     return out
 
 

