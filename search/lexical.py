@@ -68,6 +68,8 @@ class _Connection:
     def close(self) -> None:
         if self._app is not None:
             self._app.close()
+        if self._own is not None:
+            self._own.close()
 
     def fts(self, kind: Kind) -> FtsSource:
         """The app's FTS5 table for ``kind``, or memsync's own index (brought up to date) when the

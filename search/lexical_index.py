@@ -50,6 +50,13 @@ class LexicalIndex:
     def __init__(self, path: Path, rows: SourceRows) -> None:
         self.path = path
         self.rows = rows
+        self._conn: sqlite3.Connection | None = None  # opened by the first match, kept for the search
+
+    def close(self) -> None:
+        """Release the index's connection (a search asks it for each kind: rank, tail, count)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     @classmethod
     def refreshed(cls, settings: Settings, rows: SourceRows) -> LexicalIndex:
@@ -85,7 +92,9 @@ class LexicalIndex:
         """(id, score) best first for a MATCH expression (higher = better), of the rows with an id
         above ``after_id`` (FTS5 applies a rowid bound inside the match: the text index's tail ranks
         only the newest rows, not the whole table)."""
-        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+        if self._conn is None:
+            self._conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+        conn = self._conn
         try:
             table = _index_table(kind)
             sql = f"SELECT rowid, rank FROM {table} WHERE {table} MATCH ? AND rowid > ? ORDER BY rank"
@@ -96,8 +105,6 @@ class LexicalIndex:
             return [(int(r[0]), -float(r[1])) for r in conn.execute(sql, params)]
         except sqlite3.OperationalError:
             return []
-        finally:
-            conn.close()
 
     def ranked(self, kind: Kind, expr: str, scope: Scope, limit: int,
                order: Order = Order.RELEVANCE) -> list[tuple[int, float]]:
