@@ -268,6 +268,7 @@ class BatchVectors:
         self.reused = 0  # documents written without embedding anything for them
         self.embed_s = 0.0
         self.store_s = 0.0
+        self._held: set[str] = set()  # text hashes the store held when the batch was ordered
 
     def order(self, docs: Sequence[Document]) -> list[Document]:
         """``docs`` in the order to write them: those whose texts the store holds first (their
@@ -278,7 +279,13 @@ class BatchVectors:
             t = time.perf_counter()
             held = self.store.held(self.model, {d.text_hash for d in docs})
             self.store_s += time.perf_counter() - t
+        self._held = held
         return sorted(docs, key=lambda d: (d.text_hash not in held, len(d.text)))
+
+    def cost(self, doc: Document) -> int:
+        """What embedding ``doc`` costs, in characters the model reads: none when the store held its
+        text when the batch was ordered."""
+        return 0 if doc.text_hash in self._held else len(doc.text)
 
     def vectors(self, chunk: Sequence[Document]) -> npt.NDArray[np.float32]:
         """The vectors of ``chunk``, in order: texts the store does not hold (or holds a bad entry

@@ -48,9 +48,18 @@ from memsync.worker.sink import RejectedBatch, VectorSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import FAILED, SYNCED, DocRecord, RowFailed, RowRecord, RowSynced, SyncState
 
-# While a full pass may yield to new rows, a range holds about this much work, so that a row
-# committed meanwhile waits at most about this long for the pass to let it through.
-YIELD_RANGE_S = 1.0
+# While a full pass may yield to new rows, it asks between chunks that hold about this much
+# embedding each, so that a row committed meanwhile waits at most about this long for the pass to
+# let it through, also in the middle of a range.
+YIELD_CHUNK_S = 1.0
+MIN_CHUNK_DOCS = 8
+FIRST_CHUNK_DOCS = 32  # a pass's first chunk that may yield, before its embedding rate is known
+# ...and its ranges hold about this much work each. A range's documents are embedded sorted by
+# length as a whole: ranges of one chunk sort too few texts, so their model calls pad more and are
+# more. The model calls of a first sync at 5,000 rows took 0.93 of the time with ranges of 8 s
+# than with ranges of 1 s (padded tokens 1.037 against 1.088 of the texts' own; docs/benchmarks.md,
+# "Time to useful").
+YIELD_RANGE_S = 8.0
 MIN_RANGE_ROWS = 8
 FIRST_RANGE_ROWS = 32  # a kind's first range of such a pass, before its rate is known
 
@@ -224,6 +233,7 @@ class Syncer:
         self._in_flight: Future[_Chunk] | None = None
         self._finishing: deque[tuple[Future[Outcome] | None, Callable[[], None] | None]] = deque()
         self._finished = Outcome()  # what resolved finishes did (added to the pass's at its end)
+        self._chars_per_s: float | None = None  # embedding rate of this pass's chunks that may yield
 
     def run(
         self, kinds: Sequence[Kind] = KINDS, project: str | None = None, dry_run: bool = False,
@@ -338,11 +348,14 @@ class Syncer:
         added meanwhile are the tail pass's), the last everything below, so a deleted row is found
         wherever it was, and a pass stopped anywhere is taken up by the next without a gap.
 
-        With ``yield_to`` (the worker), the pass asks between ranges whether rows were committed
-        meanwhile, and when so it returns with ``below`` (updated in place) saying where it goes
-        on; its ranges then hold about ``YIELD_RANGE_S`` of work each (sized per kind from the rate
-        of its last range), so such a row waits about that long, not for a whole read batch to be
-        embedded."""
+        With ``yield_to`` (the worker), the pass asks between ranges, and between the chunks of a
+        range once every kind's top range is through, whether rows were committed meanwhile, and
+        when so it returns with ``below`` (updated in place) saying where it goes on. Its chunks
+        then hold about ``YIELD_CHUNK_S`` of embedding each, so such a row waits about that long,
+        and its ranges about ``YIELD_RANGE_S`` of work (sized per kind from the rate of its last
+        range), so their documents are sorted by length together. A range left in the middle is
+        compared again when the pass goes on: what its written chunks hold is unchanged by then,
+        and what it embedded and did not write is in the embedding store."""
         out = Outcome()
         full_size = self.options.read_batch_rows
         start = full_size if self.options.yield_to is None else min(full_size, FIRST_RANGE_ROWS)
@@ -361,7 +374,9 @@ class Syncer:
             out += Outcome(read_seconds=time.perf_counter() - t)
             lo = hashes[0][0] - 1 if len(hashes) == n else 0  # a short batch owns everything below it
             settled = self._settled(kind, hashes, lo, hi, project)
-            out += settled if settled is not None else self._sync_range(kind, project, dry_run, lo, hi)
+            # The top ranges are not left in the middle (see below); the others may be.
+            may_yield = self.options.yield_to is not None and not top
+            out += settled if settled is not None else self._sync_range(kind, project, dry_run, lo, hi, may_yield)
             if out.interrupted:
                 return out
             if lo == 0:
@@ -429,9 +444,11 @@ class Syncer:
         self._progress(len(hashes), 0)
         return Outcome(unchanged=totals.docs, failed_rows=totals.failed, rows=len(hashes))
 
-    def _sync_range(self, kind: Kind, project: str | None, dry_run: bool, after: int, up_to: int) -> Outcome:
+    def _sync_range(self, kind: Kind, project: str | None, dry_run: bool, after: int, up_to: int,
+                    may_yield: bool = False) -> Outcome:
         """Read the rows of (after, up_to] in full, compare them row by row and document by document
-        with the records, and sync what differs."""
+        with the records, and sync what differs; ``may_yield``: between its chunks, the range is
+        left when ``yield_to`` says rows wait (``interrupted``, its rows not marked)."""
         out = Outcome()
         while True:
             if self.stop.is_set():
@@ -443,7 +460,7 @@ class Syncer:
             plan = self._plan(kind, rows, after, hi, project)
             out += plan.outcome()
             if not dry_run:
-                out += self._execute(kind, plan)
+                out += self._execute(kind, plan, may_yield)
                 if out.interrupted:
                     return out
             out += Outcome(rows=len(rows))
@@ -526,12 +543,13 @@ class Syncer:
         plan.delete.extend(records)  # fields that vanished: a shrunk facts list, a cleared narrative
         plan.done_rows[row.id] = RowSynced(row.id, rh, row.project, row.merged_into_project, len(docs))
 
-    def _execute(self, kind: Kind, plan: _Plan) -> Outcome:
+    def _execute(self, kind: Kind, plan: _Plan, may_yield: bool = False) -> Outcome:
         """Apply a plan: what needs no vector at once, its chunks and then its finish on the upsert
-        thread. What it did so far beyond the plan's own counts, ``interrupted`` when stopped in
-        between (everything recorded so far is exact: the batch's rows are then not marked)."""
+        thread. What it did so far beyond the plan's own counts, ``interrupted`` when stopped (or,
+        ``may_yield``, yielding to new rows) in between (everything recorded so far is exact: the
+        batch's rows are then not marked)."""
         out = self._write_unembedded(kind, plan)
-        written, chunks = self._write_embedded(kind, plan)
+        written, chunks = self._write_embedded(kind, plan, may_yield)
         out += written
         if out.interrupted:
             return out
@@ -586,31 +604,61 @@ class Syncer:
             self.state.record_synced(self.collection, kind, _records(plan.relabel), self.embedder.model_id)
         return Outcome(upsert_seconds=upsert_s)
 
-    def _write_embedded(self, kind: Kind, plan: _Plan) -> tuple[Outcome, list[Future[_Chunk]]]:
+    def _write_embedded(self, kind: Kind, plan: _Plan, may_yield: bool = False
+                        ) -> tuple[Outcome, list[Future[_Chunk]]]:
         """Embed (or look up) the documents to embed, chunk by chunk, each chunk's upsert submitted
         to the upsert thread once the one before it (of this batch or an earlier one) resolved;
-        what embedding did, and the chunks' futures."""
+        what embedding did, and the chunks' futures. ``may_yield``: chunks of about
+        ``YIELD_CHUNK_S`` of embedding, and ``yield_to`` asked after each (the first is always
+        written, so a pass that yields at every chunk still goes on)."""
         if plan.embed and self.store is not None and self._store_model is None:
             self._store_model = store_model(self.store, self.embedder)
         vectors_of = BatchVectors(self.embedder, self.store, self._store_model)
         plan.embed = vectors_of.order(plan.embed)
         chunks: list[Future[_Chunk]] = []
         unwritten = Outcome()
-        for start in range(0, len(plan.embed), self.options.batch_size):
-            if self.stop.is_set():
+        start = 0
+        while start < len(plan.embed):
+            if self.stop.is_set() or (start > 0 and may_yield and self.options.yield_to is not None
+                                      and self.options.yield_to()):
                 # Report what was done, not what was planned: un-count the chunks left out.
                 left = plan.embed[start:]
                 new = sum(1 for d in left if d.doc_id in plan.new)
                 unwritten = Outcome(added=-new, updated=-(len(left) - new), interrupted=True)
                 self._await_chunk()
                 break
-            chunk = plan.embed[start : start + self.options.batch_size]
+            end = self._chunk_end(plan.embed, start, vectors_of) if may_yield else start + self.options.batch_size
+            chunk = plan.embed[start:end]
+            embed_s = vectors_of.embed_s
             vectors = vectors_of.vectors(chunk)
+            if may_yield:
+                self._paced(chunk, vectors_of, vectors_of.embed_s - embed_s)
             self._await_chunk()
             self._in_flight = self._submit(self._write_chunk, kind, chunk, vectors)
             chunks.append(self._in_flight)
+            start = end
         return unwritten + Outcome(embedded=vectors_of.embedded, reused=vectors_of.reused,
                                    embed_seconds=vectors_of.embed_s, store_seconds=vectors_of.store_s), chunks
+
+    def _chunk_end(self, docs: Sequence[Document], start: int, vectors_of: BatchVectors) -> int:
+        """Where the chunk from ``start`` ends when it should hold about ``YIELD_CHUNK_S`` of
+        embedding: the model's cost follows the characters it reads, and a text the embedding store
+        holds costs none."""
+        limit = min(len(docs), start + self.options.batch_size)
+        if self._chars_per_s is None:
+            return min(limit, start + FIRST_CHUNK_DOCS)
+        budget, end = self._chars_per_s * YIELD_CHUNK_S, start
+        while end < limit and (end - start < MIN_CHUNK_DOCS or budget > 0):
+            budget -= vectors_of.cost(docs[end])
+            end += 1
+        return end
+
+    def _paced(self, chunk: Sequence[Document], vectors_of: BatchVectors, seconds: float) -> None:
+        """Learn the embedding rate (characters a second) from a chunk that embedded enough to time."""
+        chars = sum(vectors_of.cost(d) for d in chunk)
+        if seconds > 0.05 and chars > 0:
+            rate = chars / seconds
+            self._chars_per_s = rate if self._chars_per_s is None else 0.5 * (self._chars_per_s + rate)
 
     def _write_chunk(self, kind: Kind, docs: list[Document], vectors: npt.NDArray[np.float32]) -> _Chunk:
         """Intent records, upsert, then records of what Chroma acknowledged (on the upsert thread,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,11 @@ import pytest
 from memsync.config.chroma import collections as stores
 from memsync.config.claude_mem.schema import TABLES, Kind
 from memsync.config.docids import parse_doc_id
+from memsync.config.formats.embedding_store import store_path
 from memsync.config.settings import Settings
+from memsync.worker import sync as sync_module
 from memsync.worker.documents import SourceRow
+from memsync.worker.embedstore import EmbeddingStore
 from memsync.worker.resync import resync
 from memsync.worker.sink import ChromaSink
 from memsync.worker.source import SourceReader
@@ -542,4 +546,44 @@ class TestNewestFirst:
             rest = syncer.run(resume=first.resume)
         assert not rest.interrupted and rest.resume is None
         assert len(sink.upserted) == len(set(sink.upserted))  # nothing written twice
+        assert verify(settings, chroma).clean
+
+    def test_a_full_pass_yields_in_the_middle_of_a_range_and_embeds_nothing_twice(
+        self, settings: Settings, source_db: Path, chroma: Any, fake_embedder: FakeEmbedder,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        # Chunks of 2 documents, so that a range below the top ones has several to ask between.
+        monkeypatch.setattr(sync_module, "FIRST_CHUNK_DOCS", 2)
+        col = stores.open_collection(chroma, settings, fake_embedder.model_id, fake_embedder.dimension)
+        sink = RecordingSink(ChromaSink(col))
+        asked_from: list[str] = []
+
+        def new_rows_wait() -> bool:
+            asked_from.append(sys._getframe(1).f_code.co_name)
+            return asked_from[-1] == "_write_embedded" and asked_from.count("_write_embedded") == 1
+
+        options = SyncOptions(read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size,
+                              yield_to=new_rows_wait)
+        with SourceReader(settings.db) as reader, SyncState(settings.state_path) as state, \
+                EmbeddingStore(store_path(settings)) as store:
+            state.set_meta("active_collection", col.name)
+            syncer = Syncer(reader, state, Destination(col.name, sink), fake_embedder, options, store)
+            first = syncer.run()
+            assert first.interrupted and first.resume is not None
+            assert asked_from[-1] == "_write_embedded"  # it yielded between two chunks of one range
+            written = set(sink.upserted)
+            # The range it left is not through: its written documents are below the cursor, and
+            # none of their rows is marked.
+            left = [parse_doc_id(d) for d in written if parse_doc_id(d).sqlite_id <= first.resume.get(
+                parse_doc_id(d).kind, 0)]
+            assert left
+            for doc in left:
+                assert state.rows_in_range(col.name, doc.kind, doc.sqlite_id - 1, doc.sqlite_id) == {}
+            embedded_before = fake_embedder.embedded
+            rest = syncer.run(resume=first.resume)
+            assert not rest.interrupted and rest.resume is None
+            # What the left range had written is unchanged, so it is neither written nor embedded again.
+            assert not written & set(sink.upserted[len(written):])
+            assert len(sink.upserted) == len(set(sink.upserted))
+            assert fake_embedder.embedded - embedded_before == len(sink.upserted) - len(written) - rest.reused
         assert verify(settings, chroma).clean
