@@ -355,7 +355,7 @@ class Syncer:
         and its ranges about ``YIELD_RANGE_S`` of work (sized per kind from the rate of its last
         range), so their documents are sorted by length together. A range left in the middle is
         compared again when the pass goes on: what its written chunks hold is unchanged by then,
-        and what it embedded and did not write is in the embedding store."""
+        and it is left only between chunks, so nothing it embedded is left unwritten."""
         out = Outcome()
         full_size = self.options.read_batch_rows
         start = full_size if self.options.yield_to is None else min(full_size, FIRST_RANGE_ROWS)
