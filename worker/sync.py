@@ -375,8 +375,8 @@ class Syncer:
             lo = hashes[0][0] - 1 if len(hashes) == n else 0  # a short batch owns everything below it
             settled = self._settled(kind, hashes, lo, hi, project)
             # The top ranges are not left in the middle (see below); the others may be.
-            may_yield = self.options.yield_to is not None and not top
-            out += settled if settled is not None else self._sync_range(kind, project, dry_run, lo, hi, may_yield)
+            yield_to = None if top else self.options.yield_to
+            out += settled if settled is not None else self._sync_range(kind, project, dry_run, lo, hi, yield_to)
             if out.interrupted:
                 return out
             if lo == 0:
@@ -445,10 +445,10 @@ class Syncer:
         return Outcome(unchanged=totals.docs, failed_rows=totals.failed, rows=len(hashes))
 
     def _sync_range(self, kind: Kind, project: str | None, dry_run: bool, after: int, up_to: int,
-                    may_yield: bool = False) -> Outcome:
+                    yield_to: YieldFn | None = None) -> Outcome:
         """Read the rows of (after, up_to] in full, compare them row by row and document by document
-        with the records, and sync what differs; ``may_yield``: between its chunks, the range is
-        left when ``yield_to`` says rows wait (``interrupted``, its rows not marked)."""
+        with the records, and sync what differs; with ``yield_to``, the range is left between its
+        chunks when it says rows wait (``interrupted``, its rows not marked)."""
         out = Outcome()
         while True:
             if self.stop.is_set():
@@ -460,7 +460,7 @@ class Syncer:
             plan = self._plan(kind, rows, after, hi, project)
             out += plan.outcome()
             if not dry_run:
-                out += self._execute(kind, plan, may_yield)
+                out += self._execute(kind, plan, yield_to)
                 if out.interrupted:
                     return out
             out += Outcome(rows=len(rows))
@@ -543,13 +543,13 @@ class Syncer:
         plan.delete.extend(records)  # fields that vanished: a shrunk facts list, a cleared narrative
         plan.done_rows[row.id] = RowSynced(row.id, rh, row.project, row.merged_into_project, len(docs))
 
-    def _execute(self, kind: Kind, plan: _Plan, may_yield: bool = False) -> Outcome:
+    def _execute(self, kind: Kind, plan: _Plan, yield_to: YieldFn | None = None) -> Outcome:
         """Apply a plan: what needs no vector at once, its chunks and then its finish on the upsert
-        thread. What it did so far beyond the plan's own counts, ``interrupted`` when stopped (or,
-        ``may_yield``, yielding to new rows) in between (everything recorded so far is exact: the
+        thread. What it did so far beyond the plan's own counts, ``interrupted`` when stopped (or
+        yielding to new rows, ``yield_to``) in between (everything recorded so far is exact: the
         batch's rows are then not marked)."""
         out = self._write_unembedded(kind, plan)
-        written, chunks = self._write_embedded(kind, plan, may_yield)
+        written, chunks = self._write_embedded(kind, plan, yield_to)
         out += written
         if out.interrupted:
             return out
@@ -604,11 +604,11 @@ class Syncer:
             self.state.record_synced(self.collection, kind, _records(plan.relabel), self.embedder.model_id)
         return Outcome(upsert_seconds=upsert_s)
 
-    def _write_embedded(self, kind: Kind, plan: _Plan, may_yield: bool = False
+    def _write_embedded(self, kind: Kind, plan: _Plan, yield_to: YieldFn | None = None
                         ) -> tuple[Outcome, list[Future[_Chunk]]]:
         """Embed (or look up) the documents to embed, chunk by chunk, each chunk's upsert submitted
         to the upsert thread once the one before it (of this batch or an earlier one) resolved;
-        what embedding did, and the chunks' futures. ``may_yield``: chunks of about
+        what embedding did, and the chunks' futures. With ``yield_to``: chunks of about
         ``YIELD_CHUNK_S`` of embedding, and ``yield_to`` asked after each (the first is always
         written, so a pass that yields at every chunk still goes on)."""
         if plan.embed and self.store is not None and self._store_model is None:
@@ -619,19 +619,19 @@ class Syncer:
         unwritten = Outcome()
         start = 0
         while start < len(plan.embed):
-            if self.stop.is_set() or (start > 0 and may_yield and self.options.yield_to is not None
-                                      and self.options.yield_to()):
+            if self.stop.is_set() or (start > 0 and yield_to is not None and yield_to()):
                 # Report what was done, not what was planned: un-count the chunks left out.
                 left = plan.embed[start:]
                 new = sum(1 for d in left if d.doc_id in plan.new)
                 unwritten = Outcome(added=-new, updated=-(len(left) - new), interrupted=True)
                 self._await_chunk()
                 break
-            end = self._chunk_end(plan.embed, start, vectors_of) if may_yield else start + self.options.batch_size
+            end = (start + self.options.batch_size) if yield_to is None else \
+                self._chunk_end(plan.embed, start, vectors_of)
             chunk = plan.embed[start:end]
             embed_s = vectors_of.embed_s
             vectors = vectors_of.vectors(chunk)
-            if may_yield:
+            if yield_to is not None:
                 self._paced(chunk, vectors_of, vectors_of.embed_s - embed_s)
             self._await_chunk()
             self._in_flight = self._submit(self._write_chunk, kind, chunk, vectors)
