@@ -62,6 +62,12 @@ FIRST_CHUNK_DOCS = 32  # a pass's first chunk that may yield, before its embeddi
 YIELD_RANGE_S = 8.0
 MIN_RANGE_ROWS = 8
 FIRST_RANGE_ROWS = 32  # a kind's first range of such a pass, before its rate is known
+# Chunks embedded ahead of the upsert thread. With one, the model waited for Chroma whenever an
+# upsert took longer than the next chunk's embedding (7 % of a first sync at 10,000 rows, sampled
+# with py-spy): its HNSW inserts share the cores with the model, so their time varies. A few
+# chunks of slack keep the model busy while Chroma keeps up on average (docs/benchmarks.md,
+# "Time to useful"); what is in flight is written before anything else touches the sink.
+CHUNKS_IN_FLIGHT = 3
 
 _T = TypeVar("_T")
 ProgressFn = Callable[[int, int], None]  # (rows processed, documents embedded) since last call
@@ -226,11 +232,12 @@ class Syncer:
         self._store_model: int | None = None
         self.stop = options.stop
         self.log = logs.get_logger(collection=self.collection)
-        # The upsert thread of a pass that writes, its own connection to the records, the chunk in
-        # flight, and the batches' finishes (or what waits for them: None) in submission order.
+        # The upsert thread of a pass that writes, its own connection to the records, the chunks in
+        # flight (oldest first), and the batches' finishes (or what waits for them: None) in
+        # submission order.
         self._pool: ThreadPoolExecutor | None = None
         self._writes: SyncState | None = None
-        self._in_flight: Future[_Chunk] | None = None
+        self._in_flight: deque[Future[_Chunk]] = deque()
         self._finishing: deque[tuple[Future[Outcome] | None, Callable[[], None] | None]] = deque()
         self._finished = Outcome()  # what resolved finishes did (added to the pass's at its end)
         self._chars_per_s: float | None = None  # embedding rate of this pass's chunks that may yield
@@ -290,7 +297,8 @@ class Syncer:
                 self._pool.shutdown(wait=True)
             if self._writes is not None:
                 self._writes.close()
-            self._pool = self._writes = self._in_flight = None
+            self._pool = self._writes = None
+            self._in_flight.clear()
             self._finishing.clear()
             self._finished = Outcome()
 
@@ -301,11 +309,11 @@ class Syncer:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memsync-upsert")
         return self._pool.submit(fn, *args)
 
-    def _await_chunk(self) -> None:
-        """Wait for the chunk in flight (its error is raised here), then take up what resolved."""
-        if self._in_flight is not None:
-            chunk, self._in_flight = self._in_flight, None
-            chunk.result()
+    def _await_chunks(self, keep: int = 0) -> None:
+        """Wait until at most ``keep`` chunks are in flight, oldest first (an error is raised
+        here), then take up what resolved."""
+        while len(self._in_flight) > keep:
+            self._in_flight.popleft().result()
         self._collect(block=False)
 
     def _then(self, action: Callable[[], None]) -> None:
@@ -330,7 +338,7 @@ class Syncer:
 
     def _drain_writes(self) -> None:
         """Wait for every write submitted so far, and take up what resolved."""
-        self._await_chunk()
+        self._await_chunks()
         self._collect(block=True)
 
     def _drain(self) -> Outcome:
@@ -585,7 +593,7 @@ class Syncer:
         """What needs no vector: deletes, rows gone, texts named, metadata updates."""
         assert self.sink is not None
         if plan.delete or plan.relabel:
-            self._await_chunk()  # the sink (and the vector copy behind it) is written by one thread at a time
+            self._await_chunks()  # the sink (and the vector copy behind it) is written by one thread at a time
         upsert_s = 0.0
         if plan.delete:
             t = time.perf_counter()
@@ -607,8 +615,8 @@ class Syncer:
     def _write_embedded(self, kind: Kind, plan: _Plan, yield_to: YieldFn | None = None
                         ) -> tuple[Outcome, list[Future[_Chunk]]]:
         """Embed (or look up) the documents to embed, chunk by chunk, each chunk's upsert submitted
-        to the upsert thread once the one before it (of this batch or an earlier one) resolved;
-        what embedding did, and the chunks' futures. With ``yield_to``: chunks of about
+        to the upsert thread once fewer than ``CHUNKS_IN_FLIGHT`` (of this batch or an earlier one)
+        are unresolved; what embedding did, and the chunks' futures. With ``yield_to``: chunks of about
         ``YIELD_CHUNK_S`` of embedding, and ``yield_to`` asked after each (the first is always
         written, so a pass that yields at every chunk still goes on)."""
         if plan.embed and self.store is not None and self._store_model is None:
@@ -624,7 +632,7 @@ class Syncer:
                 left = plan.embed[start:]
                 new = sum(1 for d in left if d.doc_id in plan.new)
                 unwritten = Outcome(added=-new, updated=-(len(left) - new), interrupted=True)
-                self._await_chunk()
+                self._await_chunks()
                 break
             end = (start + self.options.batch_size) if yield_to is None else \
                 self._chunk_end(plan.embed, start, vectors_of)
@@ -633,9 +641,9 @@ class Syncer:
             vectors = vectors_of.vectors(chunk)
             if yield_to is not None:
                 self._paced(chunk, vectors_of, vectors_of.embed_s - embed_s)
-            self._await_chunk()
-            self._in_flight = self._submit(self._write_chunk, kind, chunk, vectors)
-            chunks.append(self._in_flight)
+            self._await_chunks(keep=CHUNKS_IN_FLIGHT - 1)
+            chunks.append(self._submit(self._write_chunk, kind, chunk, vectors))
+            self._in_flight.append(chunks[-1])
             start = end
         return unwritten + Outcome(embedded=vectors_of.embedded, reused=vectors_of.reused,
                                    embed_seconds=vectors_of.embed_s, store_seconds=vectors_of.store_s), chunks
