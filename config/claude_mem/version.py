@@ -16,6 +16,7 @@ Only read, never written; the worker is asked once, with a short timeout.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -111,7 +112,10 @@ def worker_version(port: int, timeout_s: float, host: str = "127.0.0.1") -> str 
             body = response.read(65536)
     except urllib.error.HTTPError as exc:
         body = exc.read(65536)
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):
+        # HTTPException: something other than an HTTP server answered, or the probe connected to
+        # itself (a loopback connect to a free port in the ephemeral range can pick that same port
+        # as its source and read back its own request); either way no worker answers there.
         return None
     try:
         version = json.loads(body).get("version")

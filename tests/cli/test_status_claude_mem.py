@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ from memsync.config.claude_mem.version import (
     claude_mem_version,
     installed_version,
     worker_port,
+    worker_version,
 )
 from memsync.main import main
 from tests.conftest import free_port, make_db, obs, write
@@ -77,6 +81,35 @@ def test_nothing_installed_nor_running_is_unknown(tmp_path: Path) -> None:
                                                      "CLAUDE_MEM_WORKER_PORT": str(port)})
     assert text.stdout.splitlines()[1] == \
         f"claude-mem: unknown (from no plugin installed, no worker on 127.0.0.1:{port})"
+
+
+@pytest.fixture
+def echo_port() -> Iterator[int]:
+    """A loopback port whose listener answers each request with the request's own first line, as a
+    probe that connected to itself (same source and destination port) reads it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return  # closed: the test is over
+            with conn:
+                conn.sendall(conn.recv(65536).split(b"\r\n")[0] + b"\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    listener.close()
+    thread.join(timeout=5)
+
+
+def test_a_port_that_answers_other_than_http_is_no_worker(tmp_path: Path, echo_port: int) -> None:
+    assert worker_version(echo_port, 2.0) is None
+    db = make_db(tmp_path / "claude-mem.db", [obs(1)])
+    got, _ = status_json(db, tmp_path, {"CLAUDE_MEM_WORKER_PORT": str(echo_port)})
+    assert got["claude_mem"]["source"] == f"no plugin installed, no worker on 127.0.0.1:{echo_port}"
 
 
 def test_the_worker_port_follows_claude_mem_s_own_rule(tmp_path: Path) -> None:
