@@ -1,10 +1,10 @@
 """Time to useful: how soon a new user's year of memory answers by meaning, with the real model.
 
-    .venv/bin/python -m scripts.bench_first_sync [--rows 20000] [--code DIR] [--out FILE]
+    .venv/bin/python -m scripts.bench_first_sync [--rows 20000] [--unique-texts] [--code DIR] [--out FILE]
 
 1. Generates a claude-mem database of ``--rows`` rows spread over the last 365 days (the demo
-   generator, ending now), and counts which share of its documents the default window (the newest
-   ``window_days``, 90) holds.
+   generator, ending now; ``--unique-texts``: every text made distinct, see :func:`unique_texts`),
+   and counts which share of its documents the default window (the newest ``window_days``, 90) holds.
 2. Starts ``memsync worker`` on it (managed Chroma, the bundled model, a fresh data directory) and,
    every ``--poll`` seconds until its first pass is through, asks:
    - the ground truth, from the worker's own records (read only): is every row of the window, and
@@ -56,15 +56,45 @@ from scripts.pkgmap import package_dir
 DAY_MS = 86_400_000
 
 
-def make_database(path: Path, rows: int, seed: int) -> None:
+TEXT_FIELDS = ("title", "subtitle", "narrative", "prompt_text", "request", "investigated", "learned", "completed",
+               "next_steps", "notes")
+
+
+def unique_texts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records with every non-empty text (facts included) ending in a reference of its own, as
+    a real memory's texts carry commit hashes, line numbers and ticket ids: the demo generator
+    draws its texts from small pools, so its documents repeat texts (about 3.9 per distinct text
+    at 20,000 rows), and each repeat is a Chroma insert that embeds nothing."""
+    n = 0
+
+    def ref(text: str) -> str:
+        nonlocal n
+        n += 1
+        return f"{text} (ref {n * 2654435761 % 2**32:08x})"
+
+    out = []
+    for record in records:
+        record = dict(record)
+        for key in TEXT_FIELDS:
+            if record.get(key):
+                record[key] = ref(record[key])
+        if record.get("facts"):
+            record["facts"] = [ref(f) for f in record["facts"]]
+        out.append(record)
+    return out
+
+
+def make_database(path: Path, rows: int, seed: int, unique: bool = False) -> None:
     """Exactly ``rows`` rows of the demo generator over the last 365 days: the newest of a generous
-    run (sessions hold about 8 rows; the generator goes oldest first)."""
+    run (sessions hold about 8 rows; the generator goes oldest first); ``unique``: every text made
+    distinct (:func:`unique_texts`)."""
     init_db(path)
     end = now_ms()
     sessions = rows // 4 + 10
     per_session = len(list(generate(n_sessions=sessions, seed=seed, end_ms=end, span_days=365))) / sessions
     sessions = int(rows / per_session * 1.02) + 2  # a year's worth, a few rows over: the oldest are cut
-    import_records(path, list(generate(n_sessions=sessions, seed=seed, end_ms=end, span_days=365))[-rows:])
+    records = list(generate(n_sessions=sessions, seed=seed, end_ms=end, span_days=365))[-rows:]
+    import_records(path, unique_texts(records) if unique else records)
 
 
 def documents(settings: Settings, since_ms: int) -> tuple[list[str], int]:
@@ -204,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=20_000, help="rows in the generated database")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--raw-sample", type=int, default=4000, help="distinct texts timed for the raw rate")
+    parser.add_argument("--unique-texts", action="store_true",
+                        help="end every text with a reference of its own, so that no two documents share a text "
+                             "(the demo generator's texts repeat)")
     parser.add_argument("--poll", type=float, default=2.0, help="seconds between looks")
     parser.add_argument("--code", type=Path, default=None, help="run the worker of this checkout (before/after)")
     parser.add_argument("--out", type=Path, default=Path(".bench/bench_first_sync.json"))
@@ -215,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="memsync-first-sync-") as tmp:
         settings = Settings(db=Path(tmp) / "claude-mem.db", data_dir=Path(tmp) / "data", chroma_mode="managed",
                             chroma_port=free_port())
-        make_database(settings.db, args.rows, args.seed)
+        make_database(settings.db, args.rows, args.seed, args.unique_texts)
         window_from = now_ms() - settings.window_days * DAY_MS
         texts, window_docs = documents(settings, window_from)
         distinct = sorted(set(texts))
@@ -266,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         {"measure": "searches that called a partial side complete", "value": seen["false_complete"], "goal": "0"},
     ]
     print_table(rows)
-    write_json({"rows": args.rows, "code": str(args.code) if args.code else "this tree", "documents": len(texts),
+    write_json({"rows": args.rows, "unique_texts": args.unique_texts,
+                "code": str(args.code) if args.code else "this tree", "documents": len(texts),
                 "distinct_texts": len(distinct), "window_days": settings.window_days, "window_share": round(share, 4),
                 "embedded": embedded, "sync_rate": round(sync_rate, 2), "raw_rate": round(raw_rate, 2),
                 "raw_sample": len(sample), "window_goal_s": round(window_goal, 1), **seen, "goals": goals,
