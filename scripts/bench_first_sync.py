@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memsync.config.claude_mem.schema import KINDS, TABLES
+from memsync.config.claude_mem.schema import KINDS, SUMMARY_FIELDS, TABLES
 from memsync.config.settings import Settings
 from memsync.worker.demo import generate
 from memsync.worker.documents import RowError, build_documents
@@ -56,8 +56,8 @@ from scripts.pkgmap import package_dir
 DAY_MS = 86_400_000
 
 
-TEXT_FIELDS = ("title", "subtitle", "narrative", "prompt_text", "request", "investigated", "learned", "completed",
-               "next_steps", "notes")
+# The demo records' texts that become documents (facts, a list, apart); the summary's are the schema's.
+TEXT_FIELDS = ("title", "subtitle", "narrative", "text", "prompt_text", *SUMMARY_FIELDS)
 
 
 def unique_texts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ import re
 import sqlite3
 from pathlib import Path
 
+from memsync.config.claude_mem.schema import TABLES
 from memsync.config.settings import Settings
 from scripts.bench_first_sync import documents, make_database
 
@@ -19,7 +20,7 @@ def test_unique_texts_share_no_text_and_keep_the_rows(tmp_path: Path) -> None:
         texts, _ = documents(Settings(db=db, data_dir=tmp_path / f"data-{unique}"), 0)
         with sqlite3.connect(db) as conn:
             rows = [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # noqa: S608 (fixed names)
-                    for t in ("observations", "session_summaries", "user_prompts")]
+                    for t in TABLES.values()]
         shapes[unique] = (texts, rows)
     demo, unique = shapes[False][0], shapes[True][0]
     assert len(set(demo)) < len(demo)  # the demo generator repeats texts
