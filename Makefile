@@ -71,8 +71,16 @@ $(CLAUDE_CODE_DIR)/.installed: tests/upstream/versions.json
 run: $(BIN)/.installed
 	$(BIN)/memsync worker
 
+# When pytest itself dies (a signal in native code leaves no report), the last test it started and
+# the crashing thread's stack are printed last, where a CI log's tail shows them (tests/conftest.py).
+TEST_TRACE := test-artifacts/pytest-trace.txt
 test: $(BIN)/.installed $(CHROMA_MCP_VENV)/.installed $(CLAUDE_MEM_DIR)/.installed $(CLAUDE_CODE_DIR)/.installed
-	$(BIN)/python -m pytest
+	@mkdir -p $(dir $(TEST_TRACE))
+	@MEMSYNC_TEST_TRACE=$(TEST_TRACE) $(BIN)/python -m pytest; status=$$?; \
+	if [ $$status -gt 128 ]; then \
+	  echo "pytest died (status $$status) in the last test it started:"; tail -n 2 $(TEST_TRACE); \
+	  grep -A 12 "^Current thread" $(TEST_TRACE).crash; \
+	fi; exit $$status
 
 # The unit tests only (no real subprocesses or servers): about a minute.
 test-fast: $(BIN)/.installed

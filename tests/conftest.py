@@ -4,6 +4,7 @@ schema DDL, a deterministic fake embedder for logic tests (the real model is use
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import hashlib
 import os
 import signal
@@ -11,6 +12,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,32 @@ from memsync.worker.importer import import_records, init_db
 
 DAY_MS = 86_400_000
 BASE_MS = 1_780_000_000_000
+
+
+# Where a crash of the test process itself (a signal in native code: no pytest report) happened:
+# with MEMSYNC_TEST_TRACE set (`make test` sets it), each test's start is appended to that file with
+# the seconds since the run began, and faulthandler writes its dump of every thread beside it
+# (``<file>.crash``). `make test` prints both when pytest dies, so a CI log's tail names the test.
+_TRACE = os.environ.get("MEMSYNC_TEST_TRACE")
+_TRACE_START = time.monotonic()
+_crash_file: Any = None
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's faulthandler plugin pointed it at stderr
+def pytest_configure(config: pytest.Config) -> None:
+    """Send faulthandler's dump to the crash file."""
+    global _crash_file
+    if _TRACE:
+        Path(_TRACE).write_text("")
+        _crash_file = open(_TRACE + ".crash", "w")  # noqa: SIM115 - open for the whole run
+        faulthandler.enable(file=_crash_file, all_threads=True)
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    """Append the starting test to the trace file."""
+    if _TRACE:
+        with open(_TRACE, "a") as fh:
+            fh.write(f"{time.monotonic() - _TRACE_START:8.1f} {nodeid}\n")
 
 
 @pytest.fixture(autouse=True)
