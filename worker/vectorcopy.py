@@ -23,6 +23,7 @@ and a window reads one slice of it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
@@ -357,7 +358,7 @@ class VectorCopyWriter:
         for name, data in ((vectors_file(m.layout), q), (entries_file(m.layout), rows)):
             fd = os.open(self.dir / name, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                os.pwrite(fd, np.ascontiguousarray(data).tobytes(), start * (data.nbytes // max(1, len(data))))
+                _pwrite_all(fd, np.ascontiguousarray(data).tobytes(), start * (data.nbytes // max(1, len(data))))
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -383,6 +384,20 @@ class VectorCopyWriter:
             for pos in sorted(positions):
                 fh.seek(pos * ENTRY.itemsize + LIVE_OFFSET)
                 fh.write(b"\x00")
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset``. ``os.pwrite`` may write part of it and return the count
+    without an error (a file system that fills up mid-write, as tmpfs does); the rest is written
+    again, so a full disk raises ENOSPC here instead of leaving an append shorter than the manifest
+    counts: the next append would then leave a hole of zeros, read back as vectors, and a read of a
+    hole through the mapping on a full tmpfs is a SIGBUS in the reading process."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view, offset = view[written:], offset + written
 
 
 def open_writer(settings: Settings, state: SyncState, collection: str, model: str, dim: int) -> VectorCopyWriter | None:

@@ -3,6 +3,8 @@ Chroma by resync, edits, deletes, compaction and a fill from Chroma (checked by 
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
 from pathlib import Path
 
@@ -100,6 +102,39 @@ def test_write_again_relabel_delete_and_merged_projects(tmp_path: Path) -> None:
     w.relabel(["obs_5_text"], [meta()])  # a document the copy lacks: no longer complete
     assert reader(tmp_path) is None and not w.complete
     w.close()
+
+
+def test_a_short_write_is_completed_and_a_full_disk_fails_the_append_whole(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # os.pwrite may write part of its bytes and return the count without an error (a file system
+    # filling up mid-write): an append must not count bytes that are not on disk.
+    rng = np.random.default_rng(5)
+    vecs = unit(rng, 40)
+    real_pwrite = os.pwrite
+    w = writer(tmp_path)
+    try:
+        monkeypatch.setattr(os, "pwrite", lambda fd, data, offset: real_pwrite(fd, bytes(data)[:7], offset))
+        w.put([f"prompt_{i}" for i in range(20)], vecs[:20], [meta(epoch=i) for i in range(20)])
+        full = iter([True])  # one short write, then the disk is full
+
+        def filling(fd: int, data: bytes, offset: int) -> int:
+            if next(full, False):
+                return real_pwrite(fd, bytes(data)[:len(data) // 2], offset)
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "pwrite", filling)
+        with pytest.raises(OSError, match="No space left"):
+            w.put([f"prompt_{i}" for i in range(20, 40)], vecs[20:], [meta(epoch=i) for i in range(20, 40)])
+        monkeypatch.undo()
+        manifest = Manifest.read(copy_dir(Settings(data_dir=tmp_path), "gen1"))
+        assert manifest is not None and manifest.count == 20  # the failed append is not counted
+        w.put([f"prompt_{i}" for i in range(20, 40)], vecs[20:], [meta(epoch=i) for i in range(20, 40)])
+    finally:
+        w.close()
+    copy = reader(tmp_path)
+    assert copy is not None and len(copy) == 40
+    for i in (0, 19, 20, 39):  # every vector whole, none a hole of zeros
+        assert nearest(copy, vecs[i], 1) == [(Kind.PROMPT, i)]
 
 
 def test_crash_leftovers_are_repaired_and_other_writers_seen(tmp_path: Path) -> None:
