@@ -48,6 +48,14 @@ def pytest_configure(config: pytest.Config) -> None:
         faulthandler.enable(file=_crash_file, all_threads=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's faulthandler plugin restores what it found
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop writing to the crash file, and close it."""
+    if _crash_file is not None:
+        faulthandler.disable()
+        _crash_file.close()
+
+
 def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
     """Append the starting test to the trace file."""
     if _TRACE:

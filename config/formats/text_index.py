@@ -130,6 +130,11 @@ def open_index(path: Path, create: bool) -> Any:
         path.mkdir(parents=True, exist_ok=True)
     index = tantivy.Index(schema(), path=str(path), reuse=True)
     index.register_tokenizer(ANALYZER, analyzer())
+    # Reloaded only when asked (every reader here calls reload()): tantivy's default reloads a
+    # reader in a background thread whenever meta.json changes, which opened every segment again
+    # after each of the worker's own commits for a reader it never uses, and in a search process
+    # read segment files off the caller's thread.
+    index.config_reader(reload_policy="manual")
     return index
 
 

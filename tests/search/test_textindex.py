@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from memsync.config.claude_mem.schema import Era, Kind
+from memsync.config.formats.text_index import index_path, open_index
 from memsync.config.settings import Settings
 from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.search.models import Scope, Window
@@ -222,3 +223,21 @@ def test_a_stop_request_rolls_the_refresh_back(tmp_path: Path) -> None:
         text.close()
     index = TextIndex.open(s)
     assert index is not None and index.watermark(Kind.OBSERVATION) == 5
+
+
+def test_an_open_index_reads_the_workers_commits_only_when_reloaded(tmp_path: Path) -> None:
+    # tantivy's default reader reloads in a background thread whenever meta.json changes (polled
+    # every 500 ms); memsync's readers reload when asked, so a search's segment files are read on
+    # its own thread and the worker does not reopen every segment after its own commits.
+    s = _settings(tmp_path)
+    make_db(s.db, mixed_records(4))
+    _refresh(s)
+    index = open_index(index_path(s), create=False)
+    index.reload()
+    before = index.searcher().num_docs
+    import_records(s.db, [prompt(50 + i) for i in range(3)])
+    _refresh(s, full=False)
+    threading.Event().wait(1.5)  # three of tantivy's polling intervals: a background reload would have run
+    assert index.searcher().num_docs == before
+    index.reload()
+    assert index.searcher().num_docs == before + 3

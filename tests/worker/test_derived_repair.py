@@ -74,6 +74,13 @@ def _once(s: Settings) -> list[dict[str, object]]:
     return logged
 
 
+def overwrite(path: Path, data: bytes) -> None:
+    """Replace a file's bytes in place, as damage on disk does: never shorter for a moment, so no
+    reader that mapped it (the search's cached copy, tantivy's segments) can fault past its end."""
+    with open(path, "r+b") as fh:
+        fh.write(data)
+
+
 def _damage_copy(s: Settings, how: str) -> None:
     directory = copy_dir(s, _active(s))
     manifest = Manifest.read(directory)
@@ -86,7 +93,7 @@ def _damage_copy(s: Settings, how: str) -> None:
             fh.truncate(32 * 3 + 5)
     else:  # garbage in place of every entry, the same size
         size = (directory / ENTRIES_FILE).stat().st_size
-        (directory / ENTRIES_FILE).write_bytes(np.random.default_rng(7).bytes(size))
+        overwrite(directory / ENTRIES_FILE, np.random.default_rng(7).bytes(size))
 
 
 class TestVectorCopyDamage:
@@ -154,7 +161,7 @@ class TestVectorCopyDamage:
             entries = copy_dir(s, "gen1") / ENTRIES_FILE
             data = bytearray(entries.read_bytes())
             data[40] ^= 0xFF  # one byte of the second entry's epoch: its codes are still valid
-            entries.write_bytes(bytes(data))
+            overwrite(entries, bytes(data))
             assert w.check() == "entries.bin does not match its checksum"
             assert VectorCopy.open(s, "gen1", "m", 4) is None
             w.discard("test")
@@ -188,7 +195,7 @@ def _damage_index(s: Settings, how: str) -> None:
     elif how == "delete_segment":
         segments[0].unlink()
     else:
-        segments[0].write_bytes(os.urandom(segments[0].stat().st_size))
+        overwrite(segments[0], os.urandom(segments[0].stat().st_size))
 
 
 
