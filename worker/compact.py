@@ -38,6 +38,7 @@ from memsync.config.chroma import collections as stores
 from memsync.config.chroma.server import chroma_executable
 from memsync.config.settings import Settings
 from memsync.worker import logs
+from memsync.worker.memory import release_responses
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.vectorcopy import drop_copy, open_writer
 
@@ -93,6 +94,7 @@ def compact(client: Any, settings: Settings, state: SyncState, model_id: str, di
                 return CompactResult(old, None, copied, churn, time.perf_counter() - t0, interrupted=True)
             page = ids[start:start + PAGE]
             got = stores.store_call("get", old_col.get, ids=page, include=["embeddings", "metadatas"])
+            release_responses()
             if got["ids"]:
                 stores.store_call("upsert", new_col.upsert, ids=got["ids"], embeddings=got["embeddings"],
                                   metadatas=got["metadatas"])

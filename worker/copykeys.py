@@ -161,3 +161,12 @@ class KeyIndex:
         """Every live key (arrays first, in key order; then the recent ones)."""
         yield from self._keys[self._pos != GONE].tolist()
         yield from list(self._recent)
+
+    def snapshot(self, size: int) -> Iterator[list[int]]:
+        """Every live key as of this call, in lists of up to ``size`` (8 bytes a key held meanwhile,
+        not a Python int each)."""
+        packed, recent = self._keys[self._pos != GONE], list(self._recent)
+        for start in range(0, len(packed), size):
+            yield packed[start:start + size].tolist()
+        for start in range(0, len(recent), size):
+            yield recent[start:start + size]

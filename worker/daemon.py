@@ -60,7 +60,7 @@ from memsync.worker.embedstore import EmbeddingStore
 from memsync.worker.health import Degrading, Health
 from memsync.worker.lock import WorkerLock
 from memsync.worker.maintenance import Compaction, CopyCheck, CopyOrder, fill_copy
-from memsync.worker.memory import Trimmer
+from memsync.worker.memory import Trimmer, freeze_startup
 from memsync.worker.progress import FirstSyncProgress
 from memsync.worker.signals import SignalRelay
 from memsync.worker.sink import MirroredSink, VectorSink
@@ -158,6 +158,7 @@ class Worker:
 
         self._start()
         self._serving = True
+        freeze_startup()  # what it holds from here on lives as long as it: collections skip it
         scheduler = BackgroundScheduler(daemon=True)
         # Jobs only raise flags: the work itself happens on this thread, never on theirs.
         scheduler.add_job(self.request_reconcile, "interval", seconds=self.s.reconcile_interval_s,

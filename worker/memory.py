@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import time
 from collections.abc import Callable
 
@@ -41,6 +42,25 @@ def trim() -> bool:
         return False
     _trim(0)
     return True
+
+
+def freeze_startup() -> None:
+    """Set every object alive now (modules, settings, clients) aside from the cyclic collector
+    (``gc.freeze``): a full collection then visits only what was allocated since, well under a
+    millisecond in the worker against 45 ms with the 82k objects of its imports. Call once, after
+    start-up; what it sets aside is never collected, so only objects that live as long as the process."""
+    gc.collect()
+    gc.freeze()
+
+
+def release_responses() -> None:
+    """Free the HTTP responses of the Chroma calls just made; call it after each page of a large
+    read. httpx keeps a response and its stream in a reference cycle, so each response's body waits
+    for the cyclic collector's next full pass, which runs rarely: paging through the metadata of
+    313k documents, 5,000 a page, left 140 MB of bodies per pass (measured), pages with embeddings
+    more. Collecting only the young generations misses pages with embeddings (their own parse
+    promotes the response), so this is a full collection: see :func:`freeze_startup` for its cost."""
+    gc.collect()
 
 
 class Trimmer:

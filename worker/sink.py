@@ -19,6 +19,7 @@ import numpy.typing as npt
 from memsync.config.chroma.collections import server_failed
 from memsync.config.errors import BadData, MemsyncError, StoreDamaged, StoreUnavailable
 from memsync.worker import logs
+from memsync.worker.memory import release_responses
 from memsync.worker.vectorcopy import VectorCopyWriter
 
 
@@ -132,6 +133,7 @@ class ChromaSink:
         size = min(page, self._max_batch)
         while True:
             got = self._call("get", self._col.get, include=include, limit=size, offset=offset)
+            release_responses()
             yield got
             if len(got["ids"]) < size:
                 return

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +34,7 @@ from memsync.config.errors import StoreDamaged, StoreUnavailable
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.sink import ChromaSink, VectorSink
-from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
+from memsync.worker.state import ACTIVE_COLLECTION, HeldIds, SyncState, now_ms
 from memsync.worker.upstream import UpstreamSink, bind_format
 from memsync.worker.vectorcopy import VectorCopyWriter, open_writer
 
@@ -81,60 +80,67 @@ def align_records(state: SyncState, sink: VectorSink, copy: VectorCopyWriter | N
                   page: int = ALIGN_PAGE) -> AlignResult:
     """Make the records of ``sink``'s collection say exactly what it holds (ids and content
     hashes), forgetting the row records of every row concerned, and make the vector copy hold no
-    document the store lacks. Nothing is embedded here; the next full pass re-drives those rows."""
+    document the store lacks. Nothing is embedded here; the next full pass re-drives those rows.
+    The store's ids are listed on disk and compared there (:class:`HeldIds`), never all in memory."""
     t0 = time.perf_counter()
     name = sink.name
-    records = state.doc_hashes(name)
-    held: dict[str, str] = {}
-    for doc_id, meta in sink.iter_metadata(page):
-        held[doc_id] = str(meta.get("content_hash") or "")
-    lost = [d for d, h in records.items() if h is not None and d not in held]
-    adopt: list[tuple[str, Kind, int, str]] = []
-    foreign: list[str] = []
-    rows: set[tuple[Kind, int]] = set()
-    rehashed = 0
-    for doc_id, content_hash in held.items():
-        known = records.get(doc_id)
-        if known == content_hash:
-            continue
-        try:
-            parsed = parse_doc_id(doc_id)
-        except DocIdError:
-            foreign.append(doc_id)  # no row can ever claim it
-            continue
-        rehashed += known is not None
-        adopt.append((doc_id, parsed.kind, parsed.sqlite_id, content_hash))
-        rows.add((parsed.kind, parsed.sqlite_id))
-    for doc_id in lost:
-        with contextlib.suppress(DocIdError):
-            parsed = parse_doc_id(doc_id)
+    with state.held_ids() as held:
+        listed: list[tuple[str, str]] = []
+        for doc_id, meta in sink.iter_metadata(page):
+            listed.append((doc_id, str(meta.get("content_hash") or "")))
+            if len(listed) >= page:
+                held.add(listed)
+                listed = []
+        held.add(listed)
+        adopt: list[tuple[str, Kind, int, str]] = []
+        foreign: list[str] = []
+        rows: set[tuple[Kind, int]] = set()
+        rehashed = 0
+        for doc_id, content_hash, known in held.differing(name):
+            try:
+                parsed = parse_doc_id(doc_id)
+            except DocIdError:
+                foreign.append(doc_id)  # no row can ever claim it
+                continue
+            rehashed += known is not None
+            adopt.append((doc_id, parsed.kind, parsed.sqlite_id, content_hash))
             rows.add((parsed.kind, parsed.sqlite_id))
-    if foreign:
-        sink.delete(foreign)
-    copy_removed = _align_copy(copy, set(held) - set(foreign))
+        lost = held.lost(name)
+        for doc_id in lost:
+            with contextlib.suppress(DocIdError):
+                parsed = parse_doc_id(doc_id)
+                rows.add((parsed.kind, parsed.sqlite_id))
+        if foreign:
+            sink.delete(foreign)
+            held.discard(foreign)
+        copy_removed = _align_copy(copy, held, page)
+        store_documents = len(held)
     if lost:
         state.forget_docs(name, lost)
     if adopt:
         state.adopt_docs(name, adopt, model)
     if rows:
         state.forget_row_records(name, sorted(rows, key=lambda r: (r[0].value, r[1])))
-    return AlignResult(store_documents=len(held) - len(foreign), lost=len(lost), adopted=len(adopt) - rehashed,
+    return AlignResult(store_documents=store_documents, lost=len(lost), adopted=len(adopt) - rehashed,
                        rehashed=rehashed, foreign=len(foreign), rows=len(rows), copy_removed=copy_removed,
                        seconds=time.perf_counter() - t0)
 
 
-def _align_copy(copy: VectorCopyWriter | None, held: set[str]) -> int:
+def _align_copy(copy: VectorCopyWriter | None, held: HeldIds, page: int) -> int:
     """Remove copy entries of documents the store does not hold; a complete copy that lacks some
     of the store's documents is declared incomplete (filled from the store later). Returns the
     entries removed."""
     if copy is None:
         return 0
     try:
-        copied = set(copy.doc_ids())
-        extra: Sequence[str] = sorted(copied - held)
+        copied = 0
+        extra: list[str] = []
+        for ids in copy.doc_id_chunks(page):
+            copied += len(ids)
+            extra += held.absent(ids)
         if extra:
-            copy.delete(extra)
-        if copy.complete and not held <= copied:
+            copy.delete(sorted(extra))
+        if copy.complete and copied - len(extra) < len(held):  # the copy's ids are distinct
             copy.invalidate()
         return len(extra)
     except (OSError, ValueError) as exc:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import itertools
 import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
@@ -55,6 +56,7 @@ from memsync.config.formats.vector_copy import (
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.copykeys import ROW_MAX, ROW_MIN, KeyIndex, pack, pack_arrays, unpack
+from memsync.worker.memory import release_responses
 from memsync.worker.state import SyncState
 
 CODE_TABLES = ("fields", "projects", "types")
@@ -275,10 +277,18 @@ class VectorCopyWriter:
 
     def doc_ids(self) -> list[str]:
         """The ids of every live document in the copy."""
+        return [d for chunk in self.doc_id_chunks(1 << 62) for d in chunk]
+
+    def doc_id_chunks(self, size: int) -> Iterator[list[str]]:
+        """The ids of every live document in the copy as of this call, ``size`` at a time (a check
+        of a large copy never holds every id as a string)."""
         with self._locked():
             self._refresh()
-            fields = self.manifest.fields
-            return [format_doc_id(KINDS[k], row, fields[f] or None) for k, row, f in map(unpack, self._keys)]
+            fields = list(self.manifest.fields)
+            keys = self._keys.snapshot(size)
+            first = next(keys, [])  # the arrays are sliced now, under the lock
+        for chunk in itertools.chain([first] if first else [], keys):
+            yield [format_doc_id(KINDS[k], row, fields[f] or None) for k, row, f in map(unpack, chunk)]
 
     def missing(self, acknowledged: Sequence[str]) -> list[str]:
         """Which of these document ids the copy does not hold."""
@@ -424,6 +434,7 @@ def fill_from_store(writer: VectorCopyWriter, collection: Any, acknowledged: Seq
     for start in range(0, len(now), PAGE):
         page = now[start:start + PAGE]
         got = stores.store_call("get", collection.get, ids=page, include=["embeddings", "metadatas"])
+        release_responses()
         if got["ids"]:
             writer.put(got["ids"], np.asarray(got["embeddings"], dtype=np.float32), got["metadatas"])
         writer.absent.update(set(page) - set(got["ids"]))

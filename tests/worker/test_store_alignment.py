@@ -17,12 +17,13 @@ import pytest
 from structlog.testing import capture_logs
 
 from memsync.config.chroma import collections as stores
+from memsync.config.docids import parse_doc_id
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.resync import resync
 from memsync.worker.sink import ChromaSink
 from memsync.worker.state import DAMAGED_SUFFIX, SyncState
-from memsync.worker.target import check_store
+from memsync.worker.target import align_records, check_store
 from memsync.worker.vectorcopy import open_writer
 from memsync.worker.verify import VerifyReport, verify
 from tests.conftest import FakeEmbedder, make_db, mixed_records
@@ -215,4 +216,36 @@ def test_running_worker_notices_its_embedded_store_deleted(settings: Settings,
         assert not worker.health.status.degraded
     finally:
         worker._shutdown()
+    clean(settings, total)
+
+
+def test_each_kind_of_difference_is_told_apart_and_a_second_alignment_finds_none(settings: Settings) -> None:
+    """A store that lost a document, holds one under another hash, one the records only intended,
+    and one no row can claim: each is counted as what it is, the copy follows, and the records then
+    describe the store exactly (the ids are compared in SQLite, ``HeldIds``)."""
+    total, embedder = synced(settings)
+    with raw_collection(settings) as col:
+        ids = sorted(col.get(include=[])["ids"])
+        lost, rehashed, intended = ids[0], ids[1], ids[2]
+        col.delete(ids=[lost])
+        col.update(ids=[rehashed], metadatas=[{"content_hash": "changed-elsewhere"}])
+        col.upsert(ids=["not-a-memsync-id"], embeddings=[[0.0] * embedder.dimension], metadatas=[{"x": 1}])
+    with SyncState(settings.state_path) as state, stores.connect(settings) as handle:
+        state._conn.execute("UPDATE docs SET content_hash = NULL WHERE doc_id = ?", (intended,))
+        sink = ChromaSink(stores.open_collection(handle.client, settings, embedder.model_id, embedder.dimension))
+        copy = open_writer(settings, state, sink.name, embedder.model_id, embedder.dimension)
+        assert copy is not None
+        try:
+            result = align_records(state, sink, copy, embedder.model_id, page=7)  # pages of 7: many pages
+            assert (result.lost, result.rehashed, result.adopted, result.foreign) == (1, 1, 1, 1)
+            rows = {(d.kind, d.sqlite_id) for d in map(parse_doc_id, (lost, rehashed, intended))}
+            assert result.store_documents == total - 1 and result.copy_removed == 1 and result.rows == len(rows)
+            assert "not-a-memsync-id" not in sink.collection.get(include=[])["ids"]
+            assert sorted(copy.doc_ids()) == sorted(sink.collection.get(include=[])["ids"])
+            assert state.live_docs(sink.name) == total - 1
+            again = align_records(state, sink, copy, embedder.model_id, page=7)
+            assert again.changed == 0 and again.store_documents == total - 1
+        finally:
+            copy.close()
+    assert resync(settings, embedder=embedder).added == 1  # the lost one; the others only re-checked
     clean(settings, total)
