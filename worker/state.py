@@ -113,18 +113,20 @@ def open_wal(path: Path, ddl: str, timeout_s: float = 30) -> sqlite3.Connection:
     return conn
 
 
-HELD_TABLE = "temp.memsync_held"
+HELD_SCHEMA = "held"
+HELD_TABLE = f"{HELD_SCHEMA}.ids"
+HELD_SUFFIX = ".held"  # state.db.held: the scratch file of a check of the store, deleted after it
 
 
 class HeldIds:
-    """The ids and content hashes a store holds, listed page by page into a temporary table of the
+    """The ids and content hashes a store holds, listed page by page into a scratch table of the
     records' own connection, and compared with the records there (:meth:`SyncState.held_ids`).
 
     Why a table on disk: a check of the whole store reads every id, and holding them and the
     records as two dicts of strings took 384 MB at its peak at 313k documents and kept 227 MB after
     a trim (small strings fragment the heap), on every worker start in a moved directory and at
-    every daily audit. SQLite's temporary file holds them beyond its page cache of a few MB, and
-    the comparisons are its joins."""
+    every daily audit. A scratch database attached beside the records holds them beyond its page
+    cache of a few MB, and the comparisons are SQLite's joins."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
@@ -325,14 +327,21 @@ class SyncState:
     def held_ids(self) -> Iterator[HeldIds]:
         """An empty list of what a store holds, to be compared with these records (:class:`HeldIds`);
         gone when the block ends."""
-        self._conn.execute("PRAGMA temp_store=FILE")  # the list may be every id: on disk, not in memory
-        self._conn.execute(f"DROP TABLE IF EXISTS {HELD_TABLE}")
-        self._conn.execute(f"CREATE TABLE {HELD_TABLE}(doc_id TEXT PRIMARY KEY, content_hash TEXT NOT NULL) "
-                           "WITHOUT ROWID")
+        # A scratch file beside the records, not SQLite's temporary directory: memsync writes only
+        # in its data directory, and a full disk there is reported as such (config.diskspace).
+        scratch = self.path.with_name(self.path.name + HELD_SUFFIX)
+        scratch.unlink(missing_ok=True)  # left by a crash: nothing in it is needed
+        self._conn.execute(f"ATTACH DATABASE ? AS {HELD_SCHEMA}", (str(scratch),))
         try:
+            # Thrown away at the end: no journal, no fsync.
+            self._conn.execute(f"PRAGMA {HELD_SCHEMA}.journal_mode=OFF")
+            self._conn.execute(f"PRAGMA {HELD_SCHEMA}.synchronous=OFF")
+            self._conn.execute(f"CREATE TABLE {HELD_TABLE}(doc_id TEXT PRIMARY KEY, content_hash TEXT NOT NULL) "
+                               "WITHOUT ROWID")
             yield HeldIds(self._conn)
         finally:
-            self._conn.execute(f"DROP TABLE IF EXISTS {HELD_TABLE}")
+            self._conn.execute(f"DETACH DATABASE {HELD_SCHEMA}")
+            scratch.unlink(missing_ok=True)
 
     def text_hashes(self) -> Iterator[tuple[str, str]]:
         """(model, text hash) of every document record of every generation (repeated when several

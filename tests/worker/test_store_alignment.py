@@ -22,7 +22,7 @@ from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.resync import resync
 from memsync.worker.sink import ChromaSink
-from memsync.worker.state import DAMAGED_SUFFIX, SyncState
+from memsync.worker.state import DAMAGED_SUFFIX, HELD_SUFFIX, SyncState
 from memsync.worker.target import align_records, check_store
 from memsync.worker.vectorcopy import open_writer
 from memsync.worker.verify import VerifyReport, verify
@@ -236,7 +236,10 @@ def test_each_kind_of_difference_is_told_apart_and_a_second_alignment_finds_none
         copy = open_writer(settings, state, sink.name, embedder.model_id, embedder.dimension)
         assert copy is not None
         try:
+            scratch = settings.state_path.with_name(settings.state_path.name + HELD_SUFFIX)
+            scratch.write_bytes(b"left by a crash " * 64)  # replaced, never read
             result = align_records(state, sink, copy, embedder.model_id, page=7)  # pages of 7: many pages
+            assert not scratch.exists()  # deleted when the check ends
             assert (result.lost, result.rehashed, result.adopted, result.foreign) == (1, 1, 1, 1)
             rows = {(d.kind, d.sqlite_id) for d in map(parse_doc_id, (lost, rehashed, intended))}
             assert result.store_documents == total - 1 and result.copy_removed == 1 and result.rows == len(rows)
