@@ -75,7 +75,7 @@ run: $(BIN)/.installed
 # the crashing thread's stack are printed last, where a CI log's tail shows them (tests/conftest.py).
 TEST_TRACE := test-artifacts/pytest-trace.txt
 test: $(BIN)/.installed $(CHROMA_MCP_VENV)/.installed $(CLAUDE_MEM_DIR)/.installed $(CLAUDE_CODE_DIR)/.installed
-	@mkdir -p $(dir $(TEST_TRACE))
+	@mkdir -p $(dir $(TEST_TRACE)) && rm -f $(TEST_TRACE) $(TEST_TRACE).crash
 	@MEMSYNC_TEST_TRACE=$(TEST_TRACE) $(BIN)/python -m pytest; status=$$?; \
 	if [ $$status -gt 128 ]; then \
 	  echo "pytest died (status $$status) in the last test it started:"; tail -n 2 $(TEST_TRACE); \

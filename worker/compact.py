@@ -127,6 +127,7 @@ def _drop_extras(collection: Any, live: set[str]) -> None:
     offset = 0
     while True:
         got = stores.store_call("get", collection.get, include=[], limit=PAGE * 5, offset=offset)
+        release_responses()
         extras.extend(i for i in got["ids"] if i not in live)
         if len(got["ids"]) < PAGE * 5:
             break

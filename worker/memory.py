@@ -54,14 +54,25 @@ def freeze_startup() -> None:
     gc.freeze()
 
 
+FULL_EVERY = 8  # pages between full collections where start-up objects were not set aside
+_released = 0
+
+
 def release_responses() -> None:
     """Free the HTTP responses of the Chroma calls just made; call it after each page of a large
     read. httpx keeps a response and its stream in a reference cycle, so each response's body waits
     for the cyclic collector's next full pass, which runs rarely: paging through the metadata of
     313k documents, 5,000 a page, left 140 MB of bodies per pass (measured), pages with embeddings
-    more. Collecting only the young generations misses pages with embeddings (their own parse
-    promotes the response), so this is a full collection: see :func:`freeze_startup` for its cost."""
-    gc.collect()
+    more. The young generations hold a page of metadata's response; a page with embeddings promotes
+    it further during its own parse, so a full collection is needed too: after every page in the
+    worker (:func:`freeze_startup` makes it cheap), every ``FULL_EVERY`` pages elsewhere (a command
+    such as ``resync`` would pay 45 ms a page)."""
+    global _released
+    _released += 1
+    if gc.get_freeze_count() or _released % FULL_EVERY == 0:
+        gc.collect()
+    else:
+        gc.collect(1)
 
 
 class Trimmer:

@@ -115,7 +115,18 @@ def open_wal(path: Path, ddl: str, timeout_s: float = 30) -> sqlite3.Connection:
 
 HELD_SCHEMA = "held"
 HELD_TABLE = f"{HELD_SCHEMA}.ids"
-HELD_SUFFIX = ".held"  # state.db.held: the scratch file of a check of the store, deleted after it
+HELD_SUFFIX = ".held"  # state.db.held-<pid>: the scratch file of a check of the store, deleted after it
+
+
+def _alive(pid: str) -> bool:
+    """Whether the process of this pid (text from a file name) runs; False for what is not a pid."""
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 class HeldIds:
@@ -329,8 +340,11 @@ class SyncState:
         gone when the block ends."""
         # A scratch file beside the records, not SQLite's temporary directory: memsync writes only
         # in its data directory, and a full disk there is reported as such (config.diskspace).
-        scratch = self.path.with_name(self.path.name + HELD_SUFFIX)
-        scratch.unlink(missing_ok=True)  # left by a crash: nothing in it is needed
+        # One per process: a resync may check the store while the worker does.
+        scratch = self.path.with_name(f"{self.path.name}{HELD_SUFFIX}-{os.getpid()}")
+        for left in self.path.parent.glob(f"{self.path.name}{HELD_SUFFIX}-*"):
+            if left == scratch or not _alive(left.name.rpartition("-")[2]):
+                left.unlink(missing_ok=True)  # a crash's: nothing in it is needed
         self._conn.execute(f"ATTACH DATABASE ? AS {HELD_SCHEMA}", (str(scratch),))
         try:
             # Thrown away at the end: no journal, no fsync.

@@ -81,7 +81,9 @@ def align_records(state: SyncState, sink: VectorSink, copy: VectorCopyWriter | N
     """Make the records of ``sink``'s collection say exactly what it holds (ids and content
     hashes), forgetting the row records of every row concerned, and make the vector copy hold no
     document the store lacks. Nothing is embedded here; the next full pass re-drives those rows.
-    The store's ids are listed on disk and compared there (:class:`HeldIds`), never all in memory."""
+    The store's ids are listed on disk and compared there (:class:`HeldIds`): what is held in memory
+    is what differs (every id only when the records or the store were lost). Records written
+    after their page was listed (a resync beside it) count as lost and are written again."""
     t0 = time.perf_counter()
     name = sink.name
     with state.held_ids() as held:

@@ -236,10 +236,14 @@ def test_each_kind_of_difference_is_told_apart_and_a_second_alignment_finds_none
         copy = open_writer(settings, state, sink.name, embedder.model_id, embedder.dimension)
         assert copy is not None
         try:
-            scratch = settings.state_path.with_name(settings.state_path.name + HELD_SUFFIX)
-            scratch.write_bytes(b"left by a crash " * 64)  # replaced, never read
+            held = f"{settings.state_path.name}{HELD_SUFFIX}-"
+            crashed = settings.state_path.with_name(f"{held}{2**22 + 1}")  # above pid_max: no such process
+            crashed.write_bytes(b"left by a crash " * 64)
+            running = settings.state_path.with_name(f"{held}1")  # init's: a process that runs
+            running.write_bytes(b"")
             result = align_records(state, sink, copy, embedder.model_id, page=7)  # pages of 7: many pages
-            assert not scratch.exists()  # deleted when the check ends
+            assert not crashed.exists() and running.exists()  # a live process's scratch is left to it
+            assert sorted(p.name for p in settings.state_path.parent.glob(f"{held}*")) == [running.name]
             assert (result.lost, result.rehashed, result.adopted, result.foreign) == (1, 1, 1, 1)
             rows = {(d.kind, d.sqlite_id) for d in map(parse_doc_id, (lost, rehashed, intended))}
             assert result.store_documents == total - 1 and result.copy_removed == 1 and result.rows == len(rows)

@@ -113,8 +113,9 @@ def test_a_short_write_is_completed_and_a_full_disk_fails_the_append_whole(tmp_p
     real_pwrite = os.pwrite
     w = writer(tmp_path)
     try:
-        monkeypatch.setattr(os, "pwrite", lambda fd, data, offset: real_pwrite(fd, bytes(data)[:7], offset))
-        w.put([f"prompt_{i}" for i in range(20)], vecs[:20], [meta(epoch=i) for i in range(20)])
+        with monkeypatch.context() as patched:
+            patched.setattr(os, "pwrite", lambda fd, data, offset: real_pwrite(fd, bytes(data)[:7], offset))
+            w.put([f"prompt_{i}" for i in range(20)], vecs[:20], [meta(epoch=i) for i in range(20)])
         full = iter([True])  # one short write, then the disk is full
 
         def filling(fd: int, data: bytes, offset: int) -> int:
@@ -122,10 +123,9 @@ def test_a_short_write_is_completed_and_a_full_disk_fails_the_append_whole(tmp_p
                 return real_pwrite(fd, bytes(data)[:len(data) // 2], offset)
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr(os, "pwrite", filling)
-        with pytest.raises(OSError, match="No space left"):
+        with monkeypatch.context() as patched, pytest.raises(OSError, match="No space left"):
+            patched.setattr(os, "pwrite", filling)
             w.put([f"prompt_{i}" for i in range(20, 40)], vecs[20:], [meta(epoch=i) for i in range(20, 40)])
-        monkeypatch.undo()
         manifest = Manifest.read(copy_dir(Settings(data_dir=tmp_path), "gen1"))
         assert manifest is not None and manifest.count == 20  # the failed append is not counted
         w.put([f"prompt_{i}" for i in range(20, 40)], vecs[20:], [meta(epoch=i) for i in range(20, 40)])
