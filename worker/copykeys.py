@@ -162,11 +162,10 @@ class KeyIndex:
         yield from self._keys[self._pos != GONE].tolist()
         yield from list(self._recent)
 
-    def snapshot(self, size: int) -> Iterator[list[int]]:
-        """Every live key as of this call, in lists of up to ``size`` (8 bytes a key held meanwhile,
-        not a Python int each)."""
-        packed, recent = self._keys[self._pos != GONE], list(self._recent)
-        for start in range(0, len(packed), size):
-            yield packed[start:start + size].tolist()
-        for start in range(0, len(recent), size):
-            yield recent[start:start + size]
+    def snapshot(self) -> list[int] | npt.NDArray[np.int64]:
+        """Every live key as of this call, a copy (8 bytes a key in an array, not a Python int
+        each, unless a key too wide for the arrays is among them)."""
+        packed = self._keys[self._pos != GONE]
+        if self._wide:  # keys beyond an int64 (no real row id is that large) stay Python ints
+            return [*packed.tolist(), *self._recent]
+        return np.concatenate([packed, np.fromiter(self._recent, np.int64, len(self._recent))])

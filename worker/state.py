@@ -141,26 +141,21 @@ class HeldIds:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
-        self._count: int | None = 0  # None: changed since counted
 
     def __len__(self) -> int:
-        if self._count is None:
-            self._count = int(self._conn.execute(f"SELECT COUNT(*) FROM {HELD_TABLE}").fetchone()[0])
-        return self._count
+        return int(self._conn.execute(f"SELECT COUNT(*) FROM {HELD_TABLE}").fetchone()[0])
 
     def add(self, held: Sequence[tuple[str, str]]) -> None:
         """Ids the store holds, with their content hashes (an id listed again keeps its last hash)."""
         with self._conn:
             self._conn.execute("BEGIN")
             self._conn.executemany(f"INSERT OR REPLACE INTO {HELD_TABLE}(doc_id, content_hash) VALUES (?,?)", held)
-        self._count = None
 
     def discard(self, doc_ids: Sequence[str]) -> None:
         """Take ids off the list (the store deleted them)."""
         with self._conn:
             self._conn.execute("BEGIN")
             self._conn.executemany(f"DELETE FROM {HELD_TABLE} WHERE doc_id=?", [(d,) for d in doc_ids])
-        self._count = None
 
     def differing(self, collection: str) -> list[tuple[str, str, str | None]]:
         """(id, the store's hash, the record's hash or None) of each held document whose record is

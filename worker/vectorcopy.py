@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import itertools
 import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
@@ -285,10 +284,11 @@ class VectorCopyWriter:
         with self._locked():
             self._refresh()
             fields = list(self.manifest.fields)
-            keys = self._keys.snapshot(size)
-            first = next(keys, [])  # the arrays are sliced now, under the lock
-        for chunk in itertools.chain([first] if first else [], keys):
-            yield [format_doc_id(KINDS[k], row, fields[f] or None) for k, row, f in map(unpack, chunk)]
+            keys = self._keys.snapshot()
+        for start in range(0, len(keys), size):
+            chunk = keys[start:start + size]
+            yield [format_doc_id(KINDS[k], row, fields[f] or None)
+                   for k, row, f in map(unpack, chunk.tolist() if isinstance(chunk, np.ndarray) else chunk)]
 
     def missing(self, acknowledged: Sequence[str]) -> list[str]:
         """Which of these document ids the copy does not hold."""
