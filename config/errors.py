@@ -22,12 +22,16 @@
     │   └── StoreDamaged       Chroma answers but cannot read a collection: rebuild it from the database
     ├── EmbeddingUnavailable   the embedding endpoint is down, slow or rate-limiting: retry with backoff
     ├── VectorUnavailable      a search cannot ask the vector store now: answer full-text only (search.vectorstore)
+    ├── TextIndexDamaged       memsync's text index cannot be read: FTS5 answers, the worker rebuilds it
+    │                          (config.formats.text_index)
     └── NoSpace                a write failed for lack of disk space: free space, then retry
 
 An error is defined beside the code that raises it when only that code raises it (the module in
-brackets); this tree is where they are all listed. Each boundary translates the tree once, with one
-table read through :func:`closest`: the CLI's exit codes (``cli.commands.options``), the HTTP
-API's status and body (``servers.http_api``), the MCP tools' error text (``servers.mcp_tools``).
+brackets); this tree is where they are all listed. A native library's panic (a BaseException)
+becomes the error of the side that made the call at one boundary, ``config.native``. Each
+boundary translates the tree once, with one table read through :func:`closest`: the CLI's exit
+codes (``cli.commands.options``), the HTTP API's status and body (``servers.http_api``), the MCP
+tools' error text (``servers.mcp_tools``).
 The refused-value and bad-data errors are ``ValueError`` too and the two timeouts of a read ``RuntimeError``,
 as the code that catches them around third-party calls expects.
 """

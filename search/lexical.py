@@ -25,14 +25,14 @@ from typing import Protocol
 
 from memsync.config import cjk
 from memsync.config.claude_mem.schema import FTS_TABLES, KINDS, Kind
-from memsync.config.formats.text_index import text_columns
+from memsync.config.formats.text_index import TextIndexDamaged, text_columns
 from memsync.config.kinds import plural
 from memsync.config.settings import Settings
 from memsync.search.app_fts import AppFts
 from memsync.search.lexical_index import LexicalIndex
 from memsync.search.models import Filters, Key, Order, Scope, Window
 from memsync.search.sql import SourceRows
-from memsync.search.textindex import TextIndex, merge_tail
+from memsync.search.textindex import TextIndex, forget, merge_tail
 
 EXCLUDED_CAP = 100  # counting matches outside the window stops here (then: "at least")
 
@@ -132,9 +132,12 @@ class LexicalSide:
             self._index_opened = True
         return self._index
 
-    def _unreadable(self, why: str) -> None:
+    def _unreadable(self, why: str, opened: bool = False) -> None:
         """The text index cannot be read: FTS5 answers this search alone, and its reason says so
-        (the worker rebuilds the index, ``worker.textsync``)."""
+        (the worker rebuilds the index, ``worker.textsync``). ``opened``: it failed after it
+        opened (a damaged segment), so later searches skip it too until it is rebuilt."""
+        if opened:
+            forget(self.settings, why)
         self._index = None
         self.note = f"lexical: FTS5 (text index unreadable, rebuilding: {why})"
 
@@ -199,8 +202,8 @@ class LexicalSide:
                                                        lambda ids: conn.rows.texts(kind, ids, columns))]
             else:
                 ranked = [i for i, _ in index.search(kind, self.text, scope, depth)]
-        except (OSError, ValueError, RuntimeError) as exc:  # a segment damaged since the index opened
-            self._unreadable(f"{type(exc).__name__}: {exc}"[:120])
+        except TextIndexDamaged as exc:  # a damaged segment: tantivy failed or panicked reading it
+            self._unreadable(str(exc), opened=True)
             return conn.ranked(kind, scope, depth)
         self._indexed_kinds.add(kind)
         tail = conn.ranked(kind, replace(scope, after_id=mark), depth) if conn.rows.max_id(kind) > mark else []
@@ -230,8 +233,8 @@ class LexicalSide:
             if index is not None and mark is not None:
                 try:
                     n += index.count(kind, self.text, outside)
-                except (OSError, ValueError, RuntimeError) as exc:
-                    self._unreadable(f"{type(exc).__name__}: {exc}"[:120])
+                except TextIndexDamaged as exc:
+                    self._unreadable(str(exc), opened=True)
                     index, mark = None, None
                 else:
                     if self._main.rows.max_id(kind) <= mark:

@@ -18,17 +18,25 @@ matches usually carry some of them. Measured on the LoCoMo dev set with no obser
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import tantivy
 
 from memsync.config.claude_mem.schema import Kind
+from memsync.config.errors import MemsyncError
 from memsync.config.formats.text_index import (
     KIND_TERM,
+    META_FILE,
+    TANTIVY_META,
+    TextIndexDamaged,
     analyzed,
+    disagreement,
     index_path,
     meta_unreadable,
     open_index,
@@ -36,6 +44,7 @@ from memsync.config.formats.text_index import (
     source_id,
     terms,
 )
+from memsync.config.native import guarded
 from memsync.config.settings import Settings
 from memsync.search import fts
 from memsync.search.models import Filters, Scope
@@ -49,7 +58,37 @@ FEEDBACK_TERMS = 8  # words added
 FEEDBACK_WEIGHT = 0.3  # an added word's weight, against 1 for a query word
 FEEDBACK_MAX_DF = 0.1  # words in more than this share of the indexed rows say nothing: never added
 _readers: dict[str, Any] = {}  # one open index per path and process: opening reads every segment's meta
+# An index found damaged, per path: why, and the two meta files' stats then. Until either changes
+# (the worker rebuilt it) searches answer from FTS5 without opening it again: each open of a
+# damaged segment can panic again, and tantivy prints every panic to stderr.
+_damaged: dict[str, tuple[tuple[tuple[int, int, int], ...], str]] = {}
 _readers_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def reading() -> Iterator[None]:
+    """A read of the index: whatever tantivy fails with (a panic through ``config.native``, or its
+    errors for files it cannot read) is :class:`TextIndexDamaged`; memsync's own errors (a
+    query timeout of the FTS5 texts the feedback reads) pass."""
+    try:
+        with guarded("tantivy", TextIndexDamaged):
+            yield
+    except MemsyncError:
+        raise
+    except (OSError, ValueError, RuntimeError) as exc:  # half-written, foreign or damaged files
+        raise TextIndexDamaged(f"{type(exc).__name__}: {exc}"[:120]) from exc
+
+
+def _stamps(path: Path) -> tuple[tuple[int, int, int], ...]:
+    """The stats of the index's two meta files (zeros for a missing one)."""
+    out = []
+    for name in (META_FILE, TANTIVY_META):
+        try:
+            st = os.stat(path / name)
+            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append((0, 0, 0))
+    return tuple(out)
 
 
 class TextIndex:
@@ -71,20 +110,26 @@ class TextIndex:
         """:meth:`open`, and when the index is there but cannot be read (damaged files), why: the
         worker rebuilds it, and the search says that FTS5 ranked in its place."""
         path = index_path(settings)
+        key, stamps = str(path), _stamps(path)
+        with _readers_lock:
+            seen = _damaged.get(key)
+        if seen is not None and seen[0] == stamps:
+            return None, seen[1]
         meta = read_meta(path)
         if meta is None or meta.get("db") != source_id(settings.db):
             return None, "its meta file is unreadable" if meta_unreadable(path) else None
-        key = str(path)
         try:
-            with _readers_lock:
-                index = _readers.get(key) or open_index(path, create=False)
+            if (why := disagreement(path, meta)) is not None:  # e.g. tantivy's meta.json deleted
+                raise TextIndexDamaged(why)
+            with _readers_lock, reading():
+                index = _readers.get(key) or open_index(path, create=False)  # never creates one
                 index.reload()  # the worker's latest commit
                 _readers[key] = index
+                _damaged.pop(key, None)
             return cls(index, meta), None
-        except (OSError, ValueError, RuntimeError) as exc:  # half-written, foreign or damaged files: FTS5 answers
-            with _readers_lock:
-                _readers.pop(key, None)
-            return None, f"{type(exc).__name__}: {exc}"[:120]
+        except TextIndexDamaged as exc:  # FTS5 answers
+            forget(settings, str(exc), stamps)
+            return None, str(exc)
 
     def watermark(self, kind: Kind) -> int | None:
         """The highest row id of ``kind`` the index holds (None: the kind is not indexed)."""
@@ -123,11 +168,12 @@ class TextIndex:
                extra: Mapping[str, float] | None = None) -> list[tuple[int, float]]:
         """(row id, BM25 score) best first, among rows at or below the watermark within the scope's
         filters and window; ``extra`` words are added to the query with their weights."""
-        query = self._query(kind, text, scope, extra)
-        if query is None:
-            return []
-        hits = self._searcher.search(query, limit, count=False).hits
-        rows = self._searcher.fast_field_values("row", [addr for _, addr in hits])  # no stored-doc reads
+        with reading():
+            query = self._query(kind, text, scope, extra)
+            if query is None:
+                return []
+            hits = self._searcher.search(query, limit, count=False).hits
+            rows = self._searcher.fast_field_values("row", [addr for _, addr in hits])  # no stored-doc reads
         return [(int(r), float(score)) for (score, _), r in zip(hits, rows, strict=True) if r is not None]
 
     def expanded(self, kind: Kind, text: str, scope: Scope, limit: int,
@@ -140,22 +186,34 @@ class TextIndex:
             return first
         own = set(query_terms(text))
         bodies = texts([row for row, _ in top])
-        n_docs = max(1, self._searcher.num_docs)
         weight: dict[str, float] = {}
         for row, score in top:
             for term in set(analyzed(bodies.get(row, ""))) - own:
                 weight[term] = weight.get(term, 0.0) + score / top[0][1]
-        for term in list(weight):
-            df = self._searcher.doc_freq("body", term)
-            weight[term] = weight[term] * math.log(n_docs / (1 + df)) if df <= FEEDBACK_MAX_DF * n_docs else 0.0
+        with reading():
+            n_docs = max(1, self._searcher.num_docs)
+            for term in list(weight):
+                df = self._searcher.doc_freq("body", term)
+                weight[term] = weight[term] * math.log(n_docs / (1 + df)) if df <= FEEDBACK_MAX_DF * n_docs else 0.0
         best = sorted((w, t) for t, w in weight.items() if w > 0)[::-1][:FEEDBACK_TERMS]
         extra = {t: FEEDBACK_WEIGHT for _, t in best}
         return self.search(kind, text, scope, limit, extra) if extra else first
 
     def count(self, kind: Kind, text: str, scope: Scope) -> int:
         """How many indexed rows match within the scope's filters and window (e.g. outside the window)."""
-        query = self._query(kind, text, scope)
-        return 0 if query is None else int(self._searcher.search(query, 1, count=True).count or 0)
+        with reading():
+            query = self._query(kind, text, scope)
+            return 0 if query is None else int(self._searcher.search(query, 1, count=True).count or 0)
+
+
+def forget(settings: Settings, why: str, stamps: tuple[tuple[int, int, int], ...] | None = None) -> None:
+    """The index was found damaged (``why``): drop this process's open reader, and answer from
+    FTS5 without opening it again until its meta files change (the worker rebuilt it)."""
+    path = index_path(settings)
+    key = str(path)
+    with _readers_lock:
+        _readers.pop(key, None)
+        _damaged[key] = (stamps if stamps is not None else _stamps(path), why)
 
 
 def query_terms(text: str) -> list[str]:

@@ -41,6 +41,7 @@ from memsync.config.docids import DocIdError, parse_doc_id
 from memsync.config.embedding import Embedder, Identity, configured_identity, generation_embedder
 from memsync.config.errors import ConfigError, EmbeddingError, EmbeddingUnavailable, MemsyncError, StoreUnavailable
 from memsync.config.formats.worker_status import worker_state
+from memsync.config.native import guarded
 from memsync.config.settings import Settings
 
 RETRY_AFTER_S = 3.0
@@ -148,15 +149,16 @@ class VectorStore:
             if self._failed_at and time.monotonic() - self._failed_at < RETRY_AFTER_S:
                 raise VectorUnavailable(self._failure)
             try:
-                if self._handle is None:
-                    self._handle = stores.connect_reader(self.settings,
-                                                         probe_timeout_s=self.settings.search_timeout_ms / 1000)
-                if self._fixed is not None:
-                    collection = stores.open_active(self._handle.client, self.settings, self._fixed.model_id,
-                                                    self._fixed.dimension)
-                else:
-                    collection = stores.open_active(self._handle.client, self.settings)
-                    self._use_identity(stores.generation_identity(collection), str(collection.name))
+                with guarded("Chroma", StoreUnavailable):
+                    if self._handle is None:
+                        self._handle = stores.connect_reader(self.settings,
+                                                             probe_timeout_s=self.settings.search_timeout_ms / 1000)
+                    if self._fixed is not None:
+                        collection = stores.open_active(self._handle.client, self.settings, self._fixed.model_id,
+                                                        self._fixed.dimension)
+                    else:
+                        collection = stores.open_active(self._handle.client, self.settings)
+                        self._use_identity(stores.generation_identity(collection), str(collection.name))
                 self._collection, self._checked_at = collection, time.monotonic()
                 self._failed_at = 0.0
                 return self._collection
@@ -218,9 +220,12 @@ class VectorStore:
         collection = self._open()
         future = self._pool.submit(getattr(collection, fn), **kwargs)
         try:
-            return future.result(timeout=self.settings.search_timeout_ms / 1000)
+            with guarded(f"Chroma {what}", StoreUnavailable):  # a panic of Chroma's native code, re-raised here
+                return future.result(timeout=self.settings.search_timeout_ms / 1000)
         except concurrent.futures.TimeoutError:
             raise VectorUnavailable(f"Chroma {what} exceeded {self.settings.search_timeout_ms} ms") from None
+        except StoreUnavailable as exc:
+            raise VectorUnavailable(str(exc)) from exc
         except Exception as exc:
             if isinstance(exc, (httpx.TransportError, ConnectionError, OSError)):
                 with self._lock:  # reconnect later: the server may be restarting or replaced (on another port)

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from memsync.config.chroma.collections import server_failed
 from memsync.config.errors import BadData, MemsyncError, StoreDamaged, StoreUnavailable
+from memsync.config.native import guarded
 from memsync.worker import logs
 from memsync.worker.memory import release_responses
 from memsync.worker.vectorcopy import VectorCopyWriter
@@ -96,7 +97,8 @@ class ChromaSink:
 
     def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
         try:
-            return fn(**kwargs)
+            with guarded(f"Chroma {what}", StoreUnavailable):  # a panic in Chroma's native code
+                return fn(**kwargs)
         except MemsyncError:  # already ours: a StoreRefused from a 401/403 (config.chroma.collections)
             raise
         except Exception as exc:

@@ -32,7 +32,12 @@ from memsync.config.formats.text_index import (
     KIND_TERM,
     META_FILE,
     VERSION,
+    CheckedFile,
+    TextIndexDamaged,
     body,
+    committed,
+    disagreement,
+    garbled_files,
     index_path,
     meta_unreadable,
     open_index,
@@ -42,6 +47,8 @@ from memsync.config.formats.text_index import (
     unreadable,
     write_meta,
 )
+from memsync.config.formats.worker_status import worker_state
+from memsync.config.native import guarded
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.source import SourceReader
@@ -50,6 +57,8 @@ from memsync.worker.tail import FileStamp, stamp
 TEXT_INDEX_UPDATED = "text_index_updated"
 TEXT_INDEX_FAILED = "text_index_failed"
 TEXT_INDEX_REBUILDING = "text_index_rebuilding"  # the index could not be read: deleted, built again
+TEXT_INDEX_HELD = "text_index_held"  # another process holds the writer lock (the worker, beside a resync)
+LOCK_BUSY = "LockBusy"  # in tantivy's error when another writer holds the index's lock
 READ_BATCH = 2000  # rows per read while (re)indexing; the stop flag is checked between batches
 
 
@@ -71,12 +80,13 @@ class TextIndexWriter:
     """The one writer of the index (tantivy's own lock keeps a second process out). Not
     thread-safe: the worker calls it from its sync thread only."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, verified: dict[str, CheckedFile] | None = None) -> None:
         self.settings = settings
         self.path = index_path(settings)
         self._meta = read_meta(self.path)
         ours = self._meta is not None and self._meta.get("db") == source_id(settings.db)
-        why = _damaged(self.path) if ours else "its meta file is unreadable" if meta_unreadable(self.path) else None
+        why = _damaged(self.path, verified) if ours else \
+            "its meta file is unreadable" if meta_unreadable(self.path) else None
         if why is not None:
             logs.get_logger(component="text_index").warning(TEXT_INDEX_REBUILDING, reason=why)
         if not ours or why is not None:
@@ -140,6 +150,12 @@ class TextIndexWriter:
             changed = True
         if changed:
             self._writer.commit()
+        if changed or "opstamp" not in self._meta:
+            # What the commit left (merges keep both): a search or check that finds the index
+            # at an older commit or holding other documents knows it is not this one.
+            record = committed(self.path)
+            if record is not None:
+                self._meta["opstamp"], self._meta["docs"] = record
             write_meta(self.path, self._meta)
         return RefreshResult(appended, rebuilt, time.perf_counter() - t0)
 
@@ -184,6 +200,7 @@ class TextSync:
         self._stamp: FileStamp | None = None
         self._seen: FileStamp | None = None
         self._last_error: str | None = None
+        self._verified: dict[str, CheckedFile] = {}  # segment files whose checksums matched, as they were then
 
     def step(self, force_full: bool = False) -> RefreshResult | None:
         """Refresh when due; returns what was done (None when nothing was due or it failed)."""
@@ -192,29 +209,31 @@ class TextSync:
         now = time.monotonic()
         full = force_full or now >= self._full_at
         current = stamp(self.s.db)
-        if not full and (current == self._stamp or now < self._append_at):
-            # Appending every second cost a commit (~28 ms) and a segment each, and the merges of
-            # those segments held ~50 MB more memory (measured); rows not yet appended are found
-            # through FTS5's tail meanwhile.
+        # Appending every second cost a commit (~28 ms) and a segment each, and the merges of
+        # those segments held ~50 MB more memory (measured); rows not yet appended are found
+        # through FTS5's tail meanwhile.
+        due = full or not (current == self._stamp or now < self._append_at)
+        if not due and self._writer is None:
             return None
         try:
-            if full and self._writer is not None and (why := _damaged(self._writer.path)) is not None:
-                # Damaged under the running writer (the writer opened it whole): start over.
-                self.close()
-                self.log.warning(TEXT_INDEX_REBUILDING, reason=why)
-                discard(self.s)
-            if self._writer is None:
-                self._writer = TextIndexWriter(self.s)
-            with SourceReader.open(self.s) as reader:
-                result = self._writer.refresh(reader, full=full, stop=self.stop)
+            with guarded("tantivy", TextIndexDamaged):
+                result = self._refresh(full, due)
         except Exception as exc:  # noqa: BLE001 - tantivy, SQLite, the file system: none may stop the sync
             message = f"{type(exc).__name__}: {exc}"[:300]
             if message != self._last_error:
-                self.log.warning(TEXT_INDEX_FAILED, reason=message)
+                if LOCK_BUSY in message:
+                    # Another process writes the index (tantivy's writer lock): a resync or a
+                    # `memsync demo` beside a running worker. Nothing failed; that writer keeps it
+                    # up to date, and this one tries again at its next refresh.
+                    self.log.info(TEXT_INDEX_HELD, holder=_holder(self.s), reason="its writer lock is held")
+                else:
+                    self.log.warning(TEXT_INDEX_FAILED, reason=message)
                 self._last_error = message
             self.close()
             return None
         self._last_error = None
+        if result is None:
+            return None
         if result.interrupted:  # the worker is stopping: the next start does it again
             return result
         # A changed stamp is trusted only once it was seen twice: the WAL grows before its commit is
@@ -229,6 +248,23 @@ class TextSync:
             self.log.info(TEXT_INDEX_UPDATED, appended=result.appended, rebuilt=result.rebuilt,
                           seconds=round(result.seconds, 3))
         return result
+
+    def _refresh(self, full: bool, due: bool) -> RefreshResult | None:
+        """Check the index (every file's checksum once, then those that changed; on a full refresh
+        a query over every segment too), rebuild it when damaged, then refresh it."""
+        if self._writer is not None and (why := _damaged(self._writer.path, self._verified, deep=full)):
+            # Damaged under the running writer (a segment garbled, tantivy's meta.json gone): start over.
+            self.close()
+            self.log.warning(TEXT_INDEX_REBUILDING, reason=why)
+            discard(self.s)
+            self._verified.clear()
+            full = True
+        elif not due:
+            return None
+        if self._writer is None:
+            self._writer = TextIndexWriter(self.s, self._verified)
+        with SourceReader.open(self.s) as reader:
+            return self._writer.refresh(reader, full=full, stop=self.stop)
 
     def close(self) -> None:
         """Release the index writer (and its lock)."""
@@ -246,8 +282,20 @@ def discard(settings: Settings) -> None:
         shutil.rmtree(path)
 
 
-def _damaged(path: Path) -> str | None:
+def _damaged(path: Path, verified: dict[str, CheckedFile] | None = None, deep: bool = True) -> str | None:
     """Why the index cannot be read, when a second look agrees (a read that raced another writer's
-    clean-up of old segments must not cost a rebuild)."""
-    why = unreadable(path)
-    return None if why is None or unreadable(path) is None else why
+    clean-up of old segments must not cost a rebuild). Not ``deep``: memsync's record and the
+    checksums of changed files only (a stat per file), without opening the index."""
+    def look() -> str | None:
+        if deep:
+            return unreadable(path, verified)
+        return disagreement(path, read_meta(path) or {}) or garbled_files(path, verified)
+
+    why = look()
+    return None if why is None or look() is None else why
+
+
+def _holder(settings: Settings) -> str:
+    """Who holds the index's writer lock, as far as can be told: the worker when one is up."""
+    up = worker_state(settings.data_dir, int(time.time() * 1000)).get("up")
+    return "the worker, which brings it up to date" if up else "another memsync process"

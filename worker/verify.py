@@ -2,6 +2,8 @@
 
 missing: expected ids not in Chroma; orphan: Chroma ids no row implies; stale: present but with a
 content hash that differs from the one the row implies now; duplicates: vectors beyond one per id.
+The derived files are checked too: the vector copy against its manifest and Chroma, the text
+index against memsync's record of it and its files' checksums.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import numpy as np
 from memsync.config.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.docids import format_doc_id
-from memsync.config.formats.vector_copy import Manifest, copy_dir, damage, open_arrays
+from memsync.config.formats.database_owner import claim
+from memsync.config.formats.text_index import damage as text_index_damage
+from memsync.config.formats.vector_copy import Manifest, copy_dir, damage, open_arrays, vectors_damage
 from memsync.config.settings import Settings
 from memsync.worker.documents import RowError, build_documents
 from memsync.worker.sink import ChromaSink
@@ -38,13 +42,14 @@ class VerifyReport:
     examples: dict[str, list[str]] = field(default_factory=dict)
     copy_drift: int | None = None  # documents the vector copy has wrong; None without a complete copy
     copy_damaged: str | None = None  # why the copy's files disagree with its manifest (the worker rebuilds it)
+    text_index_damaged: str | None = None  # why the text index cannot be trusted (the worker rebuilds it)
 
     @property
     def clean(self) -> bool:
         """True when Chroma holds exactly what SQLite implies (and the vector copy, undamaged, what
         Chroma holds)."""
         return self.missing == 0 and self.orphan == 0 and self.stale == 0 and self.duplicates == 0 and \
-            not self.copy_drift and self.copy_damaged is None
+            not self.copy_drift and self.copy_damaged is None and self.text_index_damaged is None
 
 
 def expected_documents(reader: SourceReader, batch: int = 2000) -> tuple[dict[str, str], int]:
@@ -64,7 +69,9 @@ def expected_documents(reader: SourceReader, batch: int = 2000) -> tuple[dict[st
 
 
 def verify(settings: Settings, client: Any | None = None) -> VerifyReport:
-    """Compare the source database with the active Chroma collection (opens Chroma unless given)."""
+    """Compare the source database with the active Chroma collection (opens Chroma unless given;
+    DatabaseMismatch when the data directory belongs to another database)."""
+    claim(settings)
     with SourceReader.open(settings) as reader:
         expected, unusable = expected_documents(reader)
     if client is None:
@@ -83,6 +90,7 @@ def verify(settings: Settings, client: Any | None = None) -> VerifyReport:
         examples={"missing": missing[:SAMPLE], "orphan": orphan[:SAMPLE], "stale": stale[:SAMPLE],
                   "copy_drift": (drift or [])[:SAMPLE]},
         copy_drift=None if drift is None else len(drift), copy_damaged=damaged,
+        text_index_damaged=text_index_damage(settings),
     )
 
 
@@ -98,7 +106,7 @@ def copy_damage(settings: Settings, collection: str) -> str | None:
     """Why the generation's vector copy disagrees with its manifest (None: it agrees, or there is none)."""
     directory = copy_dir(settings, collection)
     manifest = Manifest.read(directory)
-    return None if manifest is None else damage(directory, manifest)[0]
+    return None if manifest is None else damage(directory, manifest)[0] or vectors_damage(directory, manifest)
 
 
 def copy_drift(settings: Settings, collection: str, labels: dict[str, Label]) -> list[str] | None:

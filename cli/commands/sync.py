@@ -146,7 +146,8 @@ def verify(as_json: bool, **kwargs: Any) -> None:
     """Compare what SQLite implies with what Chroma holds: missing / orphan / stale documents.
 
     Exits 0 only when all are 0 (and no duplicate vectors), and the worker's local vector copy,
-    when complete, holds exactly Chroma's documents with the same project, type and date.
+    when complete, holds exactly Chroma's documents with the same project, type and date, and
+    memsync's text index, when built, is whole.
     """
     settings = settings_from(kwargs).settings
     from memsync.worker.verify import verify as run_verify
@@ -161,6 +162,9 @@ def verify(as_json: bool, **kwargs: Any) -> None:
         text += f"; vector copy damaged ({report.copy_damaged}): the worker discards and rebuilds it"
     elif report.copy_drift is not None:
         text += f"; vector copy: {report.copy_drift} documents differ from Chroma"
+    if report.text_index_damaged is not None:
+        text += (f"; text index damaged ({report.text_index_damaged}): lexical searches use FTS5, "
+                 "the worker discards and rebuilds it")
     emit({**asdict(report), "clean": report.clean}, as_json, text)
     sys.exit(EXIT_OK if report.clean else EXIT_FAIL)
 
@@ -238,7 +242,11 @@ def _phase_text(w: dict[str, Any]) -> str:
     if phase == PHASE_FIRST_PASS:
         done = f"{phase} in progress, {int(w.get('pass_rows_done') or 0)} rows done"
         first = w.get("first_sync")
-        return done if not isinstance(first, dict) else f"{done}; {first_sync_text(first)}"
+        phase = done if not isinstance(first, dict) else f"{done}; {first_sync_text(first)}"
+    waiting = w.get("waiting_on")
+    if isinstance(waiting, dict) and isinstance(waiting.get("since_ms"), int):
+        since = max(0.0, (int(w.get("heartbeat_ms") or 0) - waiting["since_ms"]) / 1000)
+        phase += f"; waiting on {waiting.get('what')} for {since:.0f} s (at most {waiting.get('up_to_s')} s)"
     return phase
 
 

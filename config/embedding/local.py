@@ -22,7 +22,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from memsync.config.errors import EmbeddingError
+from memsync.config.errors import EmbeddingError, EmbeddingUnavailable
+from memsync.config.native import guarded
 from memsync.config.settings import LOCAL_MODEL
 
 Purpose = Literal["documents", "queries"]
@@ -140,7 +141,8 @@ class MiniLMOnnx:
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return out
-        encodings = self._tokenizer.encode_batch([t if t else " " for t in texts])
+        with guarded("the tokenizer", EmbeddingUnavailable):
+            encodings = self._tokenizer.encode_batch([t if t else " " for t in texts])
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         with self._lock:
             for idx in self._sub_batches(order, [len(e.ids) for e in encodings]):
@@ -151,11 +153,12 @@ class MiniLMOnnx:
                     n = len(encodings[i].ids)
                     ids[row, :n] = encodings[i].ids
                     mask[row, :n] = 1
-                (hidden,) = self._session.run(
-                    ["last_hidden_state"],
-                    {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
-                    self._run_options,
-                )
+                with guarded("onnxruntime", EmbeddingUnavailable):
+                    (hidden,) = self._session.run(
+                        ["last_hidden_state"],
+                        {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+                        self._run_options,
+                    )
                 m = mask[:, :, None].astype(np.float32)
                 pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
                 norms = np.linalg.norm(pooled, axis=1, keepdims=True)

@@ -32,7 +32,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from memsync.config.errors import EmbeddingError
+from memsync.config.errors import EmbeddingError, EmbeddingUnavailable
+from memsync.config.native import guarded
 from memsync.config.settings import MULTILINGUAL_MODEL
 from memsync.config.settings import MULTILINGUAL_PROVIDER as PROVIDER
 
@@ -101,7 +102,8 @@ class MultilingualE5:
         with _engine_lock:
             if self._set_threads is not None:
                 self._set_threads(self._threads)
-            out = self._model.query(cut) if self._query else self._model.passage(cut)
+            with guarded("the multilingual engine", EmbeddingUnavailable):
+                out = self._model.query(cut) if self._query else self._model.passage(cut)
         return np.asarray(out, dtype=np.float32).reshape(len(cut), DIMENSION)
 
 
