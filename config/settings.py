@@ -240,6 +240,9 @@ class Settings(BaseSettings):
     vector_copy: bool = Field(
         True, description="Worker: keep a local int8 copy of the vectors it writes to Chroma, with their project, "
         "type and date, in the data directory; searches with a window or filter rank exactly from it.")
+    vector_copy_check_s: float = Field(
+        60.0, gt=0, description="Worker: how often it starts a check of the vector copy against its checksums "
+        "(entries, then the vectors, 32 MB a step); a damaged copy is rebuilt from Chroma.")
     embedding_store: bool = Field(
         True, description="Sync: keep every vector it embeds in DATA_DIR/embeddings.db (float16, by model and "
         "text hash) and take it from there for any document with the same text and model (a rebuild, a "

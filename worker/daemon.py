@@ -204,7 +204,8 @@ class Worker:
             result = self._sync_pass(state).whole(_WorkerOpening(self), EVERY_ROW)
             self._pass_ended(True, result)
             if not result.interrupted:
-                self._copy_check.run(self._target, state)  # a damaged copy is discarded, then filled here
+                # the whole copy, vectors too: a damaged one is discarded, then filled here
+                self._copy_check.run(self._target, state, whole=True)
             if not result.interrupted and self._target.copy is not None and not self._target.copy.complete:
                 fill_copy(self._target, state, budget=None)
             if not result.interrupted and self._copy_order.due(self._target):

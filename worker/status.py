@@ -22,7 +22,7 @@ from memsync.config.formats.text_index import (
     text_columns,
     unreadable,
 )
-from memsync.config.formats.vector_copy import Manifest, copy_dir, damage, open_arrays
+from memsync.config.formats.vector_copy import Manifest, copy_dir, damage, open_arrays, vectors_damage
 from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S, PHASE_FOLLOWING, worker_state
 from memsync.config.kinds import plural
 from memsync.config.settings import MULTILINGUAL_PROVIDER, Settings
@@ -140,7 +140,7 @@ def vector_copy_state(settings: Settings, collection: str | None) -> dict[str, A
     manifest = Manifest.read(directory) if directory else None
     if directory is None or manifest is None:
         return {"enabled": True, "present": False}
-    reason, _ = damage(directory, manifest)
+    reason = damage(directory, manifest)[0] or vectors_damage(directory, manifest)  # 120 MB read: ~40 ms at 313k
     arrays = open_arrays(directory, manifest) if reason is None else None
     if reason is not None or arrays is None:
         return {"enabled": True, "present": True, "complete": False, "documents": 0,

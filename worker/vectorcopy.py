@@ -9,9 +9,11 @@ an exclusive lock on the directory for each step (a resync may run beside the wo
 A copy that does not yet hold a generation's documents (made by an older memsync, or deleted) is
 filled from Chroma itself (:func:`fill_from_store`) and only then marked complete. So is a damaged
 one (issue 24: truncated, or entries that do not match the manifest's codes or checksum,
-``config.formats.vector_copy`` :func:`damage`): the writer checks the files when it opens them and
-when the worker asks (:meth:`VectorCopyWriter.check`), and discards a damaged copy
-(``vector_copy_damaged``) so that the fill rebuilds it.
+``config.formats.vector_copy`` :func:`damage`; vectors that do not match their block checksums,
+:func:`vectors_damage`): the writer checks the files when it opens them and when the worker asks
+(:meth:`VectorCopyWriter.check`, :meth:`VectorCopyWriter.check_vectors`), and discards a damaged
+copy (``vector_copy_damaged``) so that the fill rebuilds it. A rewrite checks the vectors before it
+copies them, so that it never gives damaged vectors fresh checksums.
 
 Appending leaves dead entries behind and puts edited old rows after new ones; :meth:`reorder`
 rewrites the copy without its dead entries, sorted by date (layout: ``config.formats.vector_copy``),
@@ -44,12 +46,16 @@ from memsync.config.formats.vector_copy import (
     LOCK_FILE,
     MANIFEST_FILE,
     Manifest,
+    block_count,
     copy_dir,
     damage,
     entries_checksum,
     entries_file,
     open_arrays,
     quantize,
+    read_checksums,
+    vector_checksums,
+    vectors_damage,
     vectors_file,
 )
 from memsync.config.settings import Settings
@@ -97,13 +103,17 @@ class VectorCopyWriter:
             reason = None
             if manifest is not None and manifest.model == model and manifest.dim == dim:
                 reason, crc = damage(self.dir, manifest)
-                if reason is None and manifest.crc is None:
-                    manifest.crc = crc  # a version 2 manifest: sizes and codes checked, checksum recorded
+                reason = reason or vectors_damage(self.dir, manifest)
+                if reason is None and (manifest.crc is None or manifest.blocks is None):
+                    # A manifest of an older memsync: sizes and codes checked, checksums recorded.
+                    manifest.crc = crc
+                    manifest.blocks = manifest.blocks if manifest.blocks is not None else \
+                        read_checksums(self.dir, manifest)
                     manifest.write(self.dir)
             if manifest is None or manifest.model != model or manifest.dim != dim or reason is not None:
                 if reason is not None:
                     logs.get_logger().warning(logs.VECTOR_COPY_DAMAGED, collection=collection, reason=reason)
-                manifest = Manifest(model, dim, complete=fresh, crc=0)
+                manifest = Manifest(model, dim, complete=fresh, crc=0, blocks=[])
                 self._remove_files(keep=None)
                 manifest.write(self.dir)
             self.manifest = manifest
@@ -248,18 +258,38 @@ class VectorCopyWriter:
                 return str(exc)[:200]
             return damage(self.dir, self.manifest)[0]
 
+    def check_vectors(self, first: int, blocks: int | None) -> tuple[str | None, int]:
+        """Check ``blocks`` (None: all) of the vectors' checksum blocks from ``first`` on
+        (``config.formats.vector_copy`` :func:`vectors_damage`): why they disagree (None: they
+        agree), and the block to go on from (0: the check reached the last block). The worker
+        checks the whole file a slice at a time, so that no step holds the lock long."""
+        with self._locked():
+            try:
+                self._refresh()
+            except OSError as exc:
+                return str(exc)[:200], 0
+            total = block_count(self.manifest.count)
+            first = first if first < total else 0
+            stop = total if blocks is None else min(total, first + blocks)
+            reason = vectors_damage(self.dir, self.manifest, first, stop)
+            return reason, 0 if reason is not None or stop >= total else stop
+
     def discard(self, reason: str) -> None:
         """Drop a damaged copy's files and start an empty, incomplete one: the worker's fill
         (:func:`fill_from_store`) rebuilds it from Chroma, and searches use Chroma meanwhile."""
         logs.get_logger().warning(logs.VECTOR_COPY_DAMAGED, collection=self.collection, reason=reason)
         with self._locked():
-            self._remove_files(keep=None)
-            self.manifest = Manifest(self.model, self.dim, complete=False, crc=0)
-            self.manifest.write(self.dir)
-            self._keys.clear()
-            self._loaded = 0
-            self._codes = {name: {} for name in CODE_TABLES}
-            self.absent = set()
+            self._reset()
+
+    def _reset(self) -> None:
+        """Drop the files and start an empty, incomplete copy (the caller holds the lock)."""
+        self._remove_files(keep=None)
+        self.manifest = Manifest(self.model, self.dim, complete=False, crc=0, blocks=[])
+        self.manifest.write(self.dir)
+        self._keys.clear()
+        self._loaded = 0
+        self._codes = {name: {} for name in CODE_TABLES}
+        self.absent = set()
 
     def invalidate(self) -> None:
         """Declare the copy incomplete (a write failed); never raises."""
@@ -306,14 +336,20 @@ class VectorCopyWriter:
             return (dead >= REORDER_MIN and dead >= REORDER_DEAD * count) or \
                 (tail >= REORDER_MIN and tail >= REORDER_TAIL * count)
 
-    def reorder(self) -> ReorderResult:
+    def reorder(self) -> ReorderResult | None:
         """Rewrite the copy without its dead entries, sorted by date, into the files of a new layout,
         then switch the manifest and delete the old files (readers that mapped them keep them).
         A crash before the switch leaves the old copy as it was (the half-written files are
-        deleted by the next writer); after it, the new one."""
+        deleted by the next writer); after it, the new one. A damaged copy is discarded instead
+        (None), as :meth:`discard` does: rewritten, its damage would get checksums of its own."""
         with self._locked():
             self._refresh()
             old = self.manifest
+            reason = damage(self.dir, old)[0] or vectors_damage(self.dir, old)
+            if reason is not None:
+                logs.get_logger().warning(logs.VECTOR_COPY_DAMAGED, collection=self.collection, reason=reason)
+                self._reset()
+                return None
             arrays = open_arrays(self.dir, old)
             if arrays is None:
                 raise OSError(f"vector copy {self.dir} is shorter than its manifest")
@@ -322,7 +358,7 @@ class VectorCopyWriter:
             order = live[np.argsort(np.asarray(entries["epoch"])[live], kind="stable")]
             layout = old.layout + 1
             new = Manifest(old.model, old.dim, len(order), old.complete, old.fields, old.projects, old.types,
-                           layout=layout, ordered=len(order), crc=0)
+                           layout=layout, ordered=len(order), crc=0, blocks=[])
             try:
                 for name, source in ((vectors_file(layout), vecs), (entries_file(layout), entries)):
                     with open(self.dir / name, "wb") as fh:
@@ -331,6 +367,8 @@ class VectorCopyWriter:
                             fh.write(chunk.tobytes())
                             if source is entries:
                                 new.crc = entries_checksum(chunk, new.crc or 0)
+                            else:
+                                new.blocks = vector_checksums(new.blocks or [], start, chunk)
                         fh.flush()
                         os.fsync(fh.fileno())
                 new.write(self.dir)
@@ -375,6 +413,8 @@ class VectorCopyWriter:
         m.count = start + len(doc_ids)
         if m.crc is not None:  # None: a manifest an older memsync wrote meanwhile (no checksum kept)
             m.crc = entries_checksum(rows, m.crc)
+        if m.blocks is not None:  # likewise
+            m.blocks = vector_checksums(m.blocks, start, q)
         m.write(self.dir)
         self._loaded = m.count
         dead: list[int] = []
