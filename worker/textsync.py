@@ -17,6 +17,7 @@ database (``text_index_rebuilding`` with the reason), while searches rank with F
 from __future__ import annotations
 
 import copy
+import fcntl
 import shutil
 import threading
 import time
@@ -59,6 +60,7 @@ TEXT_INDEX_FAILED = "text_index_failed"
 TEXT_INDEX_REBUILDING = "text_index_rebuilding"  # the index could not be read: deleted, built again
 TEXT_INDEX_HELD = "text_index_held"  # another process holds the writer lock (the worker, beside a resync)
 LOCK_BUSY = "LockBusy"  # in tantivy's error when another writer holds the index's lock
+WRITER_LOCK = ".tantivy-writer.lock"  # tantivy's writer lock file (an flock)
 READ_BATCH = 2000  # rows per read while (re)indexing; the stop flag is checked between batches
 
 
@@ -87,6 +89,10 @@ class TextIndexWriter:
         ours = self._meta is not None and self._meta.get("db") == source_id(settings.db)
         why = _damaged(self.path, verified) if ours else \
             "its meta file is unreadable" if meta_unreadable(self.path) else None
+        if (not ours or why is not None) and _writer_lock_held(self.path):
+            # Another process writes this index (the worker, beside a resync): deleting its files
+            # under it would leave two writers of two indexes. That writer rebuilds it.
+            raise OSError(f"{LOCK_BUSY}: another process holds the text index's writer lock")
         if why is not None:
             logs.get_logger(component="text_index").warning(TEXT_INDEX_REBUILDING, reason=why)
         if not ours or why is not None:
@@ -293,6 +299,20 @@ def _damaged(path: Path, verified: dict[str, CheckedFile] | None = None, deep: b
 
     why = look()
     return None if why is None or look() is None else why
+
+
+def _writer_lock_held(path: Path) -> bool:
+    """Whether another process holds tantivy's writer lock on the index (an flock on its lock
+    file, as tantivy takes it); only looked at, never kept."""
+    try:
+        with open(path / WRITER_LOCK, "rb") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fh, fcntl.LOCK_UN)
+    except BlockingIOError:
+        return True
+    except OSError:  # no lock file: no writer
+        return False
+    return False
 
 
 def _holder(settings: Settings) -> str:
