@@ -20,11 +20,12 @@ from memsync.config.kinds import ALL_KINDS, KIND_BY_NAME, KIND_NAMES, plural
 # A reference's letter (any case, "O" also for observations) -> its kind.
 _REF_KINDS = {"o": Kind.OBSERVATION} | {n.ref_letter.lower(): kind for kind, n in KIND_NAMES.items()}
 _LETTER = "[" + "".join(letter + letter.upper() for letter in _REF_KINDS if letter) + "]?"
-# "123", "#123", "S12", "#S12", "P5", "#P5" (and O123): the ids the index format prints.
-_REF = re.compile(rf"#?\s*({_LETTER})\s*(\d+)")
+# "123", "#123", "S12", "#S12", "P5", "#P5" (and O123): the ids the index format prints. ASCII
+# digits only: int() reads "١٢" and "１２" as 12, and no id is printed that way.
+_REF = re.compile(rf"#?\s*({_LETTER})\s*(\d+)", re.ASCII)
 # Text written as a record id, whatever its number ("0", "S0", "P-1", twenty digits): refused as an
 # id, never taken for a query or a date (issue 24).
-_REF_SHAPED = re.compile(rf"#?\s*{_LETTER}\s*[-+]?\d+")
+_REF_SHAPED = re.compile(rf"#?\s*{_LETTER}\s*[-+]?\d+", re.ASCII)
 _HINT = "use 123 or #123 for an observation, S12 for a summary, P5 for a prompt"
 MAX_ROW_ID = 2**63 - 1  # SQLite's largest rowid (a signed 64-bit integer); past it a bound parameter overflows
 

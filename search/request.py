@@ -6,10 +6,16 @@
 (``config.limits``: limit at most 100, offset at most 10,000, ...) and refuses a bad one with
 :class:`BadRequest`, naming it and what would be accepted (issue 28: the CLI allowed 500 and
 100,000, the servers 100 and 10,000, and batch lines anything).
+
+Text is read as valid Unicode (:func:`valid_unicode`): an unpaired UTF-16 surrogate (from a JSON
+``"\\ud800"``, or a command-line byte that is not UTF-8, which Python keeps as one) becomes U+FFFD,
+so that the tokenizer, SQLite and the JSON answer all take it; before, such a query was a traceback
+from the tokenizer.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +28,15 @@ from memsync.config.records import RecordRefError, parse_iso, parse_kinds
 from memsync.search.models import Filters, Format, Mode, Order, SearchError
 
 DEFAULT_LIMIT = 20  # the library's page when a request names none
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_unicode(text: str) -> str:
+    """``text`` with each unpaired UTF-16 surrogate replaced by U+FFFD (a pair, as two code points,
+    becomes the character it encodes); text without surrogates is returned as it is."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 class BadRequest(SearchError):
@@ -77,7 +92,7 @@ def listed(values: object, name: str) -> tuple[str, ...]:
     items = [values] if isinstance(values, str) else list(values) if isinstance(values, (list, tuple)) else None
     if items is None:
         raise BadRequest(f"{name} must be a string or a list of strings")
-    out = tuple(v.strip() for v in items if isinstance(v, str) and v.strip())
+    out = tuple(valid_unicode(v.strip()) for v in items if isinstance(v, str) and v.strip())
     if len(out) > MAX_FILTER_VALUES:
         raise BadRequest(f"at most {MAX_FILTER_VALUES} values for {name}, got {len(out)}")
     return out
@@ -100,7 +115,7 @@ def _text(value: object, name: str) -> str | None:
     """A short text value, stripped; blank is None."""
     if value is not None and not isinstance(value, str):
         raise BadRequest(f"{name} must be a string")
-    return (value or "").strip() or None
+    return valid_unicode((value or "").strip()) or None
 
 
 class RequestParser:
@@ -135,7 +150,7 @@ class RequestParser:
             raise BadRequest(f"{name} must be a string")
         if len(text) > self.max_query_chars:
             raise BadRequest(f"{name} is {len(text)} characters; the limit is {self.max_query_chars}")
-        return text
+        return valid_unicode(text)
 
     def types(self, values: object, name: str = "type") -> tuple[str, ...]:
         """Observation types, each checked against the types this database uses."""

@@ -17,6 +17,11 @@ its name with the meaning a user would expect (each listed in docs/claude-mem.md
   bare ``dateEnd`` day includes that whole day;
 - ``get_observations`` also opens the summaries and prompts ``search`` lists, by their printed ids
   (``"#S12"``, ``"#P5"``); a number is always an observation.
+
+Values are checked as memsync's own tools check theirs, each refused in one line that names it,
+and all of a call's before any lookup: a boolean is never an id or a count, a number is an
+integer (JSON integers exactly: a float would turn 2**63-1 into 2**63), digits are ASCII ones,
+and a timeline anchor is an id or a date (words go in ``query``).
 """
 
 from __future__ import annotations
@@ -36,8 +41,8 @@ from memsync.config.settings import Settings
 from memsync.search import Searcher
 from memsync.search.request import BadRequest, SearchFields, bounded
 from memsync.servers import claude_mem_render as show
-from memsync.servers.mcp_tools import READ_ONLY, answers
-from memsync.servers.params import MAX_DEPTH, Requests
+from memsync.servers.mcp_tools import READ_ONLY, ToolServer, answers
+from memsync.servers.params import MAX_DEPTH, MAX_IDS, Requests
 
 PROFILE = "claude-mem"
 CLAUDE_MEM_VERSION = "13.25.3"  # the release whose tool schemas these are (tests compare with it)
@@ -88,7 +93,7 @@ DESCRIPTIONS = {
 }
 
 
-class ProfileServer(MCPServer):
+class ProfileServer(ToolServer):
     """An MCPServer whose tools list claude-mem's input schemas exactly (the SDK would derive its own
     from the Python signatures, which accept a little more: text for numbers, ids as strings)."""
 
@@ -99,11 +104,16 @@ class ProfileServer(MCPServer):
                                      "description": DESCRIPTIONS[t.name]}) if t.name in SCHEMAS else t for t in tools]
 
 
+def _digits(text: str) -> bool:
+    """Whether ``text`` is ASCII digits (``str.isdigit`` also takes "١٢" and "１２", and int() reads them)."""
+    return text.isascii() and text.isdigit()
+
+
 def whole(value: Any, name: str, default: int, low: int, high: int) -> int:
     """A count claude-mem declares as a JSON number (``20``, ``20.0``, ``"20"``), within bounds."""
     if value is None or value == "":
         return default
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and _digits(value.strip().removeprefix("-")):
         value = int(value.strip())
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
@@ -115,8 +125,10 @@ def date_value(value: Any, name: str, end: bool = False) -> datetime | None:
     digits), ``YYYY-MM-DD`` or ISO. A bare day as ``dateEnd`` means the end of that day."""
     if value is None or value == "":
         return None
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise BadRequest(f"{name} must be YYYY-MM-DD, an ISO date-time or epoch milliseconds, got {value!r:.40}")
     text = str(value).strip()
-    if isinstance(value, (int, float)) and not isinstance(value, bool) or text.isdigit():
+    if isinstance(value, (int, float)) or _digits(text):
         try:
             return datetime.fromtimestamp(int(float(text)) / 1000, UTC)
         except (OverflowError, ValueError, OSError):
@@ -140,6 +152,16 @@ def comma_list(*values: Any) -> list[str]:
     return out
 
 
+def record_id(value: Any, name: str) -> str | int:
+    """One id of ``get_observations``: a JSON integer (exactly), a whole float, or text (``"12"``,
+    ``"#S12"``: ``params`` reads it); a boolean or anything else is refused."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise BadRequest(f"{name} must be a record id (123, \"#S12\", \"#P5\"), got {value!r:.40}")
+    return value if isinstance(value, int) else value.strip()
+
+
 def _epoch(record: dict[str, object]) -> int:
     value = record.get("created_at_epoch")
     return value if isinstance(value, int) else 0
@@ -151,16 +173,18 @@ def build_profile_server(settings: Settings, searcher: Searcher | None = None) -
     requests = Requests(searcher, settings.max_query_chars)
     mcp = ProfileServer("memsync", version=version("memsync"), instructions=(
         "memsync answers claude-mem's search tools: search (an index with #123, #S12 and #P5 ids), then "
-        "timeline around a result, then get_observations for the few you need."))
+        "timeline around a result, then get_observations for the few you need. They search every project "
+        "unless you pass project."))
 
     def tool(fn: Any) -> Any:
         return mcp.tool(annotations=READ_ONLY, structured_output=False)(fn)
 
+    # Numbers, ids and dates arrive as any JSON value (Any): the SDK's pydantic would turn true into
+    # 1 and 2**63-1 into a float; these tools check them themselves, as claude-mem's schema is looser.
     @tool
-    def search(query: str | None = None, limit: float | str | None = None, project: str | None = None,
+    def search(query: str | None = None, limit: Any = None, project: str | None = None,
                platformSource: str | None = None, type: str | None = None, obs_type: str | list[str] | None = None,
-               dateStart: str | float | None = None, dateEnd: str | float | None = None,
-               offset: float | str | None = None, orderBy: str | None = None) -> str:
+               dateStart: Any = None, dateEnd: Any = None, offset: Any = None, orderBy: str | None = None) -> str:
         """Step 1: search memory."""
         with answers(settings):
             text = requests.parser.query(query)
@@ -171,27 +195,29 @@ def build_profile_server(settings: Settings, searcher: Searcher | None = None) -
             order = ORDERS.get(orderBy.strip().lower()) if orderBy else default
             if order is None:
                 raise BadRequest(f"orderBy must be relevance, date_desc or date_asc, got {str(orderBy)[:40]!r}")
+            # Every value is checked before the type lookup (which may answer "no such type").
+            page = whole(limit, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT), whole(offset, "offset", 0, 0, MAX_OFFSET)
+            dates = date_value(dateStart, "dateStart"), date_value(dateEnd, "dateEnd", end=True)
+            filters: dict[str, object] = {"project": project, "platform": platformSource,
+                                          "date_from": dates[0], "date_to": dates[1]}
+            requests.parser.filters(filters)
             known = set(searcher.observation_types()) if types else set()  # a query, only when filtering
             if types and not known & set(types):
                 # claude-mem filters by any type and finds nothing; memsync says which exist.
                 return (f'No results found matching "{text or "undefined"}"\n_no observation of type '
                         f'{", ".join(types)}; this database has: {", ".join(sorted(known)) or "(no observations)"}_\n')
-            filters = {"project": project, "platform": platformSource,
-                       "types": [t for t in types if t in known] or None,
-                       "date_from": date_value(dateStart, "dateStart"),
-                       "date_to": date_value(dateEnd, "dateEnd", end=True)}
+            filters["types"] = [t for t in types if t in known] or None
             fields = SearchFields(query=text, kind=kind or "all", filters=filters, order=order,
-                                  limit=whole(limit, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT),
-                                  offset=whole(offset, "offset", 0, 0, MAX_OFFSET), full=True)
+                                  limit=page[0], offset=page[1], full=True)
             return show.search_text(requests.search(fields), text, by_date=order != "relevance")
 
     @tool
-    def timeline(anchor: float | str | None = None, query: str | None = None, depth_before: float | str | None = None,
-                 depth_after: float | str | None = None, project: str | None = None) -> str:
+    def timeline(anchor: Any = None, query: str | None = None, depth_before: Any = None,
+                 depth_after: Any = None, project: str | None = None) -> str:
         """Step 2: records around an observation, or around the best match of a query."""
         with answers(settings):
-            if isinstance(anchor, float) and anchor.is_integer():
-                anchor = int(anchor)
+            if anchor not in (None, ""):
+                anchor = record_id(anchor, "anchor")
             before = whole(depth_before, "depth_before", DEFAULT_DEPTH, 0, MAX_DEPTH)
             after = whole(depth_after, "depth_after", DEFAULT_DEPTH, 0, MAX_DEPTH)
             shown_query = None if anchor not in (None, "") else (query or "").strip() or None
@@ -202,26 +228,24 @@ def build_profile_server(settings: Settings, searcher: Searcher | None = None) -
             return show.timeline_text(results, key, shown_query, before, after)
 
     @tool
-    def get_observations(ids: list[float | str] | float | str, orderBy: str | None = None,
-                         limit: float | str | None = None, project: str | None = None) -> str:
+    def get_observations(ids: Any, orderBy: str | None = None, limit: Any = None,
+                         project: str | None = None) -> str:
         """Step 3: full records by id."""
         with answers(settings):
-            refs: list[str | int] = []
-            for value in ids if isinstance(ids, list) else comma_list(ids):
-                if isinstance(value, float) and value.is_integer():
-                    value = int(value)
-                refs.append(value if isinstance(value, int) else str(value).strip())
+            items = ids if isinstance(ids, list) else comma_list(ids) if isinstance(ids, str) else [ids]
+            refs = [record_id(value, f"ids[{i}]") for i, value in enumerate(items)]
+            direction = ORDERS.get(orderBy.strip().lower()) if orderBy else None
+            if orderBy and direction not in ("newest", "oldest"):
+                raise BadRequest(f"orderBy must be date_desc or date_asc, got {orderBy[:40]!r}")
+            most = None if limit in (None, "") else whole(limit, "limit", MAX_IDS, 1, 10_000)
             records, missing = requests.get(refs)
             wanted = (project or "").strip()
             if wanted:
                 records = [r for r in records if wanted in (r.get("project"), r.get("merged_into_project"))]
-            if orderBy:
-                direction = ORDERS.get(orderBy.strip().lower())
-                if direction not in ("newest", "oldest"):
-                    raise BadRequest(f"orderBy must be date_desc or date_asc, got {orderBy[:40]!r}")
+            if direction:
                 records.sort(key=_epoch, reverse=direction == "newest")
-            if limit not in (None, ""):
-                records = records[: whole(limit, "limit", len(records), 1, 10_000)]
+            if most is not None:
+                records = records[:most]
             return show.records_text(records, missing)
 
     return mcp

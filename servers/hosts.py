@@ -10,19 +10,54 @@ the names in the ``allowed_hosts`` setting; anything else gets 421. A request ca
 ``allowed_origins``, else 403; a request without one (curl, scripts, MCP clients) is fine. This
 is the MCP SDK's transport security rule (``TransportSecuritySettings``), and the MCP server is
 given the same lists (:meth:`HostRule.sdk_hosts`, :meth:`HostRule.sdk_origins`).
+
+The token rule of both servers is here too, so that it is one implementation: with a token set
+(``Settings.bearer_token``), a request needs ``Authorization: Bearer <token>`` (:func:`bearer_ok`;
+401 otherwise, ``HEAD`` included), and neither server listens beyond loopback without one
+(:func:`check_binding`).
 """
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import json
 from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from memsync.config.errors import ConfigError
 from memsync.config.settings import Settings
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+TOKEN_REFUSAL = "missing or wrong token: send Authorization: Bearer <token>"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_binding(host: str, settings: Settings) -> None:
+    """Refuse to listen beyond loopback without a token (raises ConfigError, exit 2 in the CLI)."""
+    if not is_loopback(host) and settings.bearer_token is None:
+        raise ConfigError(f"refusing to listen on {host} without a token: anyone who can reach it could read "
+                          "the agent's memory. Set MEMSYNC_API_TOKEN (or api_token in the config file), or "
+                          "listen on 127.0.0.1.")
+
+
+def bearer_ok(authorization: str | None, token: str | None) -> bool:
+    """Whether a request with this ``Authorization`` header may be answered: always when no token is
+    set, else only with ``Bearer <token>`` (compared in constant time)."""
+    if token is None:
+        return True
+    given = authorization or ""
+    return given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), token.encode())
 
 
 def split_host(value: str) -> tuple[str, int | None]:
@@ -157,4 +192,31 @@ class HostGuard:
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class TokenGuard:
+    """ASGI middleware: every request without the bearer token (:func:`bearer_ok`) gets 401 with a
+    one-line JSON ``detail`` and ``WWW-Authenticate: Bearer``, whatever its method (``HEAD`` too)."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or self.token is None:
+            await self.app(scope, receive, send)
+            return
+        given = next((v for k, v in scope.get("headers") or [] if k == b"authorization"), None)
+        if bearer_ok(given.decode("latin-1") if given is not None else None, self.token):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        body = b"" if scope["method"] == "HEAD" else json.dumps({"detail": TOKEN_REFUSAL}).encode()
+        length = len(json.dumps({"detail": TOKEN_REFUSAL}).encode())
+        await send({"type": "http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(length).encode()),
+                                (b"www-authenticate", b"Bearer")]})
         await send({"type": "http.response.body", "body": body})

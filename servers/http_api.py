@@ -17,8 +17,6 @@ of this (``servers.hosts``: DNS rebinding); CORS headers only for the configured
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import json
 import logging
 import time
@@ -34,7 +32,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memsync.config.claude_mem.schema import KINDS, Kind
-from memsync.config.errors import BadData, ConfigError, InvalidRequest, MemsyncError, closest
+from memsync.config.errors import BadData, InvalidRequest, MemsyncError, closest
 from memsync.config.filters import FilterParam
 from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S
 from memsync.config.kinds import KIND_BY_NAME, KIND_NAMES, KindFilter, choice_for, plural
@@ -43,7 +41,7 @@ from memsync.config.records import MAX_ROW_ID, format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Searcher, SearchError, VectorUnavailable
 from memsync.search.request import SearchFields
-from memsync.servers.hosts import HostGuard, HostRule
+from memsync.servers.hosts import TOKEN_REFUSAL, HostGuard, HostRule, bearer_ok, check_binding
 from memsync.servers.params import MAX_DEPTH, Requests, filter_fields, offering_filters
 from memsync.servers.redact import public
 from memsync.servers.render import days_text
@@ -62,24 +60,6 @@ HTTP_ERRORS: dict[type[MemsyncError], tuple[int, str]] = {
     QueryTimeout: (503, "the database did not answer in time ({})"),
     MemsyncError: (503, "{}"),
 }
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_binding(host: str, settings: Settings) -> None:
-    """Refuse to listen beyond loopback without a token (raises ConfigError, exit 2 in the CLI)."""
-    if not is_loopback(host) and settings.bearer_token is None:
-        raise ConfigError(f"refusing to listen on {host} without a token: anyone who can reach it could read "
-                          "the agent's memory. Set MEMSYNC_API_TOKEN (or api_token in the config file), or "
-                          "listen on 127.0.0.1.")
 
 
 class BodyLimit:
@@ -199,12 +179,10 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
     app.router.on_shutdown.append(searcher.close)
 
     def authorized(request: Request) -> None:
-        if token is None:
-            return
-        given = request.headers.get("authorization", "")
-        if not (given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), token.encode())):
-            raise HTTPException(401, "missing or wrong token: send Authorization: Bearer <token>",
-                                headers={"WWW-Authenticate": "Bearer"})
+        # The rule of both servers (servers.hosts); here per route, as /, /healthz and the
+        # OpenAPI document need no token.
+        if not bearer_ok(request.headers.get("authorization"), token):
+            raise HTTPException(401, TOKEN_REFUSAL, headers={"WWW-Authenticate": "Bearer"})
 
     guarded = [Depends(authorized)]
 

@@ -6,24 +6,35 @@ Every tool validates through ``servers.params`` and answers in compact markdown
 closed-world. A refused value comes back as a tool error whose text says what to change; nothing
 else of an exception reaches the agent. The tools work without the worker: when
 the vector store cannot be reached the answer is full-text only and its header says so. Over
-HTTP it answers only allowed ``Host`` and ``Origin`` values, by the same rule and settings as the
-HTTP API (``servers.hosts``).
+HTTP it listens on ``serve_host`` and answers only allowed ``Host`` and ``Origin`` values, and
+with a token set only requests that carry it, by the same rules and settings as the HTTP API
+(``servers.hosts``).
+
+Every argument's text is valid Unicode before a tool sees it (an unpaired surrogate becomes
+U+FFFD, ``search.request.valid_unicode``), and JSON with an unpaired surrogate escaped in a string
+is repaired before the SDK parses it (``servers.wire``): the SDK would refuse the line, and over
+stdio leave the request without an answer. Arguments of the wrong type get a one-line message
+naming each (:func:`argument_errors`), not pydantic's report.
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from importlib.metadata import version
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, cast
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
+from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from pydantic import BeforeValidator, Field, ValidationError
 
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.errors import InvalidRequest, MemsyncError, closest
@@ -33,10 +44,10 @@ from memsync.config.limits import MAX_LIMIT
 from memsync.config.records import format_ref
 from memsync.config.settings import Settings
 from memsync.search import QueryTimeout, Response, Searcher
-from memsync.search.request import SearchFields
+from memsync.search.request import SearchFields, valid_unicode
 from memsync.servers import render
 from memsync.servers import structured as out
-from memsync.servers.hosts import HostGuard, HostRule
+from memsync.servers.hosts import HostGuard, HostRule, TokenGuard, check_binding
 from memsync.servers.params import (
     MAX_DEPTH,
     MAX_IDS,
@@ -48,6 +59,7 @@ from memsync.servers.params import (
     parse_ref,
 )
 from memsync.servers.redact import public
+from memsync.servers.wire import RepairedJsonBody, repaired_lines
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("memsync.mcp")
@@ -56,9 +68,10 @@ log = logging.getLogger("memsync.mcp")
 def instructions(window_days: int) -> str:
     """What the server tells an agent about itself; ``window_days`` is the configured window."""
     window = f"the last {window_days} days" if window_days else "all time"
-    return f"""memsync searches this project's memory: past observations (#123),
-summaries (#S12) and prompts (#P5) recorded by the coding agent. Search by meaning and by
-words at once. Short queries of a few key words work best. Start with a small limit (5-10),
+    return f"""memsync searches the coding agent's memory: past observations (#123),
+summaries (#S12) and prompts (#P5) it recorded, across all projects unless you pass project
+(the project's name, usually its folder's). Search by meaning and by words at once. Short
+queries of a few key words work best. Start with a small limit (5-10),
 read the one-line results, then open the ones you need with get_observations. Results cover
 {window} unless you pass window_days (0 = all time) or a date range; the header says how many
 older matches the window left out."""
@@ -80,6 +93,16 @@ Offset = Annotated[int, Field(description="Results to skip, for the next page.")
 FormatArg = Annotated[Literal["index", "full"], Field(
     description="index: one line per result (cheap); full: whole records (use get_observations instead).")]
 KindArg = Annotated[KindFilter, Field(description="Which records.")]
+
+
+def _no_booleans(value: Any) -> Any:
+    """An id argument as given, unless it is or holds a boolean: pydantic would read true as id 1."""
+    if any(isinstance(v, bool) for v in (value if isinstance(value, list) else [value])):
+        raise ValueError("a record id (123, #123, S12, P5), not true or false")
+    return value
+
+
+NO_BOOLEANS = BeforeValidator(_no_booleans)
 
 # What a tool returns: a CallToolResult with the markdown as its text and the model as its
 # structuredContent. The model named second is the output schema the SDK publishes and checks each
@@ -125,11 +148,79 @@ def answers(settings: Settings | None = None) -> Iterator[None]:
         raise ToolError("internal error (details are in the server's log)") from None
 
 
+# What pydantic's error types expect, in the words of memsync's own messages.
+_EXPECTED = {"string_type": "a string", "int_type": "an integer", "int_parsing": "an integer",
+             "int_from_float": "an integer", "float_type": "a number", "float_parsing": "a number",
+             "bool_type": "true or false", "bool_parsing": "true or false", "list_type": "a list",
+             "dict_type": "an object", "none_required": "null"}
+
+
+def argument_errors(error: ValidationError) -> str:
+    """A tool's arguments refused by type, in one line: each argument (a list item by its index)
+    with what it must be and what it got (``limit must be an integer, got 'ten'``)."""
+    expected: dict[str, list[str]] = {}
+    got: dict[str, str] = {}
+    for e in error.errors(include_url=False):
+        # ("ids", 0, "float"): the argument, the list item, the union member tried (left out).
+        name = str(e["loc"][0]) + "".join(f"[{p}]" for p in e["loc"][1:] if isinstance(p, int))
+        if e["type"] == "missing":
+            what = "given"
+        elif e["type"] == "literal_error":
+            what = f"one of {e.get('ctx', {}).get('expected', '')}"
+        else:
+            what = _EXPECTED.get(e["type"]) or str(e["msg"]).removeprefix("Input should be ").removeprefix(
+                "Value error, ")
+        expected.setdefault(name, []).append(what)
+        got.setdefault(name, "" if e["type"] == "missing" else f", got {repr(e.get('input'))[:40]}")
+    return "; ".join(f"{name} must be {' or '.join(dict.fromkeys(whats))}{got[name]}"
+                     for name, whats in expected.items())
+
+
+def _valid_text(value: Any) -> Any:
+    """``value`` (JSON: text, numbers, lists, objects) with every text as valid Unicode."""
+    if isinstance(value, str):
+        return valid_unicode(value)
+    if isinstance(value, list):
+        return [_valid_text(v) for v in value]
+    if isinstance(value, dict):
+        return {valid_unicode(str(k)): _valid_text(v) for k, v in value.items()}
+    return value
+
+
+class ToolServer(MCPServer):
+    """The SDK's MCPServer with memsync's boundary: arguments' text as valid Unicode, type errors in
+    one line, and stdio lines repaired before the SDK parses them (see the module's docstring)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context[Any, Any] | None = None) -> CallToolResult | InputRequiredResult:
+        """The SDK's call, on repaired arguments; a ValidationError of the arguments as one line."""
+        try:
+            return await super().call_tool(name, _valid_text(arguments), context)
+        except ToolError as exc:
+            if isinstance(exc, UnexpectedToolError) or not isinstance(exc.__cause__, ValidationError):
+                raise
+            # The SDK logs the refused fields from the cause, as it did for its own message.
+            raise ToolError(f"Error executing tool {name}: {argument_errors(exc.__cause__)}") from exc.__cause__
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdio as the SDK does, each line of stdin repaired first
+        (``servers.wire.repaired_lines``). Given a stdin, the SDK leaves fd 0 as it is (it would
+        point it at the null device); nothing memsync starts reads it (children get /dev/null)."""
+        text = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+        stdin = cast("anyio.AsyncFile[str]", repaired_lines(anyio.wrap_file(text)))
+        try:
+            async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+                await self._lowlevel_server.run(read_stream, write_stream,
+                                                self._lowlevel_server.create_initialization_options())
+        finally:
+            text.detach()  # sys.stdin's buffer is not this wrapper's to close
+
+
 def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPServer:
     """The MCP server with memsync's tools, on one shared (thread-safe) Searcher."""
     searcher = searcher or Searcher(settings)
     requests = Requests(searcher, settings.max_query_chars)
-    mcp: MCPServer = MCPServer("memsync", instructions=instructions(settings.window_days), version=version("memsync"))
+    mcp: MCPServer = ToolServer("memsync", instructions=instructions(settings.window_days), version=version("memsync"))
 
     # Off (mcp_structured=false), tools declare no output schema and send the markdown only: Claude
     # Code, opencode and Codex give the model the JSON of structuredContent instead of the text when
@@ -258,7 +349,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
             return answer(render.recent_markdown(results, project), lambda: out.recent_output(results, project))
 
     @tool("Get full records")
-    def get_observations(ids: Annotated[list[str | int], Field(
+    def get_observations(ids: Annotated[list[str | int], NO_BOOLEANS, Field(
             description=f"Up to {MAX_IDS} ids as printed by the other tools: 123/#123, S12/#S12, P5/#P5.")],
     ) -> RecordsAnswer:
         """Full records by id, in the order given (observations, and summaries or prompts by their
@@ -268,7 +359,8 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
             return answer(render.records_markdown(records, missing), lambda: out.records_output(records, missing))
 
     @tool("Find similar past work")
-    def find_similar(observation_id: Annotated[int | str, Field(description="An observation id: 123 or #123.")],
+    def find_similar(observation_id: Annotated[int | str, NO_BOOLEANS,
+                                               Field(description="An observation id: 123 or #123.")],
                      limit: Annotated[int, Field(description=f"Results, 1-{MAX_LIMIT}.")] = 10,
                      window_days: Annotated[int | None, Field(
                          description="Only this many recent days; default all time.")] = 0) -> SimilarAnswer:
@@ -284,15 +376,22 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
     return mcp
 
 
-MCP_HOST = "127.0.0.1"
-
-
 PROFILES = ("memsync", "claude-mem")  # memsync's own tools; claude-mem's three search tools
 
 
+# Libraries that log each HTTP call at INFO (the Chroma client's httpx): an MCP client shows the
+# server's stderr as its log, where a line per search reads like trouble. Warnings still show.
+QUIET_LOGGERS = ("httpx", "httpcore", "chromadb")
+
+
 def serve(settings: Settings, http_port: int | None = None, profile: str = "memsync") -> None:
-    """Serve over stdio, or over streamable HTTP on 127.0.0.1:``http_port``; ``profile`` picks the
+    """Serve over stdio, or over streamable HTTP on ``serve_host``:``http_port``; ``profile`` picks the
     tools (``claude-mem``: its search, timeline and get_observations, ``servers.claude_mem_tools``)."""
+    host = settings.serve_host
+    if http_port is not None:
+        check_binding(host, settings)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     searcher = Searcher(settings)
     if profile == "claude-mem":
         from memsync.servers.claude_mem_tools import build_profile_server
@@ -307,12 +406,14 @@ def serve(settings: Settings, http_port: int | None = None, profile: str = "mems
             import uvicorn
 
             # The SDK's transport security gets the lists of servers.hosts, and HostGuard refuses
-            # first with the HTTP API's answer: one rule for both servers.
-            rule = HostRule.of(settings, MCP_HOST, http_port)
+            # first with the HTTP API's answer, then TokenGuard without the token: one rule for
+            # both servers. Bodies are repaired last, just before the SDK parses them.
+            rule = HostRule.of(settings, host, http_port)
             security = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=rule.sdk_hosts(),
                                                  allowed_origins=rule.sdk_origins())
-            app = server.streamable_http_app(host=MCP_HOST, transport_security=security)
-            uvicorn.run(HostGuard(app, rule), host=MCP_HOST, port=http_port,
-                        log_level=server.settings.log_level.lower())
+            app = server.streamable_http_app(host=host, transport_security=security)
+            guarded = HostGuard(TokenGuard(RepairedJsonBody(app, DEFAULT_MAX_REQUEST_BODY_SIZE), settings.bearer_token),
+                                rule)
+            uvicorn.run(guarded, host=host, port=http_port, log_level=server.settings.log_level.lower())
     finally:
         searcher.close()

@@ -14,9 +14,9 @@ from typing import Any, Literal, TypeVar
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.filters import FILTER_PARAMS, FilterParam
 from memsync.config.limits import MAX_LIMIT
-from memsync.config.records import RecordRefError, format_ref, parse_record_ref
+from memsync.config.records import InvalidRecordId, RecordRefError, format_ref, parse_iso, parse_record_ref
 from memsync.search import Format, Response, Result, Searcher
-from memsync.search.request import BadRequest, RequestParser, SearchFields, bounded
+from memsync.search.request import BadRequest, RequestParser, SearchFields, bounded, valid_unicode
 
 MAX_DEPTH = 50  # timeline records on each side of the anchor
 MAX_IDS = 100  # records per get
@@ -59,6 +59,29 @@ def parse_ref(value: str | int) -> tuple[Kind, int]:
         raise BadRequest(str(exc)) from None
 
 
+def checked_anchor(text: str) -> str:
+    """A timeline anchor given as such: a record id or an ISO time, else BadRequest. The search
+    library would take any other text as a query, so a mistyped date (``9999-12-31T99:99``) was
+    silently searched for; the servers take a query in its own parameter."""
+    try:
+        parse_record_ref(text)
+        return text
+    except InvalidRecordId as exc:
+        raise BadRequest(str(exc)) from None
+    except RecordRefError:
+        pass
+    try:
+        parse_iso(text)
+    except RecordRefError:
+        raise BadRequest(f"anchor must be a record id (123, #123, S12, P5) or an ISO time (2026-11-01T10:00:00Z), "
+                         f"got {text[:40]!r}; to anchor on the best match of words, give them as query") from None
+    return text
+
+
+def _project(value: str | None) -> str | None:
+    return valid_unicode((value or "").strip()) or None
+
+
 @dataclass(frozen=True)
 class FindArgs:
     """One find-by request (``Searcher.find_by_*``) beside its filter value: the query that ranks
@@ -89,7 +112,7 @@ class Requests:
         filter first, then the matches ranked by ``args.query`` (newest first without one)."""
         query = self.parser.query(args.query)
         limit, offset = self.parser.page(args.limit, args.offset)
-        kw: dict[str, Any] = {"project": (args.project or "").strip() or None, "limit": limit, "offset": offset,
+        kw: dict[str, Any] = {"project": _project(args.project), "limit": limit, "offset": offset,
                               "window_days": self.parser.window(args.window_days),
                               "format": Format.FULL if args.full else Format.INDEX}
         if by == "type":
@@ -97,20 +120,23 @@ class Requests:
             if not types:
                 raise BadRequest("give an observation type, e.g. bugfix")
             return self.searcher.find_by_type(types, query, **kw)
-        if not isinstance(value, str) or not self.parser.query(value, by).strip():
+        text = self.parser.query(value, by).strip() if isinstance(value, str) else ""
+        if not text:
             raise BadRequest(f"{by} must be a non-empty string")
         find = self.searcher.find_by_concept if by == "concept" else self.searcher.find_by_file
-        return find(value.strip(), query, **kw)
+        return find(text, query, **kw)
 
     def timeline(self, anchor: str | None, query: str | None, depth_before: int, depth_after: int,
                  project: str | None, full: bool = False) -> tuple[list[Result], tuple[Kind, int]]:
         """Records around an anchor (an id, S/P id, ISO time) or around the best match of ``query``."""
-        anchor_text = self.parser.query(anchor, "anchor").strip() or self.parser.query(query).strip()
+        before, after = bounded(depth_before, "depth_before", 0, MAX_DEPTH), bounded(depth_after, "depth_after", 0,
+                                                                                     MAX_DEPTH)
+        anchor_text = self.parser.query(anchor, "anchor").strip()
+        anchor_text = checked_anchor(anchor_text) if anchor_text else self.parser.query(query).strip()
         if not anchor_text:
             raise BadRequest("give an anchor (123, S12, P5 or an ISO time) or a query")
-        return self.searcher.timeline(anchor_text, bounded(depth_before, "depth_before", 0, MAX_DEPTH),
-                                      bounded(depth_after, "depth_after", 0, MAX_DEPTH),
-                                      (project or "").strip() or None, Format.FULL if full else Format.INDEX)
+        return self.searcher.timeline(anchor_text, before, after, _project(project),
+                                      Format.FULL if full else Format.INDEX)
 
     def get(self, refs: Sequence[str | int]) -> tuple[list[dict[str, object]], list[str]]:
         """Full records for ids like 123, S12, P5, in the requested order, and the ids not found."""
@@ -139,4 +165,4 @@ class Requests:
 
     def recent(self, project: str | None, limit: int) -> list[Result]:
         """The newest summaries and observations (of a project)."""
-        return self.searcher.recent_context((project or "").strip() or None, bounded(limit, "limit", 1, MAX_LIMIT))
+        return self.searcher.recent_context(_project(project), bounded(limit, "limit", 1, MAX_LIMIT))

@@ -7,13 +7,22 @@ than 65,535 bytes, so the app's own 414 for a query string over ``MAX_QUERY_STRI
 Here a URL is counted as it arrives and one over :data:`MAX_URL` gets that 414 at once, never
 buffered further; any other malformed request gets a JSON 400. httptools when installed (it comes
 with chromadb's ``uvicorn[standard]``), else h11 with room for the longest URL allowed.
+
+Also here: JSON text from MCP clients with an unpaired UTF-16 surrogate escaped in a string
+(``"\\ud800"``) is repaired before the MCP SDK reads it (:func:`lone_surrogates_replaced`, on each
+stdio line and on each streamable-HTTP body). The SDK parses with pydantic-core, which refuses
+such a string as invalid JSON: over stdio the request then got no answer at all, over HTTP a parse
+error, and the search never ran (docs/servers.md, "Text that is not valid Unicode").
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+from collections.abc import AsyncIterable, AsyncIterator
 
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 MAX_QUERY_STRING = 56 * 1024  # bytes; 4,000 emoji percent-encoded (48 KB) plus the other parameters fit
@@ -73,3 +82,66 @@ def protocol_class() -> type[asyncio.Protocol]:
             self.transport.close()
 
     return JsonHttpToolsProtocol
+
+
+# In JSON text, left to right: an escaped backslash (so that "\\ud800" is not read as an escape),
+# a surrogate pair's two escapes (kept), or one surrogate's escape on its own (replaced).
+_SURROGATE_ESCAPES = re.compile(rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+                                rb"|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_ANY_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_REPLACEMENT_ESCAPE = rb"\ufffd"
+
+
+def _repaired(match: re.Match[bytes]) -> bytes:
+    return _REPLACEMENT_ESCAPE if len(match.group()) == 6 else match.group()
+
+
+def lone_surrogates_replaced(json_text: bytes) -> bytes:
+    """JSON text with every escape of an unpaired UTF-16 surrogate (``\\ud800``, ``\\udc00``)
+    replaced by ``\\ufffd`` (U+FFFD, the replacement character); pairs and everything else as given."""
+    if not _ANY_SURROGATE_ESCAPE.search(json_text):
+        return json_text
+    return _SURROGATE_ESCAPES.sub(_repaired, json_text)
+
+
+async def repaired_lines(lines: AsyncIterable[str]) -> AsyncIterator[str]:
+    """Lines of JSON text (MCP over stdio), each with its unpaired surrogate escapes replaced."""
+    async for line in lines:
+        # The escapes are ASCII: this round trip changes nothing else (surrogateescape keeps any
+        # code point a byte could not encode, though a line decoded as UTF-8 has none).
+        yield lone_surrogates_replaced(line.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+
+
+class RepairedJsonBody:
+    """ASGI middleware: a request body of at most ``limit`` bytes is read whole and handed on with
+    its unpaired surrogate escapes replaced (:func:`lone_surrogates_replaced`); a longer one is
+    handed on as it arrives (the app refuses its size)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        pending: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            pending.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.limit or not message.get("more_body", False):
+                break
+        bodies = [m for m in pending if m["type"] == "http.request"]
+        if size <= self.limit and bodies and not bodies[-1].get("more_body", False):
+            whole = lone_surrogates_replaced(b"".join(m.get("body", b"") for m in bodies))
+            pending = [{"type": "http.request", "body": whole, "more_body": False},
+                       *(m for m in pending if m["type"] != "http.request")]
+
+        async def replay() -> Message:
+            return pending.pop(0) if pending else await receive()
+
+        await self.app(scope, replay, send)

@@ -130,7 +130,7 @@ def search(as_json: bool, query: str, kind: str, limit: int, offset: int, window
 
     with errors_as_exit(settings):
         _refused_exits(settings)
-    searcher = Searcher(settings)
+        searcher = Searcher(settings)  # refused when the data directory belongs to another database
     parser = RequestParser(settings.max_query_chars, searcher.observation_types)
     by_option = RequestParser(settings.max_query_chars, searcher.observation_types, lambda p: p.flag)
     try:
@@ -172,11 +172,15 @@ def timeline(as_json: bool, anchor: str, depth_before: int, depth_after: int, pr
     """
     settings = settings_from(kwargs).settings
     from memsync.search import Searcher
+    from memsync.search.request import valid_unicode
 
-    searcher = Searcher(settings)
+    with errors_as_exit(settings):
+        searcher = Searcher(settings)
     try:
         with errors_as_exit(settings):
-            results, key = searcher.timeline(anchor, depth_before, depth_after, project)
+            # A byte that is not UTF-8 comes in as a lone surrogate: the parser's rule, as for search.
+            results, key = searcher.timeline(valid_unicode(anchor), depth_before, depth_after,
+                                             valid_unicode(project) if project else None)
             data = {"anchor": {"kind": key[0].value, "id": key[1]}, "results": [r.to_json() for r in results]}
             emit(data, as_json, "\n".join(result_line(r) for r in results) or "(no records)")
     finally:

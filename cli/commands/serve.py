@@ -11,6 +11,7 @@ import click
 from memsync.commands.options import (
     EXIT_USAGE,
     common_options,
+    env_note,
     errors_as_exit,
     fail,
     setting_default,
@@ -41,8 +42,9 @@ def existing_db(settings: Settings) -> Settings:
 @click.command()
 @common_options
 @click.option("--http-port", type=click.IntRange(1, 65535), default=None,
-              help="Serve MCP over streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio (Host and "
-                   "Origin checked as by `memsync serve`).")
+              help=f"Serve MCP over streamable HTTP on PORT/mcp instead of stdio, at the address "
+                   f"{env_note('serve_host')}; Host, Origin and MEMSYNC_API_TOKEN checked as by "
+                   "`memsync serve` (anything but loopback needs the token).")
 @click.option("--profile", type=click.Choice(["memsync", "claude-mem"]), default="memsync", show_default=True,
               help="Which tools: memsync's own, or claude-mem's three search tools (search, timeline, "
                    "get_observations) with claude-mem's parameters and answer shape, so that its mem-search "
@@ -72,7 +74,7 @@ def mcp(http_port: int | None, profile: str, **kwargs: Any) -> None:
 def serve(host: str | None, port: int | None, **kwargs: Any) -> None:
     """``memsync serve``: its help is SERVE_HELP (the address's default read from the settings)."""
     settings = existing_db(settings_from(kwargs).settings)
-    from memsync.servers.http_api import check_binding, is_loopback
+    from memsync.servers.hosts import check_binding, is_loopback
     from memsync.servers.http_api import serve as serve_http
 
     with errors_as_exit(settings):

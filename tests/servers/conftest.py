@@ -65,20 +65,21 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
 
 
 @contextlib.contextmanager
-def mcp_over_http(settings: Settings, *args: str) -> Iterator[int]:
-    """`memsync mcp ARGS --http-port PORT` as a subprocess on a free port, once uvicorn accepts
-    connections; the port. Stopped (and waited for) on exit."""
+def mcp_over_http(settings: Settings, *args: str, host: str = "127.0.0.1", **env: str) -> Iterator[int]:
+    """`memsync mcp ARGS --http-port PORT` as a subprocess on a free port (listening on ``host``,
+    ``env`` added to its environment), once uvicorn accepts connections; the port. Stopped (and
+    waited for) on exit."""
     port = free_port()
     log = settings.data_dir / f"mcp-http-{port}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as sink:
-        proc = subprocess.Popen([MEMSYNC, "mcp", *args, "--http-port", str(port)], env=server_env(settings), cwd=ROOT,
-                                stdout=sink, stderr=sink, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen([MEMSYNC, "mcp", *args, "--http-port", str(port)], env=server_env(settings, **env),
+                                cwd=ROOT, stdout=sink, stderr=sink, stdin=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 60
             while True:  # poll with a deadline until uvicorn accepts connections
                 try:
-                    httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
+                    httpx.get(f"http://{host}:{port}/mcp", timeout=1)
                     break
                 except httpx.TransportError:
                     assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
