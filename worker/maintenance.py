@@ -7,7 +7,7 @@
   codes, the entries' checksum: ``VectorCopyWriter.check``; then the vectors' block checksums,
   ``VectorCopyWriter.check_vectors``) in a cycle that starts every ``vector_copy_check_s`` (a minute)
   and after every full pass, busy or idle; the vectors are read ``COPY_CHECK_SLICE`` bytes per step, the
-  next slice at the next step (about 40 ms of one core a minute at 313k documents, one 1.5 MB
+  next slice at the next step (50-60 ms of CPU a cycle at 313k documents, 0.11% of a core, one 1.5 MB
   buffer: ``scripts/bench_copy_check.py``). A damaged copy is discarded (``vector_copy_damaged``)
   and filled again like a missing one. A copy closed after a failed write is opened again here (its
   open checks it too).
@@ -46,8 +46,8 @@ COMPACT_CHECK_S = 60.0  # how often an idle worker looks at the churn (one COUNT
 COPY_FILL_BUDGET = 5000  # documents per idle step when filling a vector copy from Chroma (~0.5 s)
 REORDER_CHECK_S = 60.0  # how often the worker asks whether its vector copy needs a rewrite
 REORDER_RETRY_S = 3600.0  # after a failed rewrite (its half-written files are deleted by the next)
-# Bytes of vectors a step of the check reads (~10 ms): a large copy is checked over a few steps, so
-# that no step holds the copy's lock (or keeps new rows waiting) for the whole file's 40+ ms.
+# Bytes of vectors a step of the check reads (15-30 ms): a large copy is checked over a few steps, so
+# that no step holds the copy's lock (or keeps new rows waiting) for the whole file's 50-90 ms (313k documents).
 COPY_CHECK_SLICE = 32 << 20
 
 

@@ -35,7 +35,7 @@ The vectors have checksums of their own, per block (:func:`vectors_damage`): the
 never covered them, and random bytes written over the vectors file changed rankings unseen. A
 writer continues the last block's crc32 as it appends (it never reads the file again) and a rewrite
 computes them as it writes. Checking them reads the whole file (120 MB at 313k documents, 384
-dimensions: a crc32 per 1.5 MB block, about 40 ms), too much for a search; the worker checks them
+dimensions: a crc32 per 1.5 MB block, 40-90 ms), too much for a search; the worker checks them
 on its schedule in slices (``worker.maintenance``), ``status`` and ``verify`` whole. A version 3
 manifest has none: the next writer records those of the vectors it finds (no rebuild), as for the
 entries' checksum of version 2.
