@@ -23,7 +23,7 @@ import io
 import logging
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from importlib.metadata import version
 from typing import Annotated, Any, Literal, TypeVar, cast
@@ -213,7 +213,8 @@ class ToolServer(MCPServer):
                 await self._lowlevel_server.run(read_stream, write_stream,
                                                 self._lowlevel_server.create_initialization_options())
         finally:
-            text.detach()  # sys.stdin's buffer is not this wrapper's to close
+            with suppress(ValueError):  # already detached, or a read still under way at exit
+                text.detach()  # sys.stdin's buffer is not this wrapper's to close
 
 
 def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPServer:

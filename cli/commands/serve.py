@@ -62,7 +62,21 @@ def mcp(http_port: int | None, profile: str, **kwargs: Any) -> None:
     from memsync.servers.mcp_tools import serve as serve_mcp
 
     with errors_as_exit(settings):
+        if http_port is not None:
+            listening(settings, settings.serve_host, http_port, "mcp")
         serve_mcp(settings, http_port, profile)
+
+
+def listening(settings: Settings, host: str, port: int, path: str = "") -> None:
+    """Refuse an address beyond loopback without a token (ConfigError), else say where the server
+    listens, and which names it answers when that is not loopback (stderr; stdout is MCP's)."""
+    from memsync.servers.hosts import check_binding, is_loopback
+
+    check_binding(host, settings)
+    click.echo(f"memsync: serving http://{host}:{port}/{path} on {settings.db}", err=True)
+    if not settings.allowed_hosts and not is_loopback(host):
+        click.echo("memsync: clients reaching this server by another name than its address or a loopback "
+                   "name get 421: list those names in MEMSYNC_ALLOWED_HOSTS", err=True)
 
 
 @click.command(help=SERVE_HELP)
@@ -74,14 +88,8 @@ def mcp(http_port: int | None, profile: str, **kwargs: Any) -> None:
 def serve(host: str | None, port: int | None, **kwargs: Any) -> None:
     """``memsync serve``: its help is SERVE_HELP (the address's default read from the settings)."""
     settings = existing_db(settings_from(kwargs).settings)
-    from memsync.servers.hosts import check_binding, is_loopback
     from memsync.servers.http_api import serve as serve_http
 
     with errors_as_exit(settings):
-        check_binding(host or settings.serve_host, settings)
-        click.echo(f"memsync: serving http://{host or settings.serve_host}:{port or settings.serve_port}/ "
-                   f"on {settings.db}", err=True)
-        if not settings.allowed_hosts and not is_loopback(host or settings.serve_host):
-            click.echo("memsync: clients reaching this server by another name than its address or a loopback "
-                       "name get 421: list those names in MEMSYNC_ALLOWED_HOSTS", err=True)
+        listening(settings, host or settings.serve_host, port or settings.serve_port)
         serve_http(settings, host, port)
