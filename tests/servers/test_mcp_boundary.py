@@ -103,7 +103,9 @@ def test_stdio_answers_every_request_with_broken_unicode_and_logs_no_http_calls(
     session = StdioSession(served)
     try:
         session.send(json.dumps(INITIALIZE).encode())
-        assert "result" in session.answers({1})[1]
+        # The default scope is every project: the instructions said "this project's memory".
+        instructions = session.answers({1})[1]["result"]["instructions"]
+        assert "across all projects unless you pass project" in instructions and "this project" not in instructions
         session.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
         session.send(call(2, "search", rb'{"query":"upload retries \ud800","limit":3}'))
         session.send(call(3, "search", rb'{"query":"\udc00 dark mode \ud83d\ude00","project":"\udfff","limit":3}'))
