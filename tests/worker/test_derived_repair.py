@@ -192,8 +192,16 @@ def _damage_index(s: Settings, how: str) -> None:
     assert segments
     if how == "meta_json":
         (path / "meta.json").write_text("{garbage")
+    elif how == "meta_json_deleted":  # a reader must not create an empty index in its place
+        (path / "meta.json").unlink()
     elif how == "delete_segment":
         segments[0].unlink()
+    elif how == "garble_postings":  # random bytes at an offset of the postings, size and footer kept
+        postings = next(p for p in segments if p.suffix == ".idx")
+        size = postings.stat().st_size
+        with open(postings, "r+b") as fh:
+            fh.seek(size // 4)
+            fh.write(os.urandom(min(512, size // 2)))
     else:
         overwrite(segments[0], os.urandom(segments[0].stat().st_size))
 
@@ -212,7 +220,8 @@ def wait_removed(path: Path, seconds: float = 10.0) -> None:
             time.sleep(0.05)
 
 class TestTextIndexDamage:
-    @pytest.mark.parametrize("how", ["meta_json", "delete_segment", "garble_segment"])
+    @pytest.mark.parametrize("how", ["meta_json", "meta_json_deleted", "delete_segment", "garble_segment",
+                                     "garble_postings"])
     def test_damaged_index_is_named_in_search_and_status_and_rebuilt_by_one_pass(self, synced: Settings,
                                                                                  how: str) -> None:
         s = synced
@@ -223,8 +232,10 @@ class TestTextIndexDamage:
         for mode in (Mode.HYBRID, Mode.LEXICAL):
             answered, reason, n = _search(s, mode)
             assert answered is mode and n and "lexical: FTS5 (text index unreadable, rebuilding" in reason
+        assert (index_path(s) / "meta.json").exists() is (how != "meta_json_deleted")  # no reader created one
         st = status(s).text_index
         assert st["answers"] == "FTS5" and st["damaged"] and "rebuilds" in st["why"]
+        assert verify(s).text_index_damaged == st["damaged"] and not verify(s).clean
         logged = _once(s)
         rebuilding = [e for e in logged if e["event"] == "text_index_rebuilding"]
         assert len(rebuilding) == 1 and rebuilding[0]["reason"]
@@ -252,6 +263,27 @@ class TestTextIndexDamage:
             text.close()
         index, why = TextIndex.open_checked(s)
         assert index is not None and why is None
+
+    @pytest.mark.parametrize("how", ["garble_postings", "meta_json_deleted"])
+    def test_the_running_writer_finds_damage_at_its_next_step_without_a_full_refresh(self, tmp_path: Path,
+                                                                                     how: str) -> None:
+        # Each step compares memsync's record with tantivy's meta.json and checks the checksums of
+        # the files that changed since it last looked: no wait for the reconcile interval.
+        s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http", chroma_port=9,
+                     text_index_append_s=3600)
+        make_db(s.db, mixed_records(3))
+        text = TextSync(s)
+        try:
+            assert text.step(force_full=True) is not None
+            assert text.step() is None  # nothing due, nothing wrong
+            _damage_index(s, how)
+            with capture_logs() as logged:
+                result = text.step()
+            assert result is not None and set(result.rebuilt) == {k.value for k in Kind}
+            assert [e["event"] for e in logged if e["event"].startswith("text_index")][0] == "text_index_rebuilding"
+        finally:
+            text.close()
+        assert unreadable(index_path(s)) is None
 
     def test_a_garbled_memsync_meta_file_is_reported_and_rebuilt(self, tmp_path: Path) -> None:
         s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http", chroma_port=9,
@@ -295,3 +327,4 @@ def test_the_command_line_and_the_json_name_what_answered_and_what_is_damaged(sy
     assert text_index["answers"] == "FTS5" and text_index["damaged"]
     ver = CliRunner().invoke(main, ["verify", *opts], catch_exceptions=False)
     assert ver.exit_code == 1 and "vector copy damaged (entries.bin" in ver.stdout and "differ" not in ver.stdout
+    assert "; text index damaged (" in ver.stdout and "the worker discards and rebuilds it" in ver.stdout
