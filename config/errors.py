@@ -7,7 +7,9 @@
     │   ├── StoreRefused       Chroma answered but refused us: token, tenant, database, certificate
     │   ├── SettingsError      a setting or the config file is unusable (config.settings)
     │   ├── SchemaError        the file is not a claude-mem database (config.claude_mem.schema)
-    │   └── ClaudeSettingsError  Claude Code's settings file is not a JSON object (config.claude_code)
+    │   ├── ClaudeSettingsError  Claude Code's settings file is not a JSON object (config.claude_code)
+    │   └── DatabaseMismatch   the data directory belongs to another database: give this one its own
+    │                          (config.formats.database_owner)
     ├── InvalidRequest         a value the caller gave is refused: change the request
     │   ├── RecordRefError     not a record id, kind or ISO date (config.records)
     │   ├── SearchError        a search the engine cannot answer: bad anchor, unknown id (search.models)

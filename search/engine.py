@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.embedding import Embedder
+from memsync.config.formats.database_owner import claim
 from memsync.config.settings import Settings
 from memsync.search import fts, hydrate, links
 from memsync.search.fusion import Ranked, Weights, fuse
@@ -69,6 +70,9 @@ class Searcher(Lookups):
     """The search library's entry point; one per process (thread-safe), cheap to keep open."""
 
     def __init__(self, settings: Settings, embedder: Embedder | None = None, weights: Weights | None = None) -> None:
+        """DatabaseMismatch when the data directory belongs to another database: its store and
+        indexes would answer for that one."""
+        claim(settings)
         self.settings = settings
         self.weights = weights or Weights()
         self._embedder = embedder

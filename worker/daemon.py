@@ -43,7 +43,7 @@ import threading
 from typing import Any
 
 from memsync.config.diskspace import explain, no_space
-from memsync.config.embedding import Embedder, close_embedder, make_embedder
+from memsync.config.embedding import Embedder, close_embedder, embed_bound_s, make_embedder, waits_on
 from memsync.config.errors import (
     EmbeddingUnavailable,
     NoSpace,
@@ -52,6 +52,7 @@ from memsync.config.errors import (
     StoreRefused,
     StoreUnavailable,
 )
+from memsync.config.formats.database_owner import claim
 from memsync.config.formats.first_sync import Cursor, every_kind
 from memsync.config.formats.worker_status import PHASE_FIRST_PASS
 from memsync.config.settings import Settings
@@ -96,7 +97,7 @@ class Worker:
         self._serving = False  # the loop runs (not --once): worth warming the server's index for searches
         self._trimmer = Trimmer()
         self._text = TextSync(settings, self.stop)
-        self._lock = WorkerLock(settings.data_dir)
+        self._lock = WorkerLock(settings.data_dir, settings.db)
         self._state: SyncState | None = None
         self._store: EmbeddingStore | None = None  # the embedding store, open while the worker runs
         self._collection = StoreCollection(None, due=False)
@@ -215,6 +216,7 @@ class Worker:
             self._shutdown()
 
     def _start(self) -> None:
+        claim(self.s, create=True)  # a worker of another database would replace this one's store
         self._lock.acquire()
         self.health.started()
         self._state = SyncState(self.s.state_path)
@@ -360,6 +362,12 @@ class Worker:
         """Open what a step needs: the source reader, then Chroma (StoreUnavailable when down)."""
         assert self._state is not None
         self._tail.open()
+        if self._target.sink is None:
+            # A remote model without embedding_dimension is asked for it once, before connecting:
+            # one request, which a slow endpoint may take long to answer (the heartbeat goes on).
+            embedder = self._target.embedder
+            with self.health.busy(waits_on(embedder), embed_bound_s(embedder, 1)):
+                _ = embedder.dimension
         if self._target.open(self._state):
             self.health.status.chroma_reachable = True
             self._store_due = True  # a new connection may be to a new (wiped, restored, other) store
@@ -374,7 +382,7 @@ class Worker:
         reader = self._tail.reader
         assert reader is not None
         # worker.json counts the rows of memsync's own pass: no upstream progress.
-        options = SyncOptions.from_settings(self.s, self.stop, self.health.pass_progress, yield_to)
+        options = SyncOptions.from_settings(self.s, self.stop, self.health.pass_progress, yield_to, self.health.busy)
         return SyncPass(self.s, reader, state, self._collection, options, upstream_progress=False)
 
     def _check_store(self, state: SyncState) -> bool:

@@ -18,6 +18,7 @@ from memsync.config.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.embedding import Embedder, close_embedder, endpoint_url, make_embedder
 from memsync.config.errors import ConfigError, StoreDamaged
+from memsync.config.formats.database_owner import claim
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.embedstore import EmbeddingStore
@@ -56,9 +57,11 @@ def resync(
     embedder: Embedder | None = None,
 ) -> SyncResult:
     """Bring the configured Chroma collection in step with the source database, exactly (``scope``:
-    one project's rows, or a dry run; always a full comparison)."""
+    one project's rows, or a dry run; always a full comparison). DatabaseMismatch, before anything
+    is written, when the data directory belongs to another database."""
     if rebuild and scope.project is not None:
         raise ConfigError("--rebuild re-embeds everything; it cannot be combined with --project")
+    claim(settings, create=not scope.dry_run)
     scope, options = dataclasses.replace(scope, full=True), SyncOptions.from_settings(settings, stop, progress)
     if embedder is not None:
         return _resync(settings, embedder, scope, rebuild, options)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.formats.database_owner import claim
 from memsync.config.formats.text_index import (
     index_path,
     meta_unreadable,
@@ -206,7 +207,9 @@ def language_state(settings: Settings, reader: SourceReader) -> dict[str, Any]:
 
 
 def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
-    """Build the status report from the source database and the sync records."""
+    """Build the status report from the source database and the sync records (DatabaseMismatch
+    when the data directory belongs to another database: its records would give a bogus lag)."""
+    claim(settings)
     with SyncState(settings.state_path) as state:
         collection = state.get_meta(ACTIVE_COLLECTION)
         marks = state.watermarks(collection) if collection else {}
@@ -249,7 +252,7 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
         report.text_index = text_index_state(settings, max_ids)
         report.languages = language_state(settings, reader)
     report.vector_copy = vector_copy_state(settings, collection)
-    report.worker = worker_state(settings.data_dir, now_ms())
+    report.worker = worker_state(settings.data_dir, now_ms(), settings.db)
     report.store = store_state(report.worker, now_ms(), settings.reconcile_interval_s)
     if last:
         report.last_run = {"finished_at_ms": last[0], **json.loads(last[1])}

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from memsync.commands.options import EXIT_USAGE, common_options, demo_db_path, errors_as_exit, fail, settings_from
+from memsync.commands.options import EXIT_USAGE, common_options, errors_as_exit, fail, settings_from
 from memsync.config.claude_code import (
     CLAUDE_MEM_SERVER,
     DENY_RULES,
@@ -24,6 +24,7 @@ from memsync.config.claude_code import (
     read_settings,
     settings_path,
 )
+from memsync.config.formats.database_owner import is_demo
 
 CLAUDE_TIMEOUT = 60  # seconds for one `claude mcp` call (it answers in about a second)
 
@@ -107,7 +108,7 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
     env: list[str] = []
     # The server finds the same database and data directory as this command did: what was set
     # explicitly (or the demo database) is passed on; claude-mem's own rule needs nothing.
-    if loaded.origins["db"] != "default" or settings.db == demo_db_path(settings):
+    if loaded.origins["db"] != "default" or is_demo(settings):
         env += ["-e", f"MEMSYNC_DB={settings.db}"]
     if loaded.origins.get("data_dir", "default") != "default":
         env += ["-e", f"MEMSYNC_DATA_DIR={settings.data_dir}"]

@@ -21,6 +21,7 @@ from memsync.commands.options import (
     settings_from,
 )
 from memsync.config.claude_mem.schema import Era
+from memsync.config.formats.database_owner import for_database
 from memsync.config.settings import LoadedSettings, Settings
 from memsync.search import SearchRequest
 from memsync.servers.render import result_line
@@ -88,7 +89,7 @@ def make_demo_db(path: Path, sessions: int = 40, seed: int = 7) -> str:
 
 def demo_or_configured(loaded: LoadedSettings) -> Settings:
     """The configured database; when it is the default one and missing, the demo database (made on
-    first use) so that `make run` shows something on a fresh machine."""
+    first use) so that `make run` shows something on a fresh machine, with its own data directory."""
     settings = loaded.settings
     if settings.db.exists():
         return settings
@@ -98,7 +99,7 @@ def demo_or_configured(loaded: LoadedSettings) -> Settings:
     if not demo_db.exists():
         click.echo(make_demo_db(demo_db), err=True)
     click.echo(f"no database at {settings.db}; using the demo database {demo_db}", err=True)
-    return settings.model_copy(update={"db": demo_db})
+    return for_database(settings.model_copy(update={"db": demo_db}))
 
 
 @click.command()

@@ -23,6 +23,7 @@ import click
 from memsync.config.claude_mem.user_settings import DEFAULT_DIR_RULE, data_dir_choice
 from memsync.config.diskspace import explain, no_space
 from memsync.config.errors import ConfigError, InvalidRequest, MemsyncError, StoreUnavailable, closest
+from memsync.config.formats import database_owner
 from memsync.config.settings import (
     DEFAULT_CONFIG_FILE,
     ENV_PREFIX,
@@ -107,13 +108,15 @@ def settings_from(kwargs: dict[str, Any]) -> LoadedSettings:
     demo = demo_db_path(s)
     if loaded.origins["db"] == "default" and not s.db.exists() and demo.exists():
         # Same database as `make run` used: the demo, since no real one is configured.
-        return LoadedSettings(s.model_copy(update={"db": demo}), loaded.origins, loaded.config_file)
-    return loaded
+        s = s.model_copy(update={"db": demo})
+    # The data directory that goes with the database (the demo's is its own).
+    return LoadedSettings(database_owner.for_database(s), loaded.origins, loaded.config_file)
 
 
 def demo_db_path(settings: Settings) -> Path:
-    """Where `make run` keeps the demo database when no real one is configured."""
-    return settings.data_dir / "demo" / "claude-mem.db"
+    """Where `make run` keeps the demo database when no real one is configured (in the configured
+    data directory; it works in a data directory of its own, ``config.formats.database_owner``)."""
+    return database_owner.demo_db_path(settings.data_dir)
 
 
 @contextmanager
@@ -168,6 +171,6 @@ def db_rule(loaded: LoadedSettings) -> str:
         return f"db in {origin.removeprefix('file:')}"
     if origin.startswith("claude-mem: "):
         return origin.removeprefix("claude-mem: ")
-    if loaded.settings.db == demo_db_path(loaded.settings):
+    if database_owner.is_demo(loaded.settings):
         return f"the demo database (none at {data_dir_choice().db})"
     return DEFAULT_DIR_RULE

@@ -6,7 +6,8 @@ server's status (``memsync.worker.status``), and by a second worker that finds t
 
 The worker writes the file as soon as it holds its lock (``phase`` ``starting``), then replaces it
 atomically (temp file + rename) when a pass ran, and at least every ``HEARTBEAT_EVERY_S`` as a
-heartbeat, during a long first pass too (``phase`` ``first pass``, with ``pass_rows_done``). A
+heartbeat, during a long first pass too (``phase`` ``first pass``, with ``pass_rows_done``), and
+while a model call is in flight, for as long as that call can take (``waiting_on``). A
 reader calls the worker up only while its pid is alive, it is not stopping and its heartbeat is
 younger than ``STALE_MS``.
 """
@@ -76,6 +77,9 @@ class WorkerStatus:
     # how long its last load took.
     index_loading_since_ms: int | None = None
     index_loaded_in_ms: int | None = None
+    # A call the loop waits on now (worker.health.Health.busy): what, since when, and the longest it
+    # can take; the heartbeat is refreshed meanwhile, for that long at most. None: not waiting.
+    waiting_on: dict[str, Any] | None = None
 
     def write(self, data_dir: Path) -> None:
         """Replace ``worker.json`` in ``data_dir`` atomically (temp file + rename)."""
@@ -92,14 +96,26 @@ def read_worker_status(data_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def worker_state(data_dir: Path, now_ms: int) -> dict[str, Any]:
+def follows_other(worker_db: object, db: Path) -> str | None:
+    """The database a worker's ``db`` field names when that is not ``db`` (compared by resolved
+    path), else None (the same one, or not said)."""
+    if not isinstance(worker_db, str) or not worker_db:
+        return None
+    return None if Path(worker_db).expanduser().resolve() == db.expanduser().resolve() else worker_db
+
+
+def worker_state(data_dir: Path, now_ms: int, db: Path | None = None) -> dict[str, Any]:
     """The worker's own report plus ``up`` (its pid is alive, it is not stopping, its heartbeat is
-    fresh at ``now_ms``) and ``reason`` (why not, else None)."""
+    fresh at ``now_ms``) and ``reason`` (why not, else None). Given the reader's database ``db``, a
+    worker that follows another one is not up for it (``follows_other``: the database it follows):
+    its lag and progress say nothing about ``db``."""
     raw = read_worker_status(data_dir)
     if raw is None:
         return {"up": False, "reason": "no worker has run for this data directory"}
+    other = follows_other(raw.get("db"), db) if db is not None else None
     fresh = now_ms - int(raw.get("heartbeat_ms", 0)) < STALE_MS
     alive = pid_alive(int(raw.get("pid", 0)))
-    up = alive and fresh and not raw.get("stopping")
-    reason = None if up else ("stopped" if raw.get("stopping") or not alive else "heartbeat is stale")
-    return {**raw, "up": up, "reason": reason}
+    up = alive and fresh and not raw.get("stopping") and other is None
+    reason = (None if up else f"it follows another database, {other}" if other is not None
+              else "stopped" if raw.get("stopping") or not alive else "heartbeat is stale")
+    return {**raw, "up": up, "reason": reason, "follows_other": other}

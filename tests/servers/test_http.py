@@ -176,7 +176,8 @@ def test_a_vanished_database_is_503_without_paths(served: Settings, tmp_path: An
 
     copy = tmp_path / "copy.db"
     shutil.copy(served.db, copy)
-    with HttpServer(served.model_copy(update={"db": copy})) as server:
+    # Another database: a data directory of its own (the served one belongs to the served database).
+    with HttpServer(served.model_copy(update={"db": copy, "data_dir": tmp_path / "data"})) as server:
         assert get(server, "/api/search", q="uploads").status_code == 200
         copy.unlink()
         for path in ("/api/search", "/api/status", "/api/records/observation/1", "/api/timeline"):

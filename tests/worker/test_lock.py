@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from memsync.config.errors import ConfigError
 from memsync.config.formats.worker_status import WorkerStatus
-from memsync.worker.lock import LOCK_FILE, WorkerLock, holder_pid
+from memsync.worker.lock import LOCK_FILE, WorkerLock, holder_db, holder_pid
 
 HOLD = """
 import sys
@@ -61,3 +62,24 @@ def test_without_a_pid_in_the_lock_worker_json_names_it(tmp_path: Path) -> None:
     (tmp_path / LOCK_FILE).write_text("not a pid\n")
     WorkerStatus(4242, 0, "managed", "db").write(tmp_path)
     assert holder_pid(tmp_path) == 4242
+
+
+def test_the_message_names_the_database_the_holder_follows(tmp_path: Path) -> None:
+    """The holder writes its database under its pid; a second worker's one line names both."""
+    data, shop = tmp_path / "data", tmp_path / "shop.db"
+    first = WorkerLock(data, shop)
+    first.acquire()
+    try:
+        with pytest.raises(ConfigError) as info:
+            WorkerLock(data, tmp_path / "claude-mem.db").acquire()
+        expected = f"another worker (pid {os.getpid()}, following {shop.resolve()}) already runs for {data}"
+        assert str(info.value) == expected
+    finally:
+        first.release()
+
+
+def test_an_older_lock_without_a_database_takes_it_from_the_holders_worker_json(tmp_path: Path) -> None:
+    (tmp_path / LOCK_FILE).write_text("4242\n")
+    WorkerStatus(4242, 0, "managed", "/x/shop.db").write(tmp_path)
+    assert holder_db(tmp_path, 4242) == "/x/shop.db"
+    assert holder_db(tmp_path, 4343) is None  # another process's worker.json says nothing of the holder
