@@ -7,6 +7,7 @@ damage, and `worker --once` and `resync` rebuild it."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -61,6 +62,13 @@ def test_a_running_worker_rebuilds_a_garbled_copy_and_text_index(managed: Settin
         wait_for(lambda: len(worker.events("text_index_rebuilding")) > rebuilt, 60, "the garbled segment to be found")
         assert "garbled" in worker.events("text_index_rebuilding")[-1]["reason"]
         wait_for(repaired, 120, "the text index rebuilt again")
+        # A resync beside the running worker: the worker holds the text index's writer lock, which
+        # is no failure and no warning, and the resync leaves the index to it.
+        beside = memsync(managed, "resync")
+        assert beside.returncode == 0, beside.stderr[-2000:]
+        held = [json.loads(line) for line in beside.stderr.splitlines() if '"text_index_held"' in line]
+        assert [(e["level"], e["holder"]) for e in held] == [("info", "the worker, which brings it up to date")]
+        assert "text_index_failed" not in beside.stderr and "LockBusy" not in beside.stderr
         assert worker.proc.poll() is None
         assert worker.stop() == 0
     finally:
