@@ -83,26 +83,33 @@ def filter_arg(param: FilterParam) -> Any:
     return Annotated[kind, Field(description=param.help)]
 
 
+def not_boolean(what: str) -> BeforeValidator:
+    """A validator that refuses true and false, alone or in a list, as ``what``: pydantic reads
+    them as 1 and 0 for an integer (true was observation #1)."""
+    def check(value: Any) -> Any:
+        if any(isinstance(v, bool) for v in (value if isinstance(value, list) else [value])):
+            raise ValueError(f"{what}, not true or false")
+        return value
+
+    return BeforeValidator(check)
+
+
+AN_ID = not_boolean("a record id (123, #123, S12, P5)")
+A_COUNT = not_boolean("an integer")
+
+
 Query = Annotated[str, Field(description="A few key words or a short question; empty lists the newest records.")]
 Project = Annotated[str | None, Field(description=FILTER_BY_FIELD["project"].help)]
-WindowDays = Annotated[int | None, Field(
+WindowDays = Annotated[int | None, A_COUNT, Field(
     description="Recency window in days (default: the server's window, see its instructions); 0 = all time.")]
 OrderArg = Annotated[Literal["relevance", "newest", "oldest"], Field(description="Sort order.")]
-Limit = Annotated[int, Field(description=f"Results per page, 1-{MAX_LIMIT}. Start small.")]
-Offset = Annotated[int, Field(description="Results to skip, for the next page.")]
+Limit = Annotated[int, A_COUNT, Field(description=f"Results per page, 1-{MAX_LIMIT}. Start small.")]
+Offset = Annotated[int, A_COUNT, Field(description="Results to skip, for the next page.")]
 FormatArg = Annotated[Literal["index", "full"], Field(
     description="index: one line per result (cheap); full: whole records (use get_observations instead).")]
 KindArg = Annotated[KindFilter, Field(description="Which records.")]
 
 
-def _no_booleans(value: Any) -> Any:
-    """An id argument as given, unless it is or holds a boolean: pydantic would read true as id 1."""
-    if any(isinstance(v, bool) for v in (value if isinstance(value, list) else [value])):
-        raise ValueError("a record id (123, #123, S12, P5), not true or false")
-    return value
-
-
-NO_BOOLEANS = BeforeValidator(_no_booleans)
 
 # What a tool returns: a CallToolResult with the markdown as its text and the model as its
 # structuredContent. The model named second is the output schema the SDK publishes and checks each
@@ -331,8 +338,10 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
                      description="123 or #123 (observation), S12 (summary), P5 (prompt), or an ISO time.")] = None,
                  query: Annotated[str | None, Field(
                      description="Instead of an anchor: the best match of this query is the anchor.")] = None,
-                 depth_before: Annotated[int, Field(description=f"Records before the anchor, 0-{MAX_DEPTH}.")] = 5,
-                 depth_after: Annotated[int, Field(description=f"Records after the anchor, 0-{MAX_DEPTH}.")] = 5,
+                 depth_before: Annotated[int, A_COUNT, Field(
+                     description=f"Records before the anchor, 0-{MAX_DEPTH}.")] = 5,
+                 depth_after: Annotated[int, A_COUNT, Field(
+                     description=f"Records after the anchor, 0-{MAX_DEPTH}.")] = 5,
                  project: Project = None) -> TimelineAnswer:
         """What happened around a moment: observations, summaries and prompts mixed, oldest
         first, the anchor marked. Use after a search to see the context of a result."""
@@ -342,7 +351,8 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
 
     @tool("Recent context")
     def recent_context(project: Project = None,
-                       limit: Annotated[int, Field(description=f"Records, 1-{MAX_LIMIT}.")] = 10) -> RecentAnswer:
+                       limit: Annotated[int, A_COUNT, Field(description=f"Records, 1-{MAX_LIMIT}.")] = 10,
+                       ) -> RecentAnswer:
         """The newest summaries and observations (of a project), newest first: a quick
         catch-up at the start of a session."""
         with answers(settings):
@@ -350,7 +360,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
             return answer(render.recent_markdown(results, project), lambda: out.recent_output(results, project))
 
     @tool("Get full records")
-    def get_observations(ids: Annotated[list[str | int], NO_BOOLEANS, Field(
+    def get_observations(ids: Annotated[list[str | int], AN_ID, Field(
             description=f"Up to {MAX_IDS} ids as printed by the other tools: 123/#123, S12/#S12, P5/#P5.")],
     ) -> RecordsAnswer:
         """Full records by id, in the order given (observations, and summaries or prompts by their
@@ -360,10 +370,10 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
             return answer(render.records_markdown(records, missing), lambda: out.records_output(records, missing))
 
     @tool("Find similar past work")
-    def find_similar(observation_id: Annotated[int | str, NO_BOOLEANS,
+    def find_similar(observation_id: Annotated[int | str, AN_ID,
                                                Field(description="An observation id: 123 or #123.")],
-                     limit: Annotated[int, Field(description=f"Results, 1-{MAX_LIMIT}.")] = 10,
-                     window_days: Annotated[int | None, Field(
+                     limit: Annotated[int, A_COUNT, Field(description=f"Results, 1-{MAX_LIMIT}.")] = 10,
+                     window_days: Annotated[int | None, A_COUNT, Field(
                          description="Only this many recent days; default all time.")] = 0) -> SimilarAnswer:
         """Past work most like one observation, best first; near-duplicates (the same thing
         recorded again) are flagged. Use to check whether something was done before."""

@@ -112,3 +112,45 @@ def test_claude_mem_values_are_never_booleans_and_integers_stay_exact() -> None:
     for bad in ("١٢", "１２", True):
         with pytest.raises(BadRequest, match="limit"):
             whole(bad, "limit", 20, 1, 100)
+
+
+def test_memsync_tools_refuse_booleans_and_wrong_types_in_one_line(tmp_path: Any) -> None:
+    """true was observation #1 (and a limit of 1); a wrong type was pydantic's report. Refused
+    before the searcher is asked anything."""
+    import asyncio
+    from typing import cast
+
+    from mcp import Client
+
+    from memsync.config.settings import Settings
+    from memsync.search import Searcher
+    from memsync.servers.mcp_tools import build_server
+
+    class Untouched:
+        def __getattr__(self, name: str) -> Any:
+            raise AssertionError(f"the searcher was asked for {name}")
+
+    calls: list[tuple[str, dict[str, Any], str]] = [
+        ("get_observations", {"ids": [True]}, "ids must be a record id (123, #123, S12, P5), not true or false"),
+        ("find_similar", {"observation_id": True}, "observation_id must be a record id"),
+        ("search", {"limit": True}, "limit must be an integer, not true or false, got True"),
+        ("timeline", {"anchor": "1", "depth_before": False}, "depth_before must be an integer, not true or false"),
+        ("search", {"limit": "ten"}, "limit must be an integer, got 'ten'"),
+        ("search", {"query": 5}, "query must be a string, got 5"),
+        ("search", {"order": "sideways"}, "order must be one of 'relevance', 'newest' or 'oldest'"),
+    ]
+    server = build_server(Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data"),
+                          cast(Searcher, Untouched()))
+
+    async def run() -> list[tuple[bool, str]]:
+        async with Client(server) as client:
+            listed = {t.name: t.input_schema for t in (await client.list_tools()).tools}
+            assert listed["search"]["properties"]["limit"]["type"] == "integer"  # the schema is unchanged
+            out = []
+            for tool, args, _ in calls:
+                result = await client.call_tool(tool, args)
+                out.append((bool(result.is_error), "\n".join(getattr(c, "text", "") for c in result.content)))
+            return out
+
+    for (tool, args, expected), (is_error, text) in zip(calls, asyncio.run(run()), strict=True):
+        assert is_error and expected in text and "\n" not in text, (tool, args, text)
