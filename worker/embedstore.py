@@ -21,7 +21,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memsync.config.embedding import Embedder, vector_identity
+from memsync.config.embedding import Embedder, embed_bound_s, vector_identity, waits_on
 from memsync.config.formats.embedding_store import DDL, decode, encode, hash_key, roundtrip, store_path
 from memsync.config.inlists import chunks
 from memsync.config.settings import Settings
@@ -254,14 +254,21 @@ def collect_garbage(store: EmbeddingStore, state: SyncState, now_s: int | None =
     return result
 
 
+# Told what a call waits on and the longest it can take, around each model call: the worker keeps
+# its heartbeat fresh meanwhile (worker.health.Health.busy).
+Busy = Callable[[str, float], contextlib.AbstractContextManager[None]]
+
+
 class BatchVectors:
     """The vectors of one sync batch, chunk by chunk: from the store (an identical text embedded in
     an earlier chunk is there too), or embedded now, each distinct text once. Only one chunk's
     vectors are held at a time (a remote model's may be 12 KB each). Without a store: every
     document embedded, as before the store existed."""
 
-    def __init__(self, embedder: Embedder, store: EmbeddingStore | None, model: int | None) -> None:
+    def __init__(self, embedder: Embedder, store: EmbeddingStore | None, model: int | None,
+                 busy: Busy | None = None) -> None:
         self.embedder = embedder
+        self._busy = busy
         self.store = store if model is not None else None
         self.model = model if model is not None else 0
         self.embedded = 0  # texts embedded
@@ -292,7 +299,7 @@ class BatchVectors:
         of) are embedded, once each, and stored before they are returned."""
         if self.store is None:
             t = time.perf_counter()
-            out = self.embedder.embed([d.text for d in chunk])
+            out = self._embed([d.text for d in chunk])
             self.embed_s += time.perf_counter() - t
             self.embedded += len(chunk)
             return out
@@ -307,7 +314,7 @@ class BatchVectors:
             t = time.perf_counter()
             # Stored at float16 and used at that precision here too: a document's vector is the
             # same whether it was just embedded or read back by a later rebuild.
-            fresh = roundtrip(self.embedder.embed(list(missing.values())))
+            fresh = roundtrip(self._embed(list(missing.values())))
             self.embed_s += time.perf_counter() - t
             self.embedded += len(missing)
             items = list(zip(missing, fresh, strict=True))
@@ -318,6 +325,14 @@ class BatchVectors:
         self.reused += len(chunk) - len(missing)
         return np.stack([known[d.text_hash] for d in chunk]) if chunk else \
             np.zeros((0, self.embedder.dimension), np.float32)
+
+
+    def _embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        """One model call, its wait announced to ``busy`` (the worker's heartbeat)."""
+        if self._busy is None:
+            return self.embedder.embed(texts)
+        with self._busy(waits_on(self.embedder), embed_bound_s(self.embedder, len(texts))):
+            return self.embedder.embed(texts)
 
 
 def store_model(store: EmbeddingStore | None, embedder: Embedder) -> int | None:

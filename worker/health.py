@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from memsync.config.chroma.remote import endpoint
@@ -63,6 +64,11 @@ class Health:
         self._written = 0.0
         self._passes_written = -1
         self._write_failed = False  # the last worker.json write failed (logged once per run of failures)
+        # One writer of worker.json at a time: the loop, or the heartbeat thread while the loop waits.
+        self._write_lock = threading.Lock()
+        self._busy_until: float | None = None  # the loop waits on a call until then (monotonic)
+        self._beats: threading.Thread | None = None
+        self._beats_stop = threading.Event()
         # The first pass's progress (worker.progress), the reader it asks and the collection it
         # fills, while it runs.
         self.first_sync: tuple[FirstSyncProgress, Callable[[], SourceReader | None], str] | None = None
@@ -131,8 +137,44 @@ class Health:
 
     def started(self) -> None:
         """The worker holds its lock: say so at once (``phase`` ``starting``), before anything
-        slow, so that ``status`` never calls a starting worker down (issue 24)."""
+        slow, so that ``status`` never calls a starting worker down (issue 24); and start the
+        heartbeat thread (:meth:`busy`)."""
         self.publish(force=True)
+        if self._beats is None:
+            self._beats_stop.clear()
+            self._beats = threading.Thread(target=self._beat, name="memsync-heartbeat", daemon=True)
+            self._beats.start()
+
+    @contextlib.contextmanager
+    def busy(self, what: str, up_to_s: float) -> Iterator[None]:
+        """The loop waits on ``what`` (a model call, a request) for at most ``up_to_s`` seconds.
+
+        Trigger: a call that outlasts the heartbeat's staleness limit (an endpoint taking 45 s a
+        batch). Why: the loop publishes only between calls, so its heartbeat would age and ``status``
+        call a working worker down (``status --check`` fails, a service manager restarts it).
+        Outcome: meanwhile the heartbeat thread refreshes the heartbeat, but only for the call's own
+        bound: a call stuck beyond the longest it can take stops the heartbeat, and the worker
+        reads as down STALE_MS later, as a hung one should. ``waiting_on`` in ``worker.json`` says
+        what it waits on, since when and for how long at most."""
+        with self._write_lock:
+            self.status.waiting_on = {"what": what, "since_ms": now_ms(), "up_to_s": round(up_to_s, 1)}
+            self._busy_until = time.monotonic() + up_to_s
+        try:
+            yield
+        finally:
+            with self._write_lock:
+                self._busy_until = None
+                self.status.waiting_on = None
+
+    def _beat(self) -> None:
+        """The heartbeat thread: while the loop waits within a call's bound, ``worker.json`` is
+        written again (only the heartbeat changes: the loop changes nothing while it waits)."""
+        while not self._beats_stop.wait(HEARTBEAT_EVERY_S / 2):
+            with self._write_lock:
+                now = time.monotonic()
+                if self._busy_until is None or now > self._busy_until or now - self._written < HEARTBEAT_EVERY_S:
+                    continue
+                self._write(now)
 
     def pass_started(self, full: bool) -> None:
         """A pass begins; a full one before any has ended is the ``first pass``."""
@@ -190,8 +232,13 @@ class Health:
         now = time.monotonic()
         if not force and now - self._written < HEARTBEAT_EVERY_S and self.status.passes == self._passes_written:
             return
-        self.status.heartbeat_ms = now_ms()
         self._describe_first_sync()
+        with self._write_lock:
+            self._write(now)
+
+    def _write(self, now: float) -> None:
+        """Write ``worker.json`` with a fresh heartbeat (the caller holds ``_write_lock``)."""
+        self.status.heartbeat_ms = now_ms()
         try:
             self.status.write(self.s.data_dir)
         except OSError as exc:
@@ -222,7 +269,12 @@ class Health:
             self.status.first_sync = progress.snapshot(current)
 
     def stopping(self) -> None:
-        """The worker began to stop: say so in the metrics, then stop serving them."""
+        """The worker began to stop: say so in the metrics, then stop serving them, and stop the
+        heartbeat thread."""
+        self._beats_stop.set()
+        if self._beats is not None:
+            self._beats.join(timeout=5)
+            self._beats = None
         self.status.stopping = True
         if self.metrics is not None:
             self.metrics.update(self.status)

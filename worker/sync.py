@@ -43,7 +43,7 @@ from memsync.config.formats.first_sync import INF_ID, Cursor
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.documents import OWN, Derivation, Document, RowError, SourceRow, row_values_hash
-from memsync.worker.embedstore import BatchVectors, EmbeddingStore, store_model
+from memsync.worker.embedstore import BatchVectors, Busy, EmbeddingStore, store_model
 from memsync.worker.sink import RejectedBatch, VectorSink
 from memsync.worker.source import SourceReader
 from memsync.worker.state import FAILED, SYNCED, DocRecord, RowFailed, RowRecord, RowSynced, SyncState
@@ -153,15 +153,18 @@ class SyncOptions:
     progress: ProgressFn | None = None
     yield_to: YieldFn | None = None  # the worker's: a full pass lets rows committed meanwhile go first
     moved: MovedFn | None = None  # told where a full pass is after each of its ranges (worker.frontier)
+    busy: Busy | None = None  # the worker's: told of each model call in flight (its heartbeat)
 
     @classmethod
     def from_settings(cls, settings: Settings, stop: threading.Event | None = None,
-                      progress: ProgressFn | None = None, yield_to: YieldFn | None = None) -> SyncOptions:
+                      progress: ProgressFn | None = None, yield_to: YieldFn | None = None,
+                      busy: Busy | None = None) -> SyncOptions:
         """The options ``settings`` give, with a stop event (a new one when None), a progress
-        callback and (the worker's steps) what a full pass yields to."""
+        callback and (the worker's steps) what a full pass yields to and who is told of each
+        model call in flight."""
         return cls(read_batch_rows=settings.read_batch_rows, batch_size=settings.batch_size,
                    max_row_attempts=settings.max_row_attempts, stop=stop or threading.Event(), progress=progress,
-                   yield_to=yield_to)
+                   yield_to=yield_to, busy=busy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -621,7 +624,7 @@ class Syncer:
         written, so a pass that yields at every chunk still goes on)."""
         if plan.embed and self.store is not None and self._store_model is None:
             self._store_model = store_model(self.store, self.embedder)
-        vectors_of = BatchVectors(self.embedder, self.store, self._store_model)
+        vectors_of = BatchVectors(self.embedder, self.store, self._store_model, self.options.busy)
         plan.embed = vectors_of.order(plan.embed)
         chunks: list[Future[_Chunk]] = []
         unwritten = Outcome()

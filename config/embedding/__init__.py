@@ -54,8 +54,8 @@ from memsync.config.settings import (
 __all__ = [
     "MODELS", "TOKENS_PER_TEXT", "Embedder", "EmbeddingError", "EmbeddingUnavailable", "Identity", "MiniLMOnnx",
     "ModelSpec", "OpenAIEmbedder", "close_embedder", "configured_identity", "endpoint_url", "generation_embedder",
-    "get_embedder", "make_embedder", "make_reranker", "model_id", "provider_of", "tokenizer_json", "upstream_embedder",
-    "vector_identity",
+    "embed_bound_s", "get_embedder", "make_embedder", "make_reranker", "model_id", "provider_of", "tokenizer_json",
+    "upstream_embedder", "vector_identity", "waits_on",
 ]
 
 MULTILINGUAL = MULTILINGUAL_PROVIDER
@@ -173,6 +173,31 @@ def close_embedder(embedder: Embedder) -> None:
     by the process and stays)."""
     if isinstance(embedder, OpenAIEmbedder):
         embedder.close()
+
+
+# A model run on this machine's CPU cannot hang on a network, only be slow: bound one call of it by
+# a fixed part plus a part per text (MiniLM int8 embeds 20-50 texts/s of 256 tokens on one slow core).
+LOCAL_CALL_BASE_S = 60.0
+LOCAL_CALL_PER_TEXT_S = 1.0
+
+
+def embed_bound_s(embedder: Embedder, texts: int) -> float:
+    """The longest one ``embed`` of ``texts`` texts can take before it returns or raises: for a
+    remote model, each request's tries (every one up to the timeout) and the waits between them
+    (each at most ``backoff_cap_s``); for a local one, a generous bound on CPU work. The worker
+    keeps its heartbeat fresh for this long while a call is in flight (``worker.health``)."""
+    if isinstance(embedder, OpenAIEmbedder):
+        config = embedder.endpoint.config
+        requests = max(1, -(-texts // embedder.batch_size))
+        per_request = (config.max_retries + 1) * config.timeout_s + config.max_retries * config.backoff_cap_s
+        return requests * per_request
+    return LOCAL_CALL_BASE_S + LOCAL_CALL_PER_TEXT_S * texts
+
+
+def waits_on(embedder: Embedder) -> str:
+    """What a call of ``embedder`` waits on, in words (``worker.json``'s ``waiting_on``)."""
+    url = endpoint_url(embedder)
+    return f"the embeddings endpoint {url}" if url is not None else "the embedding model"
 
 
 def endpoint_url(embedder: Embedder) -> str | None:

@@ -5,13 +5,16 @@ their fix, and a switch of provider by ``resync --rebuild`` while searches keep 
 
 from __future__ import annotations
 
+import signal
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from memsync.config.chroma.server import ManagedServer
+from memsync.config.formats.worker_status import STALE_MS
 from memsync.config.settings import LOCAL_MODEL, Settings
 from memsync.search import Searcher, SearchRequest
 from memsync.search import vectorstore as vectorstore_module
@@ -20,9 +23,9 @@ from memsync.worker.importer import import_records
 from memsync.worker.resync import resync
 from memsync.worker.status import status
 from memsync.worker.verify import verify
-from tests.conftest import BASE_MS, mixed_records, obs
+from tests.conftest import BASE_MS, mixed_records, obs, prompt
 from tests.system.test_e2e import memsync
-from tests.system.test_worker import WorkerProcess, wait_for
+from tests.system.test_worker import WorkerProcess, status_check, wait_for
 from tests.upstream.written import written_db
 
 pytestmark = pytest.mark.slow
@@ -220,3 +223,44 @@ def test_reranker_reorders_the_fused_top_and_falls_back_on_failure(settings: Set
         assert kept.mode is Mode.HYBRID and "reranker skipped, fused order kept" in str(kept.reason)
     finally:
         ranked.close()
+
+
+def test_a_slow_endpoint_keeps_the_worker_healthy_and_a_stopped_worker_is_called_down(
+        managed: Settings, openai_server: Any) -> None:
+    """An endpoint taking 45 s a batch: `status --check`, polled every 5 s as a service manager
+    would, says healthy for the whole first pass (the heartbeat is refreshed while the batch is in
+    flight, for as long as the call can take); a worker stopped with SIGSTOP is called down within
+    twice the staleness limit. One document: the first pass is one 45 s request."""
+    written_db(managed.db, [prompt(1)])  # one document: one request
+    s = remote(managed, openai_server, embedding_timeout_s=60.0, embedding_max_retries=0, embedding_dimension=384)
+    openai_server.faults(delay_s=45, count=-1)
+    worker = WorkerProcess(s)
+    try:
+        wait_for(lambda: worker.status().get("pid") == worker.proc.pid, 60, "the worker to say it started")
+        polls: list[tuple[float, int, dict[str, Any]]] = []
+        started = time.monotonic()
+        while worker.status().get("reconciles", 0) < 1:
+            assert time.monotonic() - started < 150, "the first pass did not end"
+            at = time.monotonic() - started
+            code, report = status_check(s)
+            polls.append((at, code, report))
+            assert code == 0, (polls[-1], worker.lines[-5:])
+            time.sleep(max(0.0, 5.0 - (time.monotonic() - started - at)))  # a poll every 5 s
+        assert openai_server.stats()["faults"] == 1  # the one batch, and it really was slow
+        waited = [r["worker"]["waiting_on"] for _, _, r in polls if r["worker"].get("waiting_on")]
+        assert waited and "embeddings endpoint" in waited[0]["what"] and waited[0]["up_to_s"] == 60.0, polls
+        assert polls[-1][0] >= 45 * 0.8, "the polls covered the slow batch"
+        worker.proc.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        limit_s = STALE_MS / 1000
+        while True:
+            code, report = status_check(s)
+            if code == 1:
+                break
+            assert time.monotonic() - stopped < 2 * limit_s, "a stopped worker still reads as healthy"
+            time.sleep(5.0)
+        assert time.monotonic() - stopped < 2 * limit_s
+        assert "worker down (heartbeat is stale)" in report["problems"], report
+    finally:
+        worker.proc.send_signal(signal.SIGCONT)
+        worker.kill()
