@@ -250,7 +250,7 @@ class Settings(BaseSettings):
     lexical_feedback: bool = Field(
         True, description="Search: expand the query with the words its best text-index matches share "
         "(pseudo-relevance feedback, RM3-style); one more index query per kind.")
-    serve_host: str = Field("127.0.0.1", description="memsync serve / mcp --http: address to listen on.")
+    serve_host: str = Field("127.0.0.1", description="memsync serve / mcp --http-port: address to listen on.")
     serve_port: int = Field(8787, ge=1, le=65535, description="memsync serve: HTTP port.")
     api_token: SecretStr | None = Field(
         None, description="Bearer token the HTTP servers require; mandatory when listening beyond loopback "
