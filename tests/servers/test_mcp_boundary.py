@@ -218,6 +218,7 @@ def test_claude_mem_profile_refuses_what_is_not_an_id_or_a_count_before_any_look
     """claude-mem's tools took true as observation #1, reported 2**63-1 as 2**63 (a float), read
     "١٢" as 12, answered "no such type" before checking limit and offset, took a broken date as
     an anchor query, and refused a wrong type with pydantic's report."""
+    from memsync.search import Searcher
     from memsync.servers.claude_mem_tools import build_profile_server
 
     calls: list[tuple[str, dict[str, Any], bool, str]] = [
@@ -241,15 +242,21 @@ def test_claude_mem_profile_refuses_what_is_not_an_id_or_a_count_before_any_look
         ("search", {"query": "x", "orderBy": ["date_asc"]}, True, "orderBy must be a string"),
     ]
 
+    searcher = Searcher(served)
+
     async def run() -> list[tuple[bool, str]]:
-        async with Client(build_profile_server(served)) as client:
+        async with Client(build_profile_server(served, searcher)) as client:
             out = []
             for tool, args, _, _ in calls:
                 result = await client.call_tool(tool, args)
                 out.append((bool(result.is_error), "\n".join(getattr(c, "text", "") for c in result.content)))
             return out
 
-    for (tool, args, error, expected), (is_error, text) in zip(calls, asyncio.run(run()), strict=True):
+    try:
+        answers = asyncio.run(run())
+    finally:
+        searcher.close()
+    for (tool, args, error, expected), (is_error, text) in zip(calls, answers, strict=True):
         assert is_error == error and expected in text, (tool, args, text)
         assert not error or "\n" not in text, text  # one line
         assert "validation error" not in text and "pydantic" not in text, text
