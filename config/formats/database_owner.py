@@ -116,8 +116,8 @@ def _write(data_dir: Path, owner: DatabaseIdentity, *, replace: bool) -> None:
     """Write the record; without ``replace``, only when none exists (a link never overwrites, so
     two commands claiming a new directory at once agree on the first)."""
     tmp = data_dir / f"{OWNER_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({**asdict(owner), "recorded_at_ms": int(time.time() * 1000)}))
     try:
+        tmp.write_text(json.dumps({**asdict(owner), "recorded_at_ms": int(time.time() * 1000)}))
         if replace:
             os.replace(tmp, data_dir / OWNER_FILE)
         else:
@@ -158,14 +158,12 @@ def claim(settings: Settings, *, create: bool = False) -> DatabaseIdentity | Non
     owner = recorded(data_dir)
     if owner is None:
         owner = _adopted(data_dir, current)
-        try:
+        if create:
             data_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            # A directory that cannot be written now (a full disk, read-only) records nothing: no
+            # store can be replaced through it now either, and the next command records it.
             _write(data_dir, owner, replace=False)
-        except OSError:
-            if create:
-                raise
-            # A reader that cannot write here (a read-only directory) records nothing; nothing
-            # can replace the store through it either.
         owner = recorded(data_dir) or owner
     if owner.path == current.path or owner.moved_to(current):
         if owner != current:  # rewritten at its path (a restore, a rename over it), or moved
