@@ -192,9 +192,12 @@ def disagreement(path: Path, meta: dict[str, Any]) -> str | None:
         return str(exc)
     if index is None:
         return f"tantivy's {TANTIVY_META} is missing"
-    if "opstamp" not in meta or "docs" not in meta:
-        return None
     opstamp, docs = index
+    if "opstamp" not in meta or "docs" not in meta:
+        # A record from before these fields: an index recreated empty (by a reader of an older
+        # memsync, where a meta.json was lost) still shows, as rows recorded and none held.
+        rows = sum(int(k.get("n", 0)) for k in meta.get("kinds", {}).values())
+        return f"the index is empty, memsync recorded {rows} rows" if docs == 0 and rows else None
     if opstamp < int(meta["opstamp"]):
         return f"the index is at commit {opstamp}, memsync recorded commit {meta['opstamp']}"
     if opstamp == int(meta["opstamp"]) and docs != int(meta["docs"]):

@@ -4,6 +4,7 @@ failure of it never reaches the sync or the search."""
 
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
 import threading
@@ -230,6 +231,26 @@ def test_a_real_panic_of_tantivy_on_a_garbled_segment_is_the_text_index_damage(t
         if len(panics) >= 2:
             break
     assert panics and all(p.startswith("tantivy panicked: ") for p in panics), panics
+
+
+def test_an_index_an_older_reader_recreated_empty_is_found_and_rebuilt(tmp_path: Path) -> None:
+    # Before memsync recorded the commit it wrote, a search that found tantivy's meta.json gone
+    # created an empty index in its place, and the record (rows, no commit) did not tell.
+    s = _settings(tmp_path)
+    make_db(s.db, mixed_records(5))
+    _refresh(s)
+    path = index_path(s)
+    record = json.loads((path / "memsync-meta.json").read_text())
+    older = {k: v for k, v in record.items() if k not in ("opstamp", "docs")}
+    (path / "memsync-meta.json").write_text(json.dumps(older))
+    (path / "meta.json").unlink()
+    open_index(path, create=True)  # what that reader did
+    index, why = TextIndex.open_checked(s)
+    assert index is None and why == "the index is empty, memsync recorded 15 rows"
+    _refresh(s, full=False)
+    index = TextIndex.open(s)
+    assert index is not None and index.search(Kind.OBSERVATION, "caching", Scope(Filters(), None), 5)
+    assert json.loads((path / "memsync-meta.json").read_text())["docs"] == 15
 
 
 def test_text_index_off_writes_nothing(tmp_path: Path) -> None:
