@@ -71,6 +71,7 @@ DAMAGED_RECHECK_S = 30.0
 # file once, and again only when it changes; a one-shot search reads the whole index (about 0.75 ms
 # per MB of index, measured on this machine's zlib.crc32).
 _verified: dict[str, dict[str, CheckedFile]] = {}
+_verify_lock = threading.Lock()  # one check at a time per process: the searches' threads share the memo
 _readers_lock = threading.Lock()
 
 
@@ -138,7 +139,9 @@ class TextIndex:
         if meta is None or meta.get("db") != source_id(settings.db):
             return None, "its meta file is unreadable" if meta_unreadable(path) else None
         try:
-            if (why := _damage(path, meta, verified)) is not None:
+            with _verify_lock:
+                why = _damage(path, meta, verified)
+            if why is not None:
                 raise TextIndexDamaged(why)
             with _readers_lock, reading():
                 index = _readers.get(key) or open_index(path, create=False)  # never creates one

@@ -219,6 +219,9 @@ def garbled_files(path: Path, verified: MutableMapping[str, CheckedFile] | None 
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return f"tantivy's {TANTIVY_META} is unreadable: {type(exc).__name__}"
     present = {p.name for p in path.iterdir()}
+    if verified is not None:  # forget the files merges removed (a long-running worker sees thousands)
+        for name in [n for n in verified if n not in present]:
+            del verified[name]
     for segment, deletes in segments:
         names = [segment + ext for ext in SEGMENT_FILES if segment + ext in present]
         if not any(n.endswith(".idx") for n in names):
