@@ -23,8 +23,9 @@ The loop only (schedule, wake, back off, stop); each unit of work is a sync pass
   (never counted as failed) and retries back off (``worker.health``, which also checks Chroma's
   heartbeat and writes ``DATA_DIR/worker.json``). A database damaged or replaced by a file that is
   no claude-mem database while the worker runs is unavailable too (``worker.tail``). The health
-  job cuts a backoff short only while Chroma is the cause, and a file event no shorter than one
-  poll interval.
+  job cuts a backoff short only while Chroma is the cause, and a file event only while the
+  database is, no shorter than one poll interval. A full disk (DATA_DIR or the Chroma path) is
+  degraded the same way, at start too: the worker waits for space rather than exit.
 - **Phase**: ``worker.json`` is written as soon as the lock is held (``starting``), during the first
   full pass (``first pass``, heartbeat and rows done between batches) and after (``following``).
 - **Stop**: first SIGINT/SIGTERM finishes the batch, writes state and stops the managed Chroma
@@ -40,6 +41,7 @@ import os
 import signal
 import sqlite3
 import threading
+import time
 from typing import Any
 
 from memsync.config.diskspace import explain, no_space
@@ -54,7 +56,7 @@ from memsync.config.errors import (
 )
 from memsync.config.formats.database_owner import claim
 from memsync.config.formats.first_sync import Cursor, every_kind
-from memsync.config.formats.worker_status import PHASE_FIRST_PASS
+from memsync.config.formats.worker_status import HEARTBEAT_EVERY_S, PHASE_FIRST_PASS
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.embedstore import EmbeddingStore
@@ -157,7 +159,9 @@ class Worker:
 
         from memsync.worker.watch import watch_database
 
-        self._start()
+        if not self._start(wait_for_space=True):
+            self._shutdown()  # stopped while waiting for space
+            return 0
         self._serving = True
         freeze_startup()  # what it holds from here on lives as long as it: collections skip it
         scheduler = BackgroundScheduler(daemon=True)
@@ -180,13 +184,7 @@ class Worker:
                 delay = self.step()
                 if self.stop.is_set():
                     break
-                if self.wake.wait(delay) and not self.stop.is_set():
-                    # Debounce: a burst of file events becomes one step, and the commit that caused
-                    # them has time to become visible. Degraded, a write is worth a try before the
-                    # backoff ends (it may be the fix), but no sooner than a poll interval: a file
-                    # written on and on must not make a busy loop of failing steps (issue 24).
-                    self.stop.wait(self.s.poll_interval_s if self.health.status.degraded else 0.05)
-                self.wake.clear()
+                self._sleep(delay)
         finally:
             scheduler.shutdown(wait=False)
             if observer is not None:
@@ -194,6 +192,31 @@ class Worker:
                 observer.join(timeout=5)
             self._shutdown()
         return 0
+
+    def _sleep(self, delay: float) -> None:
+        """Wait ``delay`` before the next step, or less when woken: by a file event (debounced: a
+        burst of events becomes one step, and the commit that caused them has time to become
+        visible), a reconcile asked for, or the health job while Chroma is the cause.
+
+        Degraded, a write to the database cuts the backoff short only while the database is the
+        cause (the write may be the fix), and no sooner than a poll interval (a file written on and
+        on must not make a busy loop of failing steps). For any other cause (a full disk, an
+        endpoint down) a new row fixes nothing: the backoff runs out, as ``worker.backoff`` says."""
+        deadline = time.monotonic() + delay
+        # A backoff of up to backoff_cap_s outlasts the heartbeat's staleness limit: the heartbeat
+        # thread keeps it fresh for the wait (worker.health), and status shows the next retry.
+        what = "the next retry (backing off)" if self.health.status.degraded else "the next step"
+        with self.health.busy(what, delay + HEARTBEAT_EVERY_S) if delay >= HEARTBEAT_EVERY_S else \
+                contextlib.nullcontext():
+            while self.wake.wait(max(0.0, deadline - time.monotonic())) and not self.stop.is_set():
+                degraded = self.health.status.degraded
+                chroma_check = self.health_due.is_set() and not self.health.status.chroma_reachable
+                if degraded and not chroma_check and not self.health.source_cause:
+                    self.wake.clear()  # nothing this wake brings can end it: wait out the backoff
+                    continue
+                self.stop.wait(self.s.poll_interval_s if degraded else 0.05)
+                break
+        self.wake.clear()
 
     def once(self) -> SyncResult:
         """One full reconcile pass and return (for cron and tests): the whole sequence
@@ -215,14 +238,30 @@ class Worker:
         finally:
             self._shutdown()
 
-    def _start(self) -> None:
+    def _start(self, wait_for_space: bool = False) -> bool:
+        """Take the lock and open the records and the embedding store. With ``wait_for_space`` (the
+        daemon), a full DATA_DIR is a degraded state retried with the backoff until there is room,
+        as it is once running; False when stopped meanwhile."""
         claim(self.s, create=True)  # a worker of another database would replace this one's store
         self._lock.acquire()
         self.health.started()
-        self._state = SyncState(self.s.state_path)
-        self._store = EmbeddingStore.open(self.s)
+        while True:
+            try:
+                if self._state is None:
+                    self._state = SyncState(self.s.state_path)
+                self._store = EmbeddingStore.open(self.s)
+                break
+            except (sqlite3.Error, OSError) as exc:
+                no_room = no_space(exc, self.s) if wait_for_space else None
+                if no_room is None:
+                    raise
+            self._degrade(no_room)
+            self._sleep(self.health.backoff.delay)
+            if self.stop.is_set():
+                return False
         # the first full pass collects whatever a crash or another process left
         self._collection = StoreCollection(self._store, due=True)
+        return True
 
     def _shutdown(self) -> None:
         self.health.stopping()

@@ -35,7 +35,13 @@ from memsync.config.errors import (
     StoreUnavailable,
 )
 from memsync.config.formats.first_sync import read_mark
-from memsync.config.formats.worker_status import HEARTBEAT_EVERY_S, PHASE_FIRST_PASS, PHASE_FOLLOWING, WorkerStatus
+from memsync.config.formats.worker_status import (
+    HEARTBEAT_EVERY_S,
+    PHASE_FIRST_PASS,
+    PHASE_FOLLOWING,
+    WorkerStatus,
+    reserve_in_place,
+)
 from memsync.config.settings import Settings
 from memsync.worker.backoff import Backoff
 from memsync.worker.progress import FirstSyncProgress
@@ -69,6 +75,7 @@ class Health:
         self._busy_until: float | None = None  # the loop waits on a call until then (monotonic)
         self._beats: threading.Thread | None = None
         self._beats_stop = threading.Event()
+        self.source_cause = False  # degraded because the database cannot be read (a write to it may fix that)
         # The first pass's progress (worker.progress), the reader it asks and the collection it
         # fills, while it runs.
         self.first_sync: tuple[FirstSyncProgress, Callable[[], SourceReader | None], str] | None = None
@@ -120,10 +127,12 @@ class Health:
             self.status.chroma_refused = str(exc)[:500]
         if isinstance(exc, EmbeddingUnavailable):
             self.status.embedding_reachable = False
+        self.source_cause = isinstance(exc, SourceUnavailable)
         if self.backoff.fail():
             self.log.warning("sync_degraded", reason=str(exc)[:300])
         self.status.degraded, self.status.consecutive_errors = True, self.backoff.failures
         self.status.retry_in_s = self.backoff.delay
+        self.status.next_retry_ms = now_ms() + int(self.backoff.delay * 1000)
         self.status.last_error = str(exc)[:500]
 
     def recovered(self) -> None:
@@ -132,6 +141,7 @@ class Health:
         if ended:
             self.log.info("sync_recovered", errors=ended)
         self.status.degraded, self.status.consecutive_errors, self.status.retry_in_s = False, 0, 0.0
+        self.status.next_retry_ms = None
         self.status.embedding_reachable = True
         self.status.chroma_refused = None
 
@@ -139,6 +149,7 @@ class Health:
         """The worker holds its lock: say so at once (``phase`` ``starting``), before anything
         slow, so that ``status`` never calls a starting worker down (issue 24); and start the
         heartbeat thread (:meth:`busy`)."""
+        reserve_in_place(self.s.data_dir)  # room for the record while worker.json cannot be written
         self.publish(force=True)
         if self._beats is None:
             self._beats_stop.clear()
@@ -243,10 +254,14 @@ class Health:
             self.status.write(self.s.data_dir)
         except OSError as exc:
             # A full (or read-only) disk must not stop the worker: it degrades on its own writes
-            # and recovers; status reads the last file meanwhile (its heartbeat ages).
+            # and recovers. Meanwhile the record goes in place into the file reserved at start,
+            # which needs no new space, so status still sees the heartbeat and why it is degraded.
+            kept = self.status.write_in_place(self.s.data_dir, f"{type(exc).__name__}: {exc}"[:200])
             if not self._write_failed:
-                self.log.warning("worker_status_unwritable", error=str(exc)[:200])
+                self.log.warning("worker_status_unwritable", error=str(exc)[:200], written_in_place=kept)
             self._write_failed = True
+            if kept:
+                self._written = now
             return
         self._write_failed = False
         self._written = now
@@ -284,5 +299,7 @@ class Health:
     def stopped(self) -> None:
         """The worker let go of Chroma: the last ``worker.json`` (a read-only disk is no error)."""
         self.status.chroma_reachable = False
-        with contextlib.suppress(OSError):
+        try:
             self.status.write(self.s.data_dir)
+        except OSError as exc:
+            self.status.write_in_place(self.s.data_dir, f"{type(exc).__name__}: {exc}"[:200])

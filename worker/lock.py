@@ -8,6 +8,7 @@ first one and its database (it once said ``pid ?``).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from pathlib import Path
@@ -72,8 +73,11 @@ class WorkerLock:
             raise ConfigError(f"{who} already runs for {self.data_dir}") from None
         fh.seek(0)
         fh.truncate()
-        fh.write(f"{os.getpid()}\n" + ("" if self.db is None else f"{self.db.expanduser().resolve()}\n"))
-        fh.flush()
+        # Unbuffered, and a full disk is no reason not to run (the worker waits for space): readers
+        # then take the pid from worker.json.
+        with contextlib.suppress(OSError):
+            os.write(fh.fileno(), (f"{os.getpid()}\n" + ("" if self.db is None else
+                                                          f"{self.db.expanduser().resolve()}\n")).encode())
         self._fh = fh
 
     def release(self) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import sqlite3
 import sys
 import time
 from dataclasses import asdict
@@ -31,8 +32,9 @@ from memsync.commands.options import (
 )
 from memsync.config.claude_mem.projects import exclusion
 from memsync.config.claude_mem.version import TESTED_SCHEMA_VERSION, claude_mem_version, schema_warning
-from memsync.config.errors import SourceUnavailable
-from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S, PHASE_FIRST_PASS, PHASE_FOLLOWING
+from memsync.config.diskspace import no_space
+from memsync.config.errors import NoSpace, SourceUnavailable
+from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S, PHASE_FIRST_PASS, PHASE_FOLLOWING, worker_state
 from memsync.config.settings import DEFAULT_DATABASE, DEFAULT_TENANT, LoadedSettings, Settings, describe
 from memsync.servers.render import days_text, utc_stamp
 
@@ -185,7 +187,11 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     from memsync.worker.status import verdict
 
     with errors_as_exit(settings):
-        report = run_status(settings)
+        try:
+            report = run_status(settings)
+        except (SourceUnavailable, NoSpace, sqlite3.Error, OSError) as exc:
+            _worker_beside(settings, exc, as_json)
+            raise
     database = {"path": str(settings.db), "chosen_by": db_rule(loaded)}
     excluded = exclusion(settings.excluded_projects)
     excluded_json = {"patterns": list(excluded.patterns), "ignored": list(excluded.ignored)}
@@ -206,9 +212,7 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
               "claude_mem": {**claude_mem.as_dict(), "tested_schema_version": TESTED_SCHEMA_VERSION},
               "schema_warning": warning}, True, "")
         return
-    state = f"up ({_phase_text(w)})" if w.get("up") else f"down ({w.get('reason')})"
-    if w.get("up") and w.get("degraded"):
-        state += f", degraded: {w.get('last_error')}"
+    state = _worker_text(w)
     embedding = settings.embedding_provider + ("" if w.get("embedding_reachable", True) else " (endpoint unavailable)")
     version = "" if report.schema_version is None else f"; claude-mem schema version {report.schema_version}"
     lines = [f"database: {database['path']} (chosen by {database['chosen_by']}{version})",
@@ -233,6 +237,35 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     if report.languages.get("suggestion"):
         lines.append(f"suggestion: {report.languages['suggestion']}")
     click.echo("\n".join(lines))
+
+
+def _worker_beside(settings: Settings, exc: BaseException, as_json: bool) -> None:
+    """Status could not read the database or memsync's records (``exc``, which the caller then
+    reports as its one error line): the worker's own state still goes to stdout, since a worker
+    degraded by the same cause says so, why, and when it retries (``worker.json``, or the record
+    kept in place while that cannot be written)."""
+    if isinstance(exc, sqlite3.Error | OSError) and no_space(exc, settings) is None:
+        return  # not a state status explains: the error goes up as it is
+    w = worker_state(settings.data_dir, int(time.time() * 1000), settings.db)
+    emit({"worker": w, "error": str(exc)}, as_json, f"worker: {_worker_text(w)}")
+
+
+def _worker_text(w: dict[str, Any]) -> str:
+    """The worker's state in words: up (and what it does) or down and why, degraded and why with
+    its next retry, and where the record was read from when worker.json could not be written."""
+    state = f"up ({_phase_text(w)})" if w.get("up") else f"down ({w.get('reason')})"
+    if w.get("up") and w.get("degraded"):
+        state += f", degraded: {w.get('last_error')}" + _next_retry(w)
+    if w.get("status_unwritable"):
+        state += (f" (worker.json cannot be written, {w['status_unwritable']}: read from the record the worker "
+                  "keeps in place in worker.heartbeat)")
+    return state
+
+
+def _next_retry(w: dict[str, Any]) -> str:
+    """When a degraded worker tries again (``worker.json``'s ``next_retry_ms``), in words."""
+    due = w.get("next_retry_ms")
+    return f"; next retry at {utc_stamp(due)}" if isinstance(due, int) else ""
 
 
 def _phase_text(w: dict[str, Any]) -> str:

@@ -10,10 +10,19 @@ heartbeat, during a long first pass too (``phase`` ``first pass``, with ``pass_r
 while a model call is in flight, for as long as that call can take (``waiting_on``). A
 reader calls the worker up only while its pid is alive, it is not stopping and its heartbeat is
 younger than ``STALE_MS``.
+
+**A disk that is full (or read-only)** leaves no room for the temp file: then the worker writes the
+same record in place into ``worker.heartbeat`` (``HEARTBEAT_FILE``), a file of ``HEARTBEAT_BYTES``
+it fills when it takes its lock. Overwriting bytes a file already has needs no new space (on
+tmpfs, ext4 and xfs; a copy-on-write file system may still refuse), so the heartbeat, the degraded
+state and its reason still reach ``status``. A reader takes whichever of the two files holds the
+newer heartbeat; a record read from ``worker.heartbeat`` carries ``status_unwritable`` (why
+``worker.json`` could not be written).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -23,6 +32,8 @@ from typing import Any
 from memsync.config.chroma.server import pid_alive
 
 STATUS_FILE = "worker.json"
+HEARTBEAT_FILE = "worker.heartbeat"  # the same record, written in place when worker.json cannot be
+HEARTBEAT_BYTES = 16384  # its fixed size: the record padded with spaces (a record is 1-3 KB)
 HEARTBEAT_EVERY_S = 5.0  # an idle worker rewrites the file this often
 STALE_MS = 30_000  # a heartbeat older than this: the worker is not up (hung, or killed without a word)
 DEFAULT_MAX_LAG_S = 60.0  # seconds of lag a health check tolerates (worker.status.verdict)
@@ -53,6 +64,7 @@ class WorkerStatus:
     degraded: bool = False
     consecutive_errors: int = 0
     retry_in_s: float = 0.0  # degraded: the backoff before the next try (grows to backoff_cap_s)
+    next_retry_ms: int | None = None  # degraded: when the next try is due
     last_error: str | None = None
     chroma_refused: str | None = None  # why Chroma refuses us (token, tenant, database, certificate)
     last_sync_ms: int | None = None
@@ -81,19 +93,68 @@ class WorkerStatus:
     # can take; the heartbeat is refreshed meanwhile, for that long at most. None: not waiting.
     waiting_on: dict[str, Any] | None = None
 
+    # Why worker.json could not be written (a full or read-only disk): set only in the record
+    # written in place (HEARTBEAT_FILE).
+    status_unwritable: str | None = None
+
     def write(self, data_dir: Path) -> None:
         """Replace ``worker.json`` in ``data_dir`` atomically (temp file + rename)."""
         tmp = data_dir / (STATUS_FILE + ".tmp")
         tmp.write_text(json.dumps(vars(self)))
         os.replace(tmp, data_dir / STATUS_FILE)
 
+    def write_in_place(self, data_dir: Path, why: str) -> bool:
+        """Overwrite ``worker.heartbeat`` (reserved by :func:`reserve_in_place`) with this record,
+        saying ``why`` worker.json could not be written; False when there is no such file or the
+        record does not fit. Needs no new space on the disk."""
+        data = json.dumps({**vars(self), "status_unwritable": why}).encode()
+        if len(data) > HEARTBEAT_BYTES:
+            return False
+        try:
+            fd = os.open(data_dir / HEARTBEAT_FILE, os.O_WRONLY)  # never created here: that takes space
+        except OSError:
+            return False
+        try:
+            return os.pwrite(fd, data.ljust(HEARTBEAT_BYTES), 0) == HEARTBEAT_BYTES
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
-def read_worker_status(data_dir: Path) -> dict[str, Any] | None:
-    """The last status a worker wrote in ``data_dir``, or None (no file, or not readable JSON)."""
+
+def reserve_in_place(data_dir: Path) -> None:
+    """Make sure ``worker.heartbeat`` exists at its full size, its bytes written (so that later
+    writes in place need no space); nothing when it cannot be (a disk already full)."""
+    path = data_dir / HEARTBEAT_FILE
     try:
-        return dict(json.loads((data_dir / STATUS_FILE).read_text()))
+        if path.stat().st_size == HEARTBEAT_BYTES:
+            return
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        path.write_bytes(b" " * HEARTBEAT_BYTES)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        got = json.loads(path.read_bytes() or b"null")
     except (OSError, ValueError):
         return None
+    return dict(got) if isinstance(got, dict) else None
+
+
+def read_worker_status(data_dir: Path) -> dict[str, Any] | None:
+    """The last status a worker wrote in ``data_dir``: ``worker.json``, or the record written in
+    place when that holds the newer heartbeat; None when neither can be read."""
+    written = _read_json(data_dir / STATUS_FILE)
+    in_place = None
+    for _ in range(3):  # a read that met a write in progress is not JSON: read again
+        in_place = _read_json(data_dir / HEARTBEAT_FILE)
+        if in_place is not None or not (data_dir / HEARTBEAT_FILE).exists():
+            break
+    if in_place is not None and int(in_place.get("heartbeat_ms") or 0) > int((written or {}).get("heartbeat_ms") or 0):
+        return in_place
+    return written
 
 
 def follows_other(worker_db: object, db: Path) -> str | None:

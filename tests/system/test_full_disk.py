@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from memsync.config.settings import Settings
+from memsync.worker.backoff import Backoff
 from memsync.worker.importer import import_records
 from memsync.worker.verify import verify
 from tests.conftest import free_port, mixed_records, prompt
@@ -107,12 +110,13 @@ def test_resync_and_verify_on_a_full_data_dir_say_so_in_one_line_and_leave_no_se
     assert_clean(s, 7 * ROWS)
 
 
-def fill_under_a_worker(s: Settings, full: Path, new_rows: int, reason: str) -> None:
+def fill_under_a_worker(s: Settings, full: Path, new_rows: int, reason: str,
+                        while_full: Callable[[WorkerProcess], None] | None = None, **env: str) -> None:
     """A worker that caught up; then ``full`` filled while ``new_rows`` prompts arrive: it must
-    degrade with ``reason`` (a prefix) and stay up, then recover and catch up once the filler is
-    deleted."""
+    degrade with ``reason`` (a prefix) and stay up (``while_full`` checks more meanwhile), then
+    recover and catch up once the filler is deleted."""
     written_db(s.db, mixed_records(ROWS))
-    worker = WorkerProcess(s)
+    worker = WorkerProcess(s, **env)
     try:
         worker.wait_reconciles(1)
         filler = fill(full)
@@ -120,6 +124,8 @@ def fill_under_a_worker(s: Settings, full: Path, new_rows: int, reason: str) -> 
         degraded = wait_for(lambda: worker.events("sync_degraded"), 120, "the worker to degrade")
         assert degraded[0]["reason"].startswith(reason), degraded
         assert worker.proc.poll() is None, "the worker exited on a full disk"
+        if while_full is not None:
+            while_full(worker)
         filler.unlink()
         wait_for(lambda: worker.events("sync_recovered"), 180, "the worker to recover")
         worker.wait_caught_up()
@@ -129,10 +135,45 @@ def fill_under_a_worker(s: Settings, full: Path, new_rows: int, reason: str) -> 
     assert not [e for e in worker.lines if e.get("event") == "text" and "Traceback" in e.get("text", "")]
 
 
+def most_failures(seconds: float, interval: float, cap: float) -> int:
+    """The most failed steps a worker backing off (``worker.backoff``) can make in ``seconds``
+    after its first failure: steps take time too, so a real worker makes at most this many."""
+    backoff, spent = Backoff(interval, cap), 0.0
+    backoff.fail()
+    while spent + backoff.delay <= seconds:
+        spent += backoff.delay
+        backoff.fail()
+    return backoff.failures
+
+
 def test_worker_degrades_on_a_full_data_dir_and_recovers_when_space_returns(small_data_dir: Settings) -> None:
+    """While DATA_DIR is full and rows keep arriving (a file event each), the worker retries with
+    its backoff, not at every row; worker.json cannot be written, yet status says it is up and
+    degraded, why, and when it retries next, from the record kept in place in worker.heartbeat."""
     s = small_data_dir
-    fill_under_a_worker(s, s.data_dir, 40, f"no space left on {s.data_dir} (DATA_DIR, ")
-    assert_clean(s, 7 * ROWS + 40)
+    poll, cap = 0.2, 4.0
+    reason = f"no space left on {s.data_dir} (DATA_DIR, "
+
+    def backs_off_and_says_so(worker: WorkerProcess) -> None:
+        first = time.monotonic()  # the first failure was before this
+        for i in range(30):  # rows keep arriving for 6 s: a file event every 0.2 s
+            import_records(s.db, [prompt(500 + i)])
+            time.sleep(0.2)  # the pace of a writer, not a wait for the worker
+        shown = memsync(s, "status", "--json")
+        elapsed = time.monotonic() - first
+        assert shown.returncode == 0, shown.stderr[-2000:]
+        w = json.loads(shown.stdout)["worker"]
+        assert w["up"] and w["degraded"] and w["last_error"].startswith(reason), w
+        assert w["status_unwritable"] and "No space left" in w["status_unwritable"], w
+        assert isinstance(w["next_retry_ms"], int)
+        assert 2 <= w["consecutive_errors"] <= most_failures(elapsed + 1.0, poll, cap), (w, elapsed)
+        text = memsync(s, "status").stdout
+        assert "degraded: no space left on" in text and "next retry at" in text, text
+        assert "read from the record the worker keeps in place in worker.heartbeat" in text, text
+
+    fill_under_a_worker(s, s.data_dir, 40, reason, backs_off_and_says_so,
+                        MEMSYNC_POLL_INTERVAL_S=str(poll), MEMSYNC_BACKOFF_CAP_S=str(cap))
+    assert_clean(s, 7 * ROWS + 70)
 
 
 def test_worker_on_a_full_chroma_disk_names_it_recovers_and_any_damage_is_repaired(small_chroma: Settings) -> None:
@@ -186,3 +227,34 @@ def test_the_daemon_recreates_a_store_it_cannot_read(managed: Settings) -> None:
     finally:
         worker.kill()
     assert_clean(s, 7 * ROWS + 1200)
+
+
+def test_a_worker_started_on_a_full_data_dir_waits_for_space(small_data_dir: Settings) -> None:
+    """A worker (re)started while DATA_DIR is full does not exit: it is degraded, says so (status
+    reads the record it keeps in place), retries with its backoff and starts once space returns."""
+    s = small_data_dir
+    written_db(s.db, mixed_records(ROWS))
+    worker = WorkerProcess(s)
+    try:
+        worker.wait_reconciles(1)
+        assert worker.stop() == 0
+    finally:
+        worker.kill()
+    filler = fill(s.data_dir)
+    import_records(s.db, [prompt(100 + i) for i in range(10)])
+    worker = WorkerProcess(s)
+    try:
+        degraded = wait_for(lambda: worker.events("sync_degraded"), 120, "the worker to degrade")
+        assert degraded[0]["reason"].startswith(f"no space left on {s.data_dir} (DATA_DIR, "), degraded
+        assert worker.proc.poll() is None, "the worker exited on a full disk"
+        shown = memsync(s, "status")  # the records cannot be opened: one error line, and the worker's state
+        one_line_no_space(shown, s.data_dir)
+        assert "degraded: no space left on" in shown.stdout and "next retry at" in shown.stdout, shown.stdout
+        assert "worker.heartbeat" in shown.stdout, shown.stdout
+        filler.unlink()
+        worker.wait_reconciles(1)
+        worker.wait_caught_up()
+        assert worker.stop() == 0
+    finally:
+        worker.kill()
+    assert_clean(s, 7 * ROWS + 10)
