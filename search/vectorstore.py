@@ -177,7 +177,8 @@ class VectorStore:
             return False
         self._checked_at = now
         try:
-            active = stores.active_collection_name(self._handle.client, self.settings)
+            with guarded("Chroma", StoreUnavailable):
+                active = stores.active_collection_name(self._handle.client, self.settings)
         except StoreUnavailable:
             return False
         if active == self._collection.name:
