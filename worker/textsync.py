@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import fcntl
+import os
 import shutil
 import threading
 import time
@@ -316,6 +317,9 @@ def _writer_lock_held(path: Path) -> bool:
 
 
 def _holder(settings: Settings) -> str:
-    """Who holds the index's writer lock, as far as can be told: the worker when one is up."""
-    up = worker_state(settings.data_dir, int(time.time() * 1000)).get("up")
-    return "the worker, which brings it up to date" if up else "another memsync process"
+    """Who holds the index's writer lock, as far as can be told: the worker when one is up and it
+    is not this process (the worker itself meets a resync's lock)."""
+    worker = worker_state(settings.data_dir, int(time.time() * 1000))
+    if worker.get("up") and worker.get("pid") != os.getpid():
+        return "the worker, which brings it up to date"
+    return "another memsync process"
