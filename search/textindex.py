@@ -5,7 +5,10 @@ sync pass; searches only read it. It records per kind the highest row id it hold
 Rows above it (committed since the worker's last pass, or all of them when no worker runs) are the
 *tail*, which the lexical side (``search.lexical``) takes from FTS5: the index can be behind, never
 wrong about new rows. Edits and deletes reach it at the worker's reconcile; deleted rows are dropped at hydration
-anyway. Filters it cannot apply (concepts, files) and date order use FTS5. Query words get the
+anyway. Filters it cannot apply (concepts, files) and date order use FTS5. An index that cannot
+be trusted (memsync's record disagrees with it, a segment file fails its checksum, tantivy fails
+or panics reading it: :class:`TextIndexDamaged`) is never opened for writing or created here:
+the search ranks with FTS5 and says why, and the worker rebuilds it. Query words get the
 body field's analysis and are OR-ed as term queries (no query parser, so no input is syntax).
 
 Pseudo-relevance feedback (RM3-style, ``expanded``): the words that the best few matches share

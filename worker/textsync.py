@@ -9,9 +9,13 @@ reconcile interval, and a kind whose older rows were edited or deleted is rebuil
 accelerator, so nothing about it may stop the sync: failures are logged (once per distinct
 message) and retried at the next change.
 
-A damaged index (issue 24: a ``meta.json`` or a segment that tantivy cannot open or read) is
-checked for when the writer opens and at every full refresh; it is deleted and rebuilt from the
-database (``text_index_rebuilding`` with the reason), while searches rank with FTS5 and say so.
+A damaged index (``config.formats.text_index.unreadable``: a ``meta.json`` damaged or gone, a
+segment file missing or garbled, an index that disagrees with the commit memsync recorded) is
+checked for when the writer opens and at every step: memsync's record and the checksums of the
+files that changed since the last look (a stat per file), everything with a query over every
+segment at a full refresh. It is deleted and rebuilt from the database (``text_index_rebuilding``
+with the reason), while searches rank with FTS5 and say so. Another process holding the writer
+lock (a resync beside the worker) is ``text_index_held`` at info: no failure.
 """
 
 from __future__ import annotations
