@@ -12,26 +12,32 @@ tools and claude-mem's twelve others; the plugin stays enabled, with its hooks, 
 and viewer. ``restore`` undoes both. Checked against the real ``claude`` CLI (docs/claude-mem.md
 names the version) through the tool list its ``claude -p`` sends to a stand-in model API.
 
-An earlier memsync (0.x, issue 27's first swap) denied claude-mem's whole server instead
-(``deniedMcpServers``); ``swap`` and ``restore`` remove that entry, so the twelve other tools come
-back.
+Swap records what it added (:mod:`memsync.config.claude_settings`: in the file, beside the
+entries) and restore removes exactly that: a rule the user had written themselves is neither
+recorded nor removed, and a restore with no swap recorded changes nothing. The record is a list of
+values added to lists, so another addition (a hook entry) is recorded and undone the same way.
 
-The edit keeps every other key of the file as it is, writes a new file and renames it over the old
-one (never a half-written settings file), and refuses a file whose parts it must change are not
-what Claude Code reads (not a JSON object, ``permissions`` not an object, ``deny`` not a list)
-rather than overwrite it.
+An earlier memsync (0.x, issue 27's first swap) denied claude-mem's whole server instead
+(``deniedMcpServers``). Such an entry cannot be told from a user's own, so swap and restore leave
+it and say so.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memsync.config.errors import ConfigError
+from memsync.config.claude_settings import (
+    RECORD_KEY,
+    RecordedEdit,
+    Step,
+    read_settings,
+    settings_text,
+    write_settings,
+)
 
 CLAUDE_MEM_SERVER = "plugin:claude-mem:mcp-search"  # claude-mem's plugin server, as Claude Code names it
 SEARCH_TOOLS = ("search", "timeline", "get_observations")  # the three its mem-search skill teaches
@@ -39,10 +45,7 @@ SEARCH_TOOLS = ("search", "timeline", "get_observations")  # the three its mem-s
 DENY_RULES = tuple(f"mcp__{CLAUDE_MEM_SERVER.replace(':', '_')}__{tool}" for tool in SEARCH_TOOLS)
 OLD_DENY_KEY = "deniedMcpServers"  # what memsync's first swap used: claude-mem's whole server denied
 SERVER_NAME = "memsync"  # the name memsync registers under (its tools: mcp__memsync__search, ...)
-
-
-class ClaudeSettingsError(ConfigError):
-    """Claude Code's settings file cannot be read as a JSON object: fix or move it, then run again."""
+DENY_AT = ("permissions", "deny")  # where the deny rules go
 
 
 def config_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -58,38 +61,6 @@ def settings_path(env: Mapping[str, str] | None = None) -> Path:
     return config_dir(env) / "settings.json"
 
 
-def read_settings(path: Path) -> dict[str, Any]:
-    """The settings as a dict ({} when the file does not exist)."""
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8") or "{}")
-    except (OSError, ValueError) as exc:
-        raise ClaudeSettingsError(f"{path} is not readable JSON ({exc}); fix it, then run again") from None
-    if not isinstance(data, dict):
-        raise ClaudeSettingsError(f"{path} does not hold a JSON object; fix it, then run again")
-    return data
-
-
-def write_settings(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` whole or not at all (a temporary file renamed over it), keeping the
-    file's permissions."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
-    fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=2, ensure_ascii=False)
-            out.write("\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _old_entry(value: Any) -> bool:
     return isinstance(value, dict) and value.get("serverName") == CLAUDE_MEM_SERVER
 
@@ -102,60 +73,72 @@ def denied_rules(data: dict[str, Any]) -> list[str]:
 
 
 def denies_whole_server(data: dict[str, Any]) -> bool:
-    """Whether the settings hold an earlier memsync swap's ``deniedMcpServers`` entry."""
+    """Whether ``deniedMcpServers`` denies claude-mem's whole server (as memsync's first swap did)."""
     denied = data.get(OLD_DENY_KEY)
     return isinstance(denied, list) and any(_old_entry(v) for v in denied)
 
 
-def _drop_whole_server_entry(data: dict[str, Any]) -> bool:
+@dataclass(frozen=True, slots=True)
+class SettingsChange:
+    """What swap or restore does to the settings file: its steps, notes on what it leaves as it is,
+    and the file's new text (None when nothing changes: the file is not rewritten)."""
+
+    path: Path
+    steps: tuple[Step, ...]
+    notes: tuple[str, ...]
+    text: str | None
+
+
+def _whole_server_note(path: Path, data: dict[str, Any]) -> list[str]:
     if not denies_whole_server(data):
+        return []
+    return [f"{path}: {OLD_DENY_KEY} denies claude-mem's whole server ({CLAUDE_MEM_SERVER}), which hides its other "
+            "tools too; left as it is (memsync's first swap added such an entry: remove it if it is not yours)"]
+
+
+def _change(path: Path, data: dict[str, Any], before: str, edit: RecordedEdit, notes: list[str]) -> SettingsChange:
+    after = settings_text(path, data)
+    return SettingsChange(path, tuple(edit.steps), tuple(notes), None if after == before else after)
+
+
+def plan_swap(path: Path) -> SettingsChange:
+    """Swap's edit, not written: the deny rules of claude-mem's three search tools added where they
+    are missing, and recorded. Refuses (:class:`ClaudeSettingsError`) exactly as writing would."""
+    data = read_settings(path)
+    before = settings_text(path, data)
+    edit = RecordedEdit(data, path)
+    for rule in DENY_RULES:
+        edit.add(DENY_AT, rule)
+    edit.finish()
+    return _change(path, data, before, edit, _whole_server_note(path, data))
+
+
+def plan_restore(path: Path) -> SettingsChange:
+    """Restore's edit, not written: what swap recorded removed, and the record; nothing else."""
+    data = read_settings(path)
+    before = settings_text(path, data)
+    edit = RecordedEdit(data, path)
+    notes = []
+    if not edit.recorded and denied_rules(data):
+        notes.append(f"{path}: permissions.deny holds {', '.join(denied_rules(data))} with no record of a swap "
+                     f"adding them ({RECORD_KEY}): left as they are")
+    edit.undo()
+    return _change(path, data, before, edit, [*notes, *_whole_server_note(path, data)])
+
+
+def apply_change(change: SettingsChange) -> bool:
+    """Write a planned change; False when there was nothing to write."""
+    if change.text is None:
         return False
-    kept = [v for v in data[OLD_DENY_KEY] if not _old_entry(v)]
-    if kept:
-        data[OLD_DENY_KEY] = kept
-    else:
-        del data[OLD_DENY_KEY]
+    write_settings(change.path, change.text)
     return True
-
-
-def _deny_list(data: dict[str, Any], path: Path) -> list[Any]:
-    """The settings' ``permissions.deny`` list (created empty), refusing other shapes."""
-    permissions = data.setdefault("permissions", {})
-    if not isinstance(permissions, dict):
-        raise ClaudeSettingsError(f"permissions in {path} is not a JSON object; fix it, then run again")
-    deny = permissions.setdefault("deny", [])
-    if not isinstance(deny, list):
-        raise ClaudeSettingsError(f"permissions.deny in {path} is not a list; fix it, then run again")
-    return deny
 
 
 def deny_claude_mem_search(path: Path) -> bool:
-    """Add the deny rules of claude-mem's three search tools to the settings (and drop an earlier
-    swap's whole-server entry); False when nothing had to change."""
-    data = read_settings(path)
-    before = json.dumps(data, sort_keys=True)
-    deny = _deny_list(data, path)
-    deny.extend(r for r in DENY_RULES if r not in deny)
-    _drop_whole_server_entry(data)
-    if json.dumps(data, sort_keys=True) == before:
-        return False
-    write_settings(path, data)
-    return True
+    """Swap's edit, written; False when nothing had to change."""
+    return apply_change(plan_swap(path))
 
 
 def allow_claude_mem_search(path: Path) -> bool:
-    """Remove memsync's deny rules (``deny`` and ``permissions`` too when left empty) and an earlier
-    swap's whole-server entry; False when there was none."""
-    data = read_settings(path)
-    dropped = _drop_whole_server_entry(data)
-    if denied_rules(data):
-        permissions = data["permissions"]
-        permissions["deny"] = [r for r in permissions["deny"] if r not in DENY_RULES]
-        if not permissions["deny"]:
-            del permissions["deny"]
-        if not permissions:
-            del data["permissions"]
-    elif not dropped:
-        return False
-    write_settings(path, data)
-    return True
+    """Restore's edit, written; False when nothing had to change."""
+    return apply_change(plan_restore(path))

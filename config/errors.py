@@ -7,7 +7,7 @@
     │   ├── StoreRefused       Chroma answered but refused us: token, tenant, database, certificate
     │   ├── SettingsError      a setting or the config file is unusable (config.settings)
     │   ├── SchemaError        the file is not a claude-mem database (config.claude_mem.schema)
-    │   ├── ClaudeSettingsError  Claude Code's settings file is not a JSON object (config.claude_code)
+    │   ├── ClaudeSettingsError  Claude Code's settings file cannot be edited safely (config.claude_settings)
     │   └── DatabaseMismatch   the data directory belongs to another database: give this one its own
     │                          (config.formats.database_owner)
     ├── InvalidRequest         a value the caller gave is refused: change the request
@@ -36,12 +36,37 @@ codes (``cli.commands.options``), the HTTP API's status and body (``servers.http
 tools' error text (``servers.mcp_tools``).
 The refused-value and bad-data errors are ``ValueError`` too and the two timeouts of a read ``RuntimeError``,
 as the code that catches them around third-party calls expects.
+A message is one line of printable text: what another process printed goes into one only through
+:func:`one_line`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TypeVar
+
+# Terminal escape sequences: CSI (colours, cursor moves), OSC (titles, links), and the two-byte ones.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+
+
+def one_line(output: str | bytes, limit: int | None = None) -> str:
+    """What a process printed (``output``: a server's log, a command's stderr) as one line of
+    printable text for an error message, keeping its end (``limit`` characters at most, the last
+    ones: where a failing process says why). Escape sequences (colours, cursor moves) go; a line
+    redrawn in place with carriage returns (a progress bar) keeps its last state; a line without a
+    letter or digit (a drawing, such as the logo ``chroma run`` prints in ``(`` and ``#``) says
+    nothing and goes; the other lines are joined with `` | ``; any other control character
+    becomes a space. Printable one-line text comes back unchanged."""
+    text = output.decode("utf-8", "replace") if isinstance(output, bytes) else output
+    kept = []
+    for raw in _ESCAPES.sub("", text).replace("\r\n", "\n").split("\n"):
+        line = raw.rstrip("\r").rsplit("\r", 1)[-1]
+        line = "".join(ch if ch.isprintable() else " " for ch in line).strip()
+        if any(ch.isalnum() for ch in line):
+            kept.append(line)
+    joined = " | ".join(kept)
+    return joined if limit is None or len(joined) <= limit else "..." + joined[-limit:]
 
 T = TypeVar("T")
 

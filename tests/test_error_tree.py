@@ -12,8 +12,8 @@ import pytest
 from mcp.server.mcpserver.exceptions import ToolError
 
 from memsync.commands.options import errors_as_exit
-from memsync.config.claude_code import ClaudeSettingsError
 from memsync.config.claude_mem.schema import SchemaError
+from memsync.config.claude_settings import ClaudeSettingsError
 from memsync.config.docids import DocIdError
 from memsync.config.errors import (
     BadData,

@@ -14,16 +14,14 @@ import click
 
 from memsync.commands.options import EXIT_USAGE, common_options, errors_as_exit, fail, settings_from
 from memsync.config.claude_code import (
-    CLAUDE_MEM_SERVER,
-    DENY_RULES,
     SERVER_NAME,
-    allow_claude_mem_search,
-    denied_rules,
-    denies_whole_server,
-    deny_claude_mem_search,
-    read_settings,
+    SettingsChange,
+    apply_change,
+    plan_restore,
+    plan_swap,
     settings_path,
 )
+from memsync.config.errors import one_line
 from memsync.config.formats.database_owner import is_demo
 
 CLAUDE_TIMEOUT = 60  # seconds for one `claude mcp` call (it answers in about a second)
@@ -53,34 +51,31 @@ def run_claude(args: list[str], dry_run: bool, check: bool = True) -> bool:
         return True
     done = subprocess.run(args, capture_output=True, text=True, timeout=CLAUDE_TIMEOUT, stdin=subprocess.DEVNULL)
     if done.returncode != 0 and check:
-        fail(f"`{shlex.join(args[:3])}` failed ({done.returncode}): {(done.stderr or done.stdout).strip()[:400]}")
+        fail(f"`{shlex.join(args[:3])}` failed ({done.returncode}): {one_line(done.stderr or done.stdout, 400)}")
     return done.returncode == 0
 
 
-def settings_step(dry_run: bool, deny: bool) -> bool:
-    """The settings half of swap (``deny``) or restore, printed; on a dry run only what it would do
-    (False then, so the caller stops)."""
-    path = settings_path()
-    rules = ", ".join(DENY_RULES)
+def plan_settings(swap: bool) -> SettingsChange:
+    """The settings half of swap or restore, worked out and not written: a file it cannot edit is
+    refused here, before any ``claude`` command runs, the same on a dry run as on the real one."""
     with errors_as_exit():
-        data = read_settings(path)
-        there, old = len(denied_rules(data)) == len(DENY_RULES), denies_whole_server(data)
-        if dry_run:
-            state = ("already there" if there else "would be added") if deny else \
-                ("would be removed" if denied_rules(data) else "not there")
-            click.echo(f"{path}: permissions.deny rules {rules}: {state}")
-            if old:
-                click.echo(f"{path}: the deniedMcpServers entry for {CLAUDE_MEM_SERVER} (an earlier swap's) would be "
-                           "removed")
-            return False
-        changed = deny_claude_mem_search(path) if deny else allow_claude_mem_search(path)
-    if old:
-        click.echo(f"{path}: removed the deniedMcpServers entry for {CLAUDE_MEM_SERVER} (an earlier swap's: it "
-                   "left out all of claude-mem's tools)")
-    done, unchanged = ("denied", "were already denied") if deny else ("allowed again", "were not denied")
-    click.echo(f"{path}: claude-mem's search tools {done if changed or old else unchanged} (permissions.deny: "
-               f"{rules})")
-    return True
+        return plan_swap(settings_path()) if swap else plan_restore(settings_path())
+
+
+def settings_step(swap: bool, dry_run: bool) -> None:
+    """Print the settings half (``would ...`` on a dry run), and on a real run write it: planned
+    again, as the file may have changed while ``claude`` ran."""
+    change = plan_settings(swap)
+    if not dry_run:
+        with errors_as_exit():
+            apply_change(change)
+    for step in change.steps:
+        click.echo(f"{change.path}: {step.describe(done=not dry_run)}")
+    if not change.steps:
+        why = "claude-mem's search tools are denied already" if swap else "no swap is recorded in it"
+        click.echo(f"{change.path}: nothing to change ({why})")
+    for note in change.notes:
+        click.echo(f"memsync: note: {note}", err=True)
 
 
 @click.group("claude-code")
@@ -91,8 +86,10 @@ def claude_code() -> None:
     claude-mem's own search, timeline and get_observations tools in Claude Code's user settings
     (permissions.deny), which leaves them out of the agent's tool list. claude-mem's plugin stays
     enabled: its hooks keep recording memory, its other tools stay, and its mem-search skill
-    keeps teaching search, timeline and get_observations, now answered by memsync. `restore`
-    undoes both. Start a new Claude Code session afterwards.
+    keeps teaching search, timeline and get_observations, now answered by memsync. `swap` records
+    what it added to the settings file in the file itself (memsyncSwap); `restore` removes the
+    registration and exactly what that record names, so rules the user wrote stay. Start a new
+    Claude Code session afterwards.
     """
 
 
@@ -104,6 +101,7 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
     loaded = settings_from(kwargs)
     settings = loaded.settings
     claude = find_claude(claude_cmd)
+    plan_settings(swap=True)  # a settings file it cannot edit stops it before `claude mcp add`
     memsync = str(Path(sys.executable).parent / "memsync")
     env: list[str] = []
     # The server finds the same database and data directory as this command did: what was set
@@ -123,7 +121,8 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
     # read the name as a malformed variable).
     run_claude([claude, "mcp", "add", "--scope", scope, SERVER_NAME, *env, "--", memsync, "mcp", "--profile",
                 "claude-mem"], dry_run)
-    if not settings_step(dry_run, deny=True):
+    settings_step(swap=True, dry_run=dry_run)
+    if dry_run:
         return
     click.echo("Done: start a new Claude Code session; claude-mem's hooks, skill and other tools stay on, its "
                "search tools are answered by memsync. Undo: memsync claude-code restore")
@@ -134,8 +133,10 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
 def restore(claude_cmd: str, scope: str, dry_run: bool) -> None:
     """claude-mem's own search tools back, memsync's registration removed."""
     claude = find_claude(claude_cmd)
+    plan_settings(swap=False)  # a settings file it cannot edit stops it before `claude mcp remove`
     removed = run_claude([claude, "mcp", "remove", "--scope", scope, SERVER_NAME], dry_run, check=False)
-    if not settings_step(dry_run, deny=False):
+    settings_step(swap=False, dry_run=dry_run)
+    if dry_run:
         return
     if not removed:
         click.echo(f"memsync: no {SERVER_NAME!r} server was registered in the {scope} scope", err=True)

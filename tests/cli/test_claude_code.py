@@ -22,10 +22,19 @@ from memsync.config.claude_code import (
     CLAUDE_MEM_SERVER,
     DENY_RULES,
     SEARCH_TOOLS,
-    ClaudeSettingsError,
     allow_claude_mem_search,
     deny_claude_mem_search,
+    plan_restore,
+    plan_swap,
     settings_path,
+)
+from memsync.config.claude_settings import (
+    RECORD_KEY,
+    ClaudeSettingsError,
+    RecordedEdit,
+    read_settings,
+    settings_text,
+    write_settings,
 )
 from scripts.real_claude_mem import CLAUDE_CODE, NO_TELEMETRY, WORKER_SCRIPT
 from tests.conftest import free_port, make_db, mixed_records
@@ -39,6 +48,9 @@ CLAUDE_MEM_TOOLS = ("build_corpus", "get_observations", "get_tool_uses", "import
 
 
 # -- the settings edit ---------------------------------------------------------------------------
+SEARCH_RULE, TIMELINE_RULE, GET_RULE = DENY_RULES
+
+
 def test_deny_and_allow_keep_every_other_key(tmp_path: Path) -> None:
     path = tmp_path / "settings.json"
     theirs = {"enabledPlugins": {"claude-mem@thedotmack": True}, "deniedMcpServers": [{"serverName": "other"}],
@@ -48,12 +60,12 @@ def test_deny_and_allow_keep_every_other_key(tmp_path: Path) -> None:
     assert deny_claude_mem_search(path) is True
     assert deny_claude_mem_search(path) is False  # idempotent
     data = json.loads(path.read_text())
-    assert data["permissions"]["deny"] == ["Bash(rm:*)", "mcp__plugin_claude-mem_mcp-search__search",
-                                           "mcp__plugin_claude-mem_mcp-search__timeline",
-                                           "mcp__plugin_claude-mem_mcp-search__get_observations"]
+    assert data["permissions"]["deny"] == ["Bash(rm:*)", SEARCH_RULE, TIMELINE_RULE, GET_RULE]
     assert data["permissions"]["allow"] == ["Bash(ls)"]
-    assert {k: v for k, v in data.items() if k != "permissions"} == {k: v for k, v in theirs.items()
-                                                                     if k != "permissions"}
+    assert list(data) == [*theirs, RECORD_KEY]  # the record goes last, beside the entries
+    assert data[RECORD_KEY]["added"] == [{"at": ["permissions", "deny"], "value": r} for r in DENY_RULES]
+    assert {k: v for k, v in data.items() if k not in ("permissions", RECORD_KEY)} == \
+        {k: v for k, v in theirs.items() if k != "permissions"}
     assert path.stat().st_mode & 0o777 == 0o640
     assert allow_claude_mem_search(path) is True and allow_claude_mem_search(path) is False
     assert json.loads(path.read_text()) == theirs
@@ -64,25 +76,123 @@ def test_allow_removes_the_keys_it_added(tmp_path: Path) -> None:
     path = tmp_path / "claude" / "settings.json"
     assert deny_claude_mem_search(path) is True  # no file yet: created, private
     assert path.stat().st_mode & 0o777 == 0o600
-    assert json.loads(path.read_text()) == {"permissions": {"deny": list(DENY_RULES)}}
+    data = json.loads(path.read_text())
+    assert data["permissions"] == {"deny": list(DENY_RULES)}
+    assert data[RECORD_KEY]["created"] == [["permissions"], ["permissions", "deny"]]
     assert allow_claude_mem_search(path) is True
     assert json.loads(path.read_text()) == {}
 
 
+class TestOnlyWhatSwapAdded:
+    """Restore removes exactly what swap recorded adding: a user's own entries, the keys' order and
+    the lists' order stay, whatever the user did to the file in between."""
+
+    def test_a_rule_the_user_wrote_survives_swap_and_restore(self, tmp_path: Path) -> None:
+        path = tmp_path / "settings.json"
+        text = json.dumps({"model": "opus", "permissions": {"deny": [SEARCH_RULE, "Bash(rm:*)"],
+                                                            "allow": ["Bash(ls)"]}, "theme": "dark"}, indent=2)
+        path.write_text(text)
+        assert deny_claude_mem_search(path) is True
+        data = json.loads(path.read_text())
+        assert data["permissions"]["deny"] == [SEARCH_RULE, "Bash(rm:*)", TIMELINE_RULE, GET_RULE]
+        assert [a["value"] for a in data[RECORD_KEY]["added"]] == [TIMELINE_RULE, GET_RULE]  # not theirs
+        assert allow_claude_mem_search(path) is True
+        assert path.read_text() == text + "\n"  # keys, order and the user's rule as they were
+
+    def test_a_restore_with_no_swap_before_it_changes_nothing(self, tmp_path: Path) -> None:
+        path = tmp_path / "settings.json"
+        text = json.dumps({"permissions": {"deny": list(DENY_RULES)}, "deniedMcpServers": [
+            {"serverName": CLAUDE_MEM_SERVER}]})
+        path.write_text(text)
+        change = plan_restore(path)
+        assert change.text is None and change.steps == ()
+        assert any("no record of a swap" in n for n in change.notes)
+        assert any("deniedMcpServers" in n and "left as it is" in n for n in change.notes)
+        assert allow_claude_mem_search(path) is False
+        assert path.read_text() == text
+
+    def test_the_record_stays_true_through_the_users_edits(self, tmp_path: Path) -> None:
+        """Entries added, moved and removed between swap and restore: only the recorded values go."""
+        path = tmp_path / "settings.json"
+        path.write_text(json.dumps({"permissions": {"deny": ["Bash(rm:*)"]}}))
+        deny_claude_mem_search(path)
+        data = json.loads(path.read_text())
+        # The user moves memsync's rules around, deletes one, adds their own and a key of their own.
+        data["permissions"]["deny"] = [GET_RULE, "Read(.env)", SEARCH_RULE, "Bash(rm:*)"]
+        data = {"hooks": {}, **data}
+        path.write_text(json.dumps(data))
+        assert allow_claude_mem_search(path) is True
+        assert json.loads(path.read_text()) == {"hooks": {}, "permissions": {"deny": ["Read(.env)", "Bash(rm:*)"]}}
+        assert list(json.loads(path.read_text())) == ["hooks", "permissions"]
+
+    def test_a_created_container_stays_when_the_user_put_something_in_it(self, tmp_path: Path) -> None:
+        path = tmp_path / "settings.json"
+        deny_claude_mem_search(path)
+        data = json.loads(path.read_text())
+        data["permissions"]["allow"] = ["Bash(ls)"]
+        path.write_text(json.dumps(data))
+        allow_claude_mem_search(path)
+        assert json.loads(path.read_text()) == {"permissions": {"allow": ["Bash(ls)"]}}
+
+    def test_a_second_swap_keeps_the_first_record(self, tmp_path: Path) -> None:
+        path = tmp_path / "settings.json"
+        deny_claude_mem_search(path)
+        first = path.read_text()
+        data = json.loads(first)
+        data["permissions"]["deny"].remove(TIMELINE_RULE)  # the user took one away
+        path.write_text(json.dumps(data))
+        assert deny_claude_mem_search(path) is True  # put back, recorded once
+        assert json.loads(path.read_text()) == json.loads(first) | {"permissions": {"deny": [
+            SEARCH_RULE, GET_RULE, TIMELINE_RULE]}}
+        allow_claude_mem_search(path)
+        assert json.loads(path.read_text()) == {}
+
+    def test_the_record_is_general(self, tmp_path: Path) -> None:
+        """Any value added to any list (a hook entry as well as a rule) is recorded and taken back."""
+        path = tmp_path / "settings.json"
+        original = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "theirs"}]}]}}
+        path.write_text(json.dumps(original))
+        hook = {"hooks": [{"type": "command", "command": "memsync hook"}]}
+        edit = RecordedEdit(read_settings(path), path)
+        edit.add(("hooks", "UserPromptSubmit"), hook)
+        edit.add(("hooks", "Stop"), hook)
+        edit.finish()
+        write_settings(path, settings_text(path, edit.data))
+        undo = RecordedEdit(read_settings(path), path)
+        assert undo.created == [("hooks", "UserPromptSubmit")]
+        undo.undo()
+        assert undo.data == original
+
+    def test_a_record_that_is_not_what_swap_wrote_is_refused(self, tmp_path: Path) -> None:
+        path = tmp_path / "settings.json"
+        text = json.dumps({RECORD_KEY: {"added": [{"at": "permissions.deny", "value": "x"}]}})
+        path.write_text(text)
+        with pytest.raises(ClaudeSettingsError, match=f"holds a {RECORD_KEY} entry that is not what"):
+            allow_claude_mem_search(path)
+        assert path.read_text() == text
+
+
 @pytest.mark.parametrize("edit", [deny_claude_mem_search, allow_claude_mem_search])
-def test_an_earlier_swaps_whole_server_entry_goes(tmp_path: Path, edit: Callable[[Path], bool]) -> None:
-    """memsync's first swap denied claude-mem's whole server; swap and restore both take that back."""
+def test_a_whole_server_entry_is_left_as_it_is(tmp_path: Path, edit: Callable[[Path], bool]) -> None:
+    """memsync's first swap denied claude-mem's whole server; such an entry cannot be told from the
+    user's own, so swap and restore leave it and say so."""
     path = tmp_path / "settings.json"
     path.write_text(json.dumps({"deniedMcpServers": [{"serverName": "other"}, {"serverName": CLAUDE_MEM_SERVER}]}))
-    assert edit(path) is True
-    data = json.loads(path.read_text())
-    assert data["deniedMcpServers"] == [{"serverName": "other"}]
-    assert data.get("permissions", {}).get("deny", []) == (list(DENY_RULES) if edit is deny_claude_mem_search
-                                                             else [])
+    change = (plan_swap if edit is deny_claude_mem_search else plan_restore)(path)
+    assert any(f"denies claude-mem's whole server ({CLAUDE_MEM_SERVER})" in n for n in change.notes)
+    edit(path)
+    assert json.loads(path.read_text())["deniedMcpServers"] == [{"serverName": "other"},
+                                                                {"serverName": CLAUDE_MEM_SERVER}]
 
 
-@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"permissions": ["mcp__x"]}',
-                                  '{"permissions": {"deny": "mcp__plugin_claude-mem_mcp-search__search"}}'])
+DEEP = "[" * 100_000 + "]" * 100_000  # deeper than Python's JSON parser goes
+UNEDITABLE = {"not JSON": "{not json", "not an object": "[1, 2]", "permissions a list": '{"permissions": ["mcp__x"]}',
+              "deny a string": '{"permissions": {"deny": "mcp__plugin_claude-mem_mcp-search__search"}}',
+              "nested 100,000 deep": '{"a": ' + DEEP + "}",
+              "a duplicate key": '{"permissions": {"deny": ["Bash(rm:*)"], "deny": ["Read(.env)"]}}'}
+
+
+@pytest.mark.parametrize("text", UNEDITABLE.values(), ids=UNEDITABLE.keys())
 def test_a_settings_file_it_cannot_edit_is_left_as_it_is(tmp_path: Path, text: str) -> None:
     path = tmp_path / "settings.json"
     path.write_text(text)
@@ -220,8 +330,60 @@ def test_a_dry_run_prints_the_steps_and_changes_nothing(tmp_path: Path) -> None:
     assert lines[0] == f"$ {sys.executable} mcp remove --scope user memsync"
     assert lines[1].startswith(f"$ {sys.executable} mcp add --scope user memsync -e MEMSYNC_DB={db} -- ")
     assert lines[1].endswith(" mcp --profile claude-mem")
-    assert lines[2] == f"{settings}: permissions.deny rules {', '.join(DENY_RULES)}: would be added"
+    assert lines[2:] == [*(f'{settings}: would add to permissions.deny: "{rule}"' for rule in DENY_RULES),
+                         f"{settings}: would record what it adds in {RECORD_KEY}"]
     assert settings.read_text() == '{"enabledPlugins": {"claude-mem@thedotmack": true}}'
+
+
+def stand_in_claude(tmp_path: Path) -> tuple[Path, Path]:
+    """A ``claude`` that only writes down how it was called (the real one is the slow test's)."""
+    log, script = tmp_path / "claude-calls", tmp_path / "claude"
+    script.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    script.chmod(0o755)
+    return script, log
+
+
+@pytest.mark.parametrize(("case", "commands"), [("nested 100,000 deep", ("swap", "restore")),
+                                               ("a duplicate key", ("swap", "restore")),
+                                               ("deny a string", ("swap",))])  # restore has nothing to remove
+def test_a_dry_run_refuses_as_the_real_run_does(tmp_path: Path, case: str, commands: tuple[str, ...]) -> None:
+    """One line, exit 2, the same from ``--dry-run`` as from the real command, before any
+    ``claude`` command runs and with the file untouched."""
+    text = UNEDITABLE[case]
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    settings = home / ".claude" / "settings.json"
+    settings.write_text(text)
+    claude_cmd, calls = stand_in_claude(tmp_path)
+    db = make_db(tmp_path / "claude-mem.db", mixed_records(1))
+    env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    for command in (["swap", "--db", str(db)] if c == "swap" else [c] for c in commands):
+        answers = [subprocess.run([MEMSYNC, "claude-code", *command, *dry, "--claude", str(claude_cmd)], env=env,
+                                  capture_output=True, text=True, timeout=60) for dry in ([], ["--dry-run"])]
+        for done in answers:
+            assert done.returncode == 2, done.stderr
+            assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"memsync: {settings} "), done.stderr
+            assert done.stdout == ""
+        assert answers[0].stderr == answers[1].stderr
+    assert not calls.exists()
+    assert settings.read_text() == text
+
+
+def test_a_restore_with_no_swap_before_it_leaves_the_users_rules(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    settings = home / ".claude" / "settings.json"
+    text = json.dumps({"permissions": {"deny": [DENY_RULES[0], "Bash(rm:*)"]}})
+    settings.write_text(text)
+    claude_cmd, calls = stand_in_claude(tmp_path)
+    done = subprocess.run([MEMSYNC, "claude-code", "restore", "--claude", str(claude_cmd)],
+                          env={"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"{settings}: nothing to change (no swap is recorded in it)" in done.stdout.splitlines()
+    assert f"permissions.deny holds {DENY_RULES[0]} with no record of a swap" in done.stderr
+    assert settings.read_text() == text
+    assert calls.read_text() == "mcp remove --scope user memsync\n"
 
 
 def test_without_claude_code_it_says_how_to_get_it(tmp_path: Path) -> None:
