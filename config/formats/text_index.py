@@ -274,8 +274,14 @@ def _crc_mismatch(file: Path, verified: MutableMapping[str, CheckedFile] | None)
 def unreadable(path: Path, verified: MutableMapping[str, CheckedFile] | None = None) -> str | None:
     """Why the tantivy index at ``path`` cannot be trusted (None: it agrees with memsync's record,
     every segment file matches its checksum, and it opens and answers a query over every segment,
-    no panic). Costs reading the segment files not in ``verified`` (see :func:`garbled_files`)
-    and an open of the index, a few ms: tantivy reads every segment's footer."""
+    no panic), when a second look agrees: a reader beside the running worker can see a file its
+    merge just removed. Costs reading the segment files not in ``verified`` (see
+    :func:`garbled_files`) and an open of the index, a few ms: tantivy reads every segment's footer."""
+    why = _untrusted(path, verified)
+    return None if why is None else _untrusted(path, verified)
+
+
+def _untrusted(path: Path, verified: MutableMapping[str, CheckedFile] | None) -> str | None:
     meta = read_meta(path) or {}
     why = disagreement(path, meta) or garbled_files(path, verified)
     if why is not None:
