@@ -33,6 +33,7 @@ from memsync.config.errors import (
     SourceUnavailable,
     StoreRefused,
     StoreUnavailable,
+    one_line,
 )
 from memsync.config.formats.first_sync import read_mark
 from memsync.config.formats.worker_status import (
@@ -121,19 +122,20 @@ class Health:
         once per distinct refusal) and say why."""
         if isinstance(exc, StoreUnavailable | StoreRefused):
             self.status.chroma_reachable = False
+        message = one_line(str(exc), 500)  # worker.json and status show it on one line
         if isinstance(exc, StoreRefused):
-            if str(exc) != self.status.chroma_refused:
-                self.log.warning("chroma_refused", reason=str(exc)[:300])
-            self.status.chroma_refused = str(exc)[:500]
+            if message != self.status.chroma_refused:
+                self.log.warning("chroma_refused", reason=message[:300])
+            self.status.chroma_refused = message
         if isinstance(exc, EmbeddingUnavailable):
             self.status.embedding_reachable = False
         self.source_cause = isinstance(exc, SourceUnavailable)
         if self.backoff.fail():
-            self.log.warning("sync_degraded", reason=str(exc)[:300])
+            self.log.warning("sync_degraded", reason=message[:300])
         self.status.degraded, self.status.consecutive_errors = True, self.backoff.failures
         self.status.retry_in_s = self.backoff.delay
         self.status.next_retry_ms = now_ms() + int(self.backoff.delay * 1000)
-        self.status.last_error = str(exc)[:500]
+        self.status.last_error = message
 
     def recovered(self) -> None:
         """A step succeeded: end a degraded run (``sync_recovered`` with how many errors it had)."""
@@ -142,6 +144,7 @@ class Health:
             self.log.info("sync_recovered", errors=ended)
         self.status.degraded, self.status.consecutive_errors, self.status.retry_in_s = False, 0, 0.0
         self.status.next_retry_ms = None
+        self.status.last_error = None  # recovered: the error is history (the log keeps it)
         self.status.embedding_reachable = True
         self.status.chroma_refused = None
 

@@ -22,7 +22,7 @@ import click
 
 from memsync.config.claude_mem.user_settings import DEFAULT_DIR_RULE, data_dir_choice
 from memsync.config.diskspace import explain, no_space
-from memsync.config.errors import ConfigError, InvalidRequest, MemsyncError, StoreUnavailable, closest
+from memsync.config.errors import ConfigError, InvalidRequest, MemsyncError, StoreUnavailable, closest, one_line
 from memsync.config.formats import database_owner
 from memsync.config.settings import (
     DEFAULT_CONFIG_FILE,
@@ -48,8 +48,9 @@ EXIT_CODES: dict[type[MemsyncError], int] = {
 
 
 def fail(message: str, code: int = EXIT_FAIL) -> NoReturn:
-    """Print one line to stderr and exit."""
-    click.echo(f"memsync: {message}", err=True)
+    """Print one line to stderr and exit (of printable text, whatever the message carries:
+    ``one_line``)."""
+    click.echo(f"memsync: {one_line(message)}", err=True)
     sys.exit(code)
 
 

@@ -31,6 +31,7 @@ from memsync.commands.options import (
     settings_note,
 )
 from memsync.config.claude_mem.projects import exclusion
+from memsync.config.claude_mem.schema import SchemaError
 from memsync.config.claude_mem.version import TESTED_SCHEMA_VERSION, claude_mem_version, schema_warning
 from memsync.config.diskspace import no_space
 from memsync.config.errors import NoSpace, SourceUnavailable
@@ -189,7 +190,7 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     with errors_as_exit(settings):
         try:
             report = run_status(settings)
-        except (SourceUnavailable, NoSpace, sqlite3.Error, OSError) as exc:
+        except (SourceUnavailable, SchemaError, NoSpace, sqlite3.Error, OSError) as exc:
             _worker_beside(settings, exc, as_json)
             raise
     database = {"path": str(settings.db), "chosen_by": db_rule(loaded)}

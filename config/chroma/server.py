@@ -41,7 +41,7 @@ import httpx
 from memsync.config.chroma.process import ChromaProcess, chroma_process, chroma_processes
 from memsync.config.chroma.remote import REFUSED_STATUSES, Endpoint, refused, tls_failure
 from memsync.config.diskspace import no_space, no_space_at
-from memsync.config.errors import ConfigError, StoreUnavailable
+from memsync.config.errors import ConfigError, StoreUnavailable, one_line
 from memsync.config.settings import Settings
 
 INFO_FILE = "chroma-server.json"
@@ -467,7 +467,11 @@ def _terminate(pid: int, proc: subprocess.Popen[bytes] | None = None, grace_s: f
 
 
 def _tail(path: Path, n: int = 400) -> str:
+    """The end of the server's log as one printable line (its logo, colours and progress bars
+    dropped: ``one_line``)."""
     try:
-        return path.read_text(errors="replace")[-n:].strip().replace("\n", " | ")
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 16 * n))
+            return one_line(fh.read(), n) or "(nothing in the log)"
     except OSError:
         return "(no log)"

@@ -17,6 +17,7 @@ import pytest
 from memsync.config.settings import Settings
 from memsync.worker.verify import verify
 from tests.conftest import mixed_records
+from tests.system.test_e2e import memsync
 from tests.system.test_providers import remote
 from tests.system.test_worker import WorkerProcess, status_check, wait_for
 from tests.upstream.written import written_db
@@ -81,6 +82,11 @@ def test_a_database_truncated_in_place_degrades_the_worker_until_a_good_copy_is_
         os.truncate(settings.db, 0)
         degraded_with(worker, "not a claude-mem database")  # after "malformed" from the open reader
         assert worker.proc.poll() is None
+        # status cannot read the database: its one error line, and still the worker's state
+        shown = memsync(settings, "status")
+        assert shown.returncode != 0 and "Traceback" not in shown.stderr, shown.stderr[-2000:]
+        assert [line for line in shown.stderr.splitlines() if line.startswith("memsync: ")], shown.stderr
+        assert "worker: up (following), degraded: " in shown.stdout and "next retry at " in shown.stdout, shown
         replace_with(settings.db, good)
         recovered(worker, reconciles=2)
 

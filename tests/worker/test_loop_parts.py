@@ -72,6 +72,7 @@ def test_health_degrades_and_recovers_once_and_writes_on_news_or_force(settings:
     assert (read_worker_status(settings.data_dir) or {})["last_error"] == "Chroma is away"
     health.recovered()
     assert log.names == ["sync_degraded", "sync_recovered"] and not health.status.degraded
+    assert health.status.last_error is None and health.status.next_retry_ms is None  # history once recovered
     health.publish()  # no pass since the last write and the heartbeat is fresh: not written
     assert (read_worker_status(settings.data_dir) or {})["degraded"] is True
     health.status.passes += 1
