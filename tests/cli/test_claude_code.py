@@ -262,11 +262,17 @@ def agent_tools(home: Path, project: Path, api: ModelApi, worker_port: int) -> d
 @pytest.mark.slow
 def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
     """What the agent sees, before, after swap and after restore: the tool list a real Claude Code
-    session sends the model, with claude-mem's published plugin installed."""
+    session sends the model, with claude-mem's published plugin installed. The user had denied
+    claude-mem's search tool themselves: a restore with no swap before it, and swap then restore,
+    leave that rule (and the file) as it was; Claude Code reads the file with memsync's record in
+    it and keeps the record when it rewrites the file."""
     assert CLAUDE_CODE.exists(), f"{CLAUDE_CODE} is missing: `make test` installs Claude Code's CLI there"
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir()
     project.mkdir()
+    settings = home / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps({"cleanupPeriodDays": 30, "permissions": {"deny": [SEARCH_RULE, "Bash(rm:*)"]}}))
     # claude-mem's published plugin (the npm package's plugin/ folder), from a local marketplace.
     market = tmp_path / "marketplace"
     shutil.copytree(WORKER_SCRIPT.parents[1], market / "plugin")
@@ -282,8 +288,13 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
     try:
         with model_api() as api:
             port = free_port()
+            installed = settings.read_text()  # the user's file, with the plugin's entries Claude Code wrote
+            restore = subprocess.run([MEMSYNC, "claude-code", "restore", "--claude", str(CLAUDE_CODE)], env=env,
+                                     cwd=project, capture_output=True, text=True, timeout=180)
+            assert restore.returncode == 0, restore.stdout + restore.stderr
+            assert settings.read_text() == installed  # a restore with no swap before it changes nothing
             before = agent_tools(home, project, api, port)
-            assert sorted(before) == sorted(CLAUDE_MEM_TOOL + t for t in CLAUDE_MEM_TOOLS)
+            assert sorted(before) == sorted(CLAUDE_MEM_TOOL + t for t in CLAUDE_MEM_TOOLS if t != "search")
 
             swap = subprocess.run([MEMSYNC, "claude-code", "swap", "--claude", str(CLAUDE_CODE), "--db", str(db)],
                                   env=env, cwd=project, capture_output=True, text=True, timeout=180)
@@ -291,10 +302,17 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
             # claude-mem's server stays on (its other tools with it); memsync's is added.
             assert servers(claude(home, "mcp", "list", cwd=project)) == {CLAUDE_MEM_SERVER: "Connected",
                                                                          "memsync": "Connected"}
+            assert [a["value"] for a in json.loads(settings.read_text())[RECORD_KEY]["added"]] == [TIMELINE_RULE,
+                                                                                                   GET_RULE]
+            # Claude Code rewrites the file (the plugin off and on again) and keeps memsync's record.
+            claude(home, "plugin", "disable", "claude-mem@thedotmack", cwd=project)
+            claude(home, "plugin", "enable", "claude-mem@thedotmack", cwd=project)
+            swapped = json.loads(settings.read_text())
+            assert swapped["enabledPlugins"] == {"claude-mem@thedotmack": True} and RECORD_KEY in swapped
             after = agent_tools(home, project, api, port)
             assert sorted(after) == sorted([*(MEMSYNC_TOOL + t for t in SEARCH_TOOLS),
                                             *(CLAUDE_MEM_TOOL + t for t in CLAUDE_MEM_TOOLS if t not in SEARCH_TOOLS)])
-            for tool in SEARCH_TOOLS:  # the agent is given the parameters the skill teaches
+            for tool in ("timeline", "get_observations"):  # the agent is given the parameters the skill teaches
                 mine, theirs = after[MEMSYNC_TOOL + tool], before[CLAUDE_MEM_TOOL + tool]
                 assert set(mine["properties"]) == set(theirs["properties"]), tool
                 assert mine.get("required", []) == theirs.get("required", []), tool
@@ -308,7 +326,10 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
             assert restore.returncode == 0, restore.stdout + restore.stderr
             assert sorted(agent_tools(home, project, api, port)) == sorted(before)
         assert servers(claude(home, "mcp", "list", cwd=project)) == {CLAUDE_MEM_SERVER: "Connected"}
-        assert json.loads((home / ".claude" / "settings.json").read_text()).get("permissions") is None
+        restored = json.loads(settings.read_text())
+        assert restored == json.loads(installed)
+        assert list(restored) == [k for k in swapped if k != RECORD_KEY]  # the order Claude Code last wrote
+        assert restored["permissions"]["deny"] == [SEARCH_RULE, "Bash(rm:*)"]
     finally:  # anything the plugin's hooks or server started (a worker it auto-starts outlives claude)
         for pid in started_under(home):
             with contextlib.suppress(ProcessLookupError):
@@ -343,6 +364,7 @@ def stand_in_claude(tmp_path: Path) -> tuple[Path, Path]:
     return script, log
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("case", "commands"), [("nested 100,000 deep", ("swap", "restore")),
                                                ("a duplicate key", ("swap", "restore")),
                                                ("deny a string", ("swap",))])  # restore has nothing to remove
@@ -369,6 +391,7 @@ def test_a_dry_run_refuses_as_the_real_run_does(tmp_path: Path, case: str, comma
     assert settings.read_text() == text
 
 
+@pytest.mark.slow
 def test_a_restore_with_no_swap_before_it_leaves_the_users_rules(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".claude").mkdir(parents=True)
