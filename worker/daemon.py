@@ -90,7 +90,7 @@ class Worker:
         self.health = Health(settings, self.log)
         # Retries of a remote endpoint wait on the stop event: a stop is never held up by a backoff.
         embedder = make_embedder(settings, wait=self.stop.wait)
-        self._target = SyncTarget(settings, embedder)
+        self._target = SyncTarget(settings, embedder, wait=self.stop.wait)
         self._tail = SourceTail(settings.db, settings.sqlite_busy_timeout_ms, self.reconcile_due,
                                 settings.excluded_projects)
         self._compaction = Compaction(settings, self.stop, self.log)

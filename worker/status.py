@@ -202,7 +202,7 @@ def language_state(settings: Settings, reader: SourceReader) -> dict[str, Any]:
         out["suggestion"] = (f"{share:.0%} of the newest rows hold Chinese, Japanese or Korean text, which the "
                              "bundled English model does not read: install 'memsync[multilingual]', set "
                              f"embedding_provider={MULTILINGUAL_PROVIDER} for the worker and the search servers, "
-                             "and run `memsync resync --rebuild`")
+                             "and run `memsync resync --rebuild` (a running worker follows the new generation)")
     return out
 
 

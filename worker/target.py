@@ -29,8 +29,16 @@ from memsync.config.chroma.server import ManagedServer
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.diskspace import low_on_space, no_space_at
 from memsync.config.docids import DocIdError, parse_doc_id
-from memsync.config.embedding import Embedder, endpoint_url
-from memsync.config.errors import StoreDamaged, StoreUnavailable
+from memsync.config.embedding import (
+    Embedder,
+    EmbeddingError,
+    close_embedder,
+    configured_identity,
+    endpoint_url,
+    generation_writer,
+)
+from memsync.config.embedding.remote import Wait
+from memsync.config.errors import ModelMismatchError, StoreDamaged, StoreUnavailable
 from memsync.config.settings import Settings
 from memsync.worker import logs
 from memsync.worker.sink import ChromaSink, VectorSink
@@ -265,9 +273,11 @@ class SyncTarget:
     """What the worker writes to; ``server`` is None unless ``chroma_mode`` is ``managed``. With
     ``upstream_store`` on, also the upstream-readable collection (``worker.upstream``)."""
 
-    def __init__(self, settings: Settings, embedder: Embedder) -> None:
+    def __init__(self, settings: Settings, embedder: Embedder, wait: Wait | None = None) -> None:
         self.s = settings
         self.embedder = embedder
+        self._wait = wait  # a remote model's waits between retries (the worker's stop event)
+        self._connected = False  # connected once: a generation switched since is followed, not refused
         self.server = ManagedServer(settings) if settings.chroma_mode == "managed" else None
         self.handle: stores.ChromaHandle | None = None
         self.sink: ChromaSink | None = None
@@ -287,8 +297,14 @@ class SyncTarget:
             return False
         # Managed mode: ensure() adopts the healthy server or starts (restarts) one.
         self.handle = stores.connect(self.s, server=self.server)
-        collection = stores.open_collection(self.handle.client, self.s, self.embedder.model_id,
-                                            self.embedder.dimension, endpoint_url(self.embedder))
+        try:
+            collection = stores.open_collection(self.handle.client, self.s, self.embedder.model_id,
+                                                self.embedder.dimension, endpoint_url(self.embedder))
+        except ModelMismatchError:
+            if not self._connected:
+                raise  # at start: the settings name another model than the store's (fix them, or rebuild)
+            collection = self._follow_rebuild(self.handle.client)
+        self._connected = True
         self.sink = ChromaSink(collection, self.handle.client.get_max_batch_size())
         state.set_meta(ACTIVE_COLLECTION, self.sink.name)
         if self.s.upstream_store:
@@ -298,6 +314,35 @@ class SyncTarget:
         if self.copy is None:
             self.copy = open_writer(self.s, state, self.sink.name, self.embedder.model_id, self.embedder.dimension)
         return True
+
+    def _follow_rebuild(self, client: Any) -> Any:
+        """Trigger: the active generation is of another model than this worker's, though it was
+        its own when the worker connected. Why: `memsync resync --rebuild` built a generation with
+        another embedding (status suggests it for CJK text) and switched to it while the worker ran;
+        exiting would stop the managed server and leave searches lexical until someone restarts
+        it. Outcome: the worker embeds with the new generation's recorded identity from now on, as
+        searches do (``worker_follows_generation``); ModelMismatchError naming the restart when it
+        cannot (an extra not installed, an unknown provider)."""
+        active = stores.open_active(client, self.s)
+        identity = stores.generation_identity(active)
+        try:
+            embedder = generation_writer(self.s, identity, wait=self._wait)
+            if identity.dimension is not None and embedder.dimension != identity.dimension:
+                raise EmbeddingError(f"its vectors have dimension {embedder.dimension}, not {identity.dimension}")
+        except EmbeddingError as exc:
+            raise ModelMismatchError(
+                f"`memsync resync --rebuild` switched collection {active.name} to {identity.describe()} while this "
+                f"worker ran with {configured_identity(self.s).describe()}, and it cannot embed with the new one "
+                f"({exc}); restart the worker with embedding_provider={identity.provider}"
+                + (f" and embedding_model={identity.model}" if identity.provider == "openai" else "")) from exc
+        logs.get_logger(component="worker").warning(
+            "worker_follows_generation", collection=active.name, model=identity.model_id,
+            was=self.embedder.model_id, configured=configured_identity(self.s).model_id,
+            note="set the same embedding_provider in the worker's settings for its next start")
+        close_embedder(self.embedder)
+        self.embedder = embedder
+        self.close_copy()  # the copy writer is bound to the old generation's model
+        return active
 
     def repair(self, exc: StoreDamaged) -> None:
         """Repair the collection Chroma cannot read (:func:`repair_damaged`) and drop the

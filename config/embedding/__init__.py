@@ -54,6 +54,7 @@ from memsync.config.settings import (
 __all__ = [
     "MODELS", "TOKENS_PER_TEXT", "Embedder", "EmbeddingError", "EmbeddingUnavailable", "Identity", "MiniLMOnnx",
     "ModelSpec", "OpenAIEmbedder", "close_embedder", "configured_identity", "endpoint_url", "generation_embedder",
+    "generation_writer",
     "embed_bound_s", "get_embedder", "make_embedder", "make_reranker", "model_id", "provider_of", "tokenizer_json",
     "upstream_embedder", "vector_identity", "waits_on",
 ]
@@ -127,6 +128,26 @@ def make_embedder(settings: Settings, *, threads: int | None = None, wait: Wait 
     endpoint = Endpoint(_endpoint_config(settings, settings.embedding_base_url), wait=wait)
     return OpenAIEmbedder(endpoint, settings.embedding_model, settings.embedding_batch_size,
                           settings.embedding_dimension)
+
+
+def generation_writer(settings: Settings, identity: Identity, *, wait: Wait | None = None) -> Embedder:
+    """The embedder for *writing* into a generation of ``identity`` when the settings configure
+    another (a running worker whose generation ``resync --rebuild`` replaced: it follows the new
+    one, as searches do): the bundled model, the multilingual one, or the recorded endpoint's model
+    with the write settings' timeout and retries (the key only where :func:`key_for` sends it).
+    EmbeddingError when it cannot be made (unknown provider or model, an extra not installed)."""
+    threads = settings.embedding_threads
+    if identity.provider == "local":
+        if identity.model_id not in MODELS:
+            raise EmbeddingError(f"unknown bundled model {identity.model_id!r}")
+        return get_embedder(identity.model_id, settings.embedding_batch_size, settings.embedding_max_tokens, threads)
+    if identity.provider == MULTILINGUAL:
+        return multilingual.get_multilingual(threads, "documents")
+    if identity.provider != "openai" or not (identity.endpoint or settings.embedding_base_url):
+        raise EmbeddingError(f"unknown embedding provider {identity.provider!r}")
+    base = identity.endpoint or settings.embedding_base_url
+    return OpenAIEmbedder(Endpoint(_endpoint_config(settings, base), wait=wait), identity.model,
+                          settings.embedding_batch_size, identity.dimension)
 
 
 def upstream_embedder(settings: Settings) -> Embedder:

