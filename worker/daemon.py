@@ -44,6 +44,7 @@ import threading
 import time
 from typing import Any
 
+from memsync.config.chroma.server import PORT_ATTEMPTS
 from memsync.config.diskspace import explain, no_space
 from memsync.config.embedding import Embedder, close_embedder, embed_bound_s, make_embedder, waits_on
 from memsync.config.errors import (
@@ -73,6 +74,8 @@ from memsync.worker.syncpass import EVERY_ROW, Checked, OnResult, Opened, Scope,
 from memsync.worker.tail import SourceTail
 from memsync.worker.target import SyncTarget, store_counts
 from memsync.worker.textsync import TextSync
+
+CONNECT_CALLS = 6  # Chroma calls of a connection: heartbeat, pointer, generation, its update, upstream store (2)
 
 
 class Worker:
@@ -407,7 +410,13 @@ class Worker:
             embedder = self._target.embedder
             with self.health.busy(waits_on(embedder), embed_bound_s(embedder, 1)):
                 _ = embedder.dimension
-        if self._target.open(self._state):
+        # Connecting may start the managed server (up to chroma_start_timeout_s, once per port
+        # tried) and makes a few Chroma calls (each up to chroma_timeout_s): the heartbeat goes on.
+        connect_s = PORT_ATTEMPTS * self.s.chroma_start_timeout_s + CONNECT_CALLS * self.s.chroma_timeout_s
+        with self.health.busy("Chroma (connecting)", connect_s) if self._target.sink is None else \
+                contextlib.nullcontext():
+            connected = self._target.open(self._state)
+        if connected:
             self.health.status.chroma_reachable = True
             self._store_due = True  # a new connection may be to a new (wiped, restored, other) store
             if self._serving and self.s.chroma_mode != "embedded" and self._target.sink is not None:
