@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from memsync.config.errors import ConfigError
 from memsync.config.formats.worker_status import STALE_MS, STATUS_FILE, WorkerStatus, read_worker_status, worker_state
+from memsync.config.settings import Settings
 from memsync.worker.lock import WorkerLock
 from memsync.worker.state import now_ms
 
@@ -63,3 +67,40 @@ def test_a_second_worker_lock_fails_naming_the_first_pid(tmp_path: Path) -> None
     second.acquire()  # free once released
     second.release()
     second.release()  # releasing twice is harmless
+
+
+def test_the_heartbeat_goes_on_while_the_loop_waits_within_the_bound_only(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the loop waits on a call (``Health.busy``) the heartbeat thread refreshes worker.json,
+    saying what it waits on; past the call's bound it stops, so a hung call reads as stale."""
+    from memsync.worker import health as health_module
+    from tests.worker.test_loop_parts import Events
+
+    monkeypatch.setattr(health_module, "HEARTBEAT_EVERY_S", 0.05)
+    settings.data_dir.mkdir(parents=True)
+    health = health_module.Health(settings, Events())
+    health.started()
+    try:
+        first = (read_worker_status(settings.data_dir) or {})["heartbeat_ms"]
+
+        def beat() -> dict[str, Any]:
+            return read_worker_status(settings.data_dir) or {}
+
+        with health.busy("the embeddings endpoint http://x/v1", up_to_s=0.6):
+            wait_until(lambda: beat().get("heartbeat_ms", 0) >= first + 100)
+            assert beat()["waiting_on"]["what"] == "the embeddings endpoint http://x/v1"
+            assert beat()["waiting_on"]["up_to_s"] == 0.6
+            wait_until(lambda: now_ms() - beat()["waiting_on"]["since_ms"] > 1500)  # well past the bound
+            stopped_at = beat()["heartbeat_ms"]
+            assert now_ms() - stopped_at >= 500, "the heartbeat went on past the call's bound"
+        health.publish(force=True)
+        assert beat()["waiting_on"] is None
+    finally:
+        health.stopping()
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
