@@ -34,7 +34,7 @@ from memsync.config.claude_mem.projects import exclusion
 from memsync.config.claude_mem.schema import SchemaError
 from memsync.config.claude_mem.version import TESTED_SCHEMA_VERSION, claude_mem_version, schema_warning
 from memsync.config.diskspace import no_space
-from memsync.config.errors import NoSpace, SourceUnavailable
+from memsync.config.errors import NoSpace, SourceUnavailable, one_line
 from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S, PHASE_FIRST_PASS, PHASE_FOLLOWING, worker_state
 from memsync.config.settings import DEFAULT_DATABASE, DEFAULT_TENANT, LoadedSettings, Settings, describe
 from memsync.servers.render import days_text, utc_stamp
@@ -191,7 +191,7 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
         try:
             report = run_status(settings)
         except (SourceUnavailable, SchemaError, NoSpace, sqlite3.Error, OSError) as exc:
-            _worker_beside(settings, exc, as_json)
+            _worker_beside(settings, exc, as_json, check)
             raise
     database = {"path": str(settings.db), "chosen_by": db_rule(loaded)}
     excluded = exclusion(settings.excluded_projects)
@@ -240,15 +240,18 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     click.echo("\n".join(lines))
 
 
-def _worker_beside(settings: Settings, exc: BaseException, as_json: bool) -> None:
+def _worker_beside(settings: Settings, exc: BaseException, as_json: bool, check: bool) -> None:
     """Status could not read the database or memsync's records (``exc``, which the caller then
     reports as its one error line): the worker's own state still goes to stdout, since a worker
     degraded by the same cause says so, why, and when it retries (``worker.json``, or the record
     kept in place while that cannot be written)."""
-    if isinstance(exc, sqlite3.Error | OSError) and no_space(exc, settings) is None:
+    shown = no_space(exc, settings) if isinstance(exc, sqlite3.Error | OSError) else exc
+    if shown is None:
         return  # not a state status explains: the error goes up as it is
     w = worker_state(settings.data_dir, int(time.time() * 1000), settings.db)
-    emit({"worker": w, "error": str(exc)}, as_json, f"worker: {_worker_text(w)}")
+    error = one_line(str(shown))
+    verdict = {"healthy": False, "problems": [error]} if check else {}
+    emit({**verdict, "worker": w, "error": error}, as_json, f"worker: {_worker_text(w)}")
 
 
 def _worker_text(w: dict[str, Any]) -> str:
