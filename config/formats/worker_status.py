@@ -178,5 +178,7 @@ def worker_state(data_dir: Path, now_ms: int, db: Path | None = None) -> dict[st
     alive = pid_alive(int(raw.get("pid", 0)))
     up = alive and fresh and not raw.get("stopping") and other is None
     reason = (None if up else f"it follows another database, {other}" if other is not None
-              else "stopped" if raw.get("stopping") or not alive else "heartbeat is stale")
+              else "stopped" if raw.get("stopping") or not alive
+              else f"heartbeat is stale: none for {(now_ms - int(raw.get('heartbeat_ms', 0))) // 1000} s, "
+                   f"the limit is {STALE_MS // 1000} s")
     return {**raw, "up": up, "reason": reason, "follows_other": other}
