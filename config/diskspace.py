@@ -120,7 +120,7 @@ def no_space_at(where: Path, settings: Settings, detail: str) -> NoSpace:
     role = "the Chroma path" if where == settings.chroma_dir and where != settings.data_dir else "DATA_DIR"
     return NoSpace(f"no space left on {where} ({role}, {shown}): free space there (or move it with "
                    f"{'MEMSYNC_CHROMA_PATH' if role == 'the Chroma path' else 'MEMSYNC_DATA_DIR'}), then "
-                   f"run again; the worker retries by itself [{detail[:160]}]")
+                   f"run again; a running `memsync worker` retries by itself [{detail[:160]}]")
 
 
 def explain(exc: StoreUnavailable, settings: Settings) -> StoreUnavailable | NoSpace:
