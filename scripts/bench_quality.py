@@ -201,15 +201,10 @@ class Answers:
 
 
 def wordpiece_counter() -> Any:
-    """Tokens of a text as ``scripts.bench_tokens`` counts them (the shipped MiniLM WordPiece)."""
-    from tokenizers import Tokenizer
+    """Tokens of a text as ``scripts.bench_tokens`` counts them (``memsync.config.tokens``)."""
+    from memsync.config.tokens import count_tokens
 
-    from memsync.config.embedding import tokenizer_json
-
-    wordpiece = Tokenizer.from_str(tokenizer_json())
-    wordpiece.no_padding()
-    wordpiece.no_truncation()
-    return lambda text: len(wordpiece.encode(text, add_special_tokens=False).ids)
+    return count_tokens
 
 
 @contextlib.contextmanager

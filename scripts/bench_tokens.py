@@ -8,7 +8,8 @@ in-process and calls the tools with typical arguments. For each call it reports 
 tokens of the returned text, and for searches the cost per result row (total minus a zero-result
 answer's header, divided by the rows). Tokens are counted two ways, since no model-vendor
 tokenizer can be loaded offline: the shipped MiniLM WordPiece tokenizer (close to the BPE
-tokenizers of chat models on English text) and characters / 4 (the usual rule of thumb).
+tokenizers of chat models on English text; ``memsync.config.tokens``, the one counter, which the
+injection budget uses too) and characters / 4 (the usual rule of thumb).
 Baseline in the same run: the JSON contract of the same search (``memsync search --json``).
 The claude-mem profile (``memsync mcp --profile claude-mem``) is measured beside memsync's own
 tools with the calls of claude-mem's ``mem-search`` skill (rows named ``claude-mem: TOOL``).
@@ -29,11 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tokenizers import Tokenizer
-
 from memsync.commands.db import make_demo_db
-from memsync.config.embedding import tokenizer_json
 from memsync.config.settings import Settings
+from memsync.config.tokens import count_tokens
 from memsync.search import Searcher, SearchRequest
 from memsync.servers.claude_mem_tools import build_profile_server
 from memsync.servers.mcp_tools import build_server
@@ -75,12 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path(".bench/bench_tokens.json"))
     args = p.parse_args(argv)
 
-    wordpiece = Tokenizer.from_str(tokenizer_json())
-    wordpiece.no_padding()
-    wordpiece.no_truncation()
-
-    def tokens(text: str) -> int:
-        return len(wordpiece.encode(text, add_special_tokens=False).ids)
+    tokens = count_tokens  # the one counter (config.tokens), also the injection budget's
 
     with tempfile.TemporaryDirectory(prefix="memsync-tokens-") as tmp:
         # Structured content on, to measure it too (off by default: the text is the same either way).
