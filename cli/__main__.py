@@ -1,6 +1,6 @@
 """``python -m memsync``: the ``memsync`` command (its help says ``memsync``, as the installed command's does)."""
 
-from memsync.main import main
+from memsync.entry import main
 
 if __name__ == "__main__":
-    main(prog_name="memsync")
+    main()

@@ -280,6 +280,13 @@ class Settings(BaseSettings):
     allowed_origins: OriginList = Field(
         (), description="HTTP servers: more origins (`https://name[:port]`, comma-separated) whose pages may call "
         "them, with CORS headers for exactly these; a request from another Origin gets 403.")
+    inject: bool = Field(
+        True, description="Per-prompt memory for Claude Code (the hook `claude-code swap` installs): the worker "
+        "answers it over DATA_DIR/inject.sock. Off: the worker does not listen and the hook exits at once with "
+        "nothing (the hook itself stays installed).")
+    inject_budget_tokens: int = Field(
+        600, ge=1, le=1500, description="Per-prompt memory: the most tokens injected into one prompt (fewer, "
+        "better memories are preferred over a full budget).")
 
     @field_validator("db", "data_dir", "chroma_path", "chroma_ca_file", mode="after")
     @classmethod

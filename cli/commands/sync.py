@@ -410,4 +410,12 @@ def worker(once: bool, poll_interval: float | None, reconcile_interval: float | 
             sys.exit(EXIT_FAIL if result.interrupted else EXIT_OK)
         daemon = Worker(settings, metrics_port=metrics_port)
         daemon.install_signals()
-        sys.exit(daemon.run())
+        # Claude Code's per-prompt hook is answered by this process (a thread; it never stops the sync).
+        from memsync.servers.inject_listener import start_listener
+
+        listener = start_listener(settings)
+        try:
+            sys.exit(daemon.run())
+        finally:
+            if listener is not None:
+                listener.stop()

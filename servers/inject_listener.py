@@ -1,0 +1,253 @@
+"""The worker's injection listener: a thread in the ``memsync worker`` process that answers the
+Claude Code hook client (``memsync claude-code inject``) over the data directory's unix socket
+(``memsync.config.inject_channel``: path, protocol, timeouts).
+
+Started by the ``memsync worker`` command when ``inject`` is on; the sync loop knows nothing of it.
+Nothing here can stop the worker: a socket that cannot be bound (a full disk, an unsafe short-path
+directory) is one warning and the worker syncs on without injection; an answer that fails is one
+warning and an ``{"error": ...}`` reply, and the next prompt is answered again.
+
+- **The socket**: a stale one (a killed worker's) is removed before binding; it is bound, made
+  0600 and only then listened on (a connection before ``listen`` is refused, so no one connects
+  while it is still open to others); removed when the listener stops, if it is still ours.
+- **The answers**: up to ``WORKERS`` prompts at once, each on a pool thread, through the one answer
+  function (by default :class:`ServiceAnswer`: Part B's ``inject_service.answer`` with ONE warm
+  :class:`~memsync.search.Searcher`, built on the first prompt). The searcher embeds queries with
+  its own query-purpose model instance, not the worker's document embedder: that one holds a lock
+  for a whole batch, and a prompt would wait behind a 1,000-row burst.
+- **What status sees**: per hour the prompts asked, the prompts injected and their tokens
+  (``DATA_DIR/inject.json``, ``config.formats.inject_stats``), never prompt text.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import selectors
+import socket
+import stat
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from memsync.config.errors import one_line
+from memsync.config.formats.inject_stats import InjectStats
+from memsync.config.inject_channel import (
+    CLIENT_TIMEOUT_S,
+    MAX_PAYLOAD_BYTES,
+    SUPPORTED,
+    ChannelError,
+    Reply,
+    check_private_dir,
+    parse_request,
+    short_dir,
+    socket_path,
+)
+from memsync.config.settings import Settings
+
+log = structlog.get_logger("memsync.inject")
+
+Answer = Callable[[dict[str, Any]], Reply]
+WORKERS = 4  # prompts answered at once (4 Claude Code sessions on one machine)
+BACKLOG = 16
+ACCEPT_POLL_S = 0.25  # how soon the accept loop sees a stop
+READ_LIMIT = MAX_PAYLOAD_BYTES + 4096  # a request line: the payload plus the protocol's bytes
+
+
+class ServiceAnswer:
+    """The real answer: ``servers.inject_service.answer`` with one warm Searcher, made on the first
+    prompt (the worker's start is not held up by a model load nobody may need), and the sessions'
+    memory of what was injected."""
+
+    def __init__(self, settings: Settings) -> None:
+        from memsync.servers.inject_service import SessionMemory
+
+        self.settings = settings
+        self.sessions = SessionMemory()
+        self._searcher: Any = None
+        self._lock = threading.Lock()
+
+    def searcher(self) -> Any:
+        """The one Searcher of the listener (built once; a failed build is tried again next prompt)."""
+        with self._lock:
+            if self._searcher is None:
+                from memsync.search import Searcher
+
+                self._searcher = Searcher(self.settings)
+            return self._searcher
+
+    def __call__(self, payload: dict[str, Any]) -> Reply:
+        from memsync.servers.inject_service import answer
+
+        result = answer(payload, self.searcher(), self.settings, self.sessions)
+        return Reply(context=result.context, refs=list(result.refs), tokens=result.tokens)
+
+    def close(self) -> None:
+        """Release the searcher's threads."""
+        with self._lock:
+            if self._searcher is not None:
+                self._searcher.close()
+                self._searcher = None
+
+
+class InjectListener:
+    """The listening thread and its pool; :meth:`start` then :meth:`stop` (both never raise)."""
+
+    def __init__(self, settings: Settings, answer: Answer | None = None) -> None:
+        self.settings = settings
+        self.path = socket_path(settings.data_dir)
+        self._answer: Answer = answer if answer is not None else ServiceAnswer(settings)
+        self.stats = InjectStats(settings.data_dir)
+        self._stop = threading.Event()
+        self._sock: socket.socket | None = None
+        self._inode: int | None = None
+        self._thread: threading.Thread | None = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="memsync-inject")
+        self._save_failed = False
+
+    def start(self) -> bool:
+        """Bind and start serving; False (logged) when the socket cannot be: the worker goes on without."""
+        if not SUPPORTED:
+            log.warning("inject_unsupported", reason="no unix sockets on this platform")
+            return False
+        try:
+            self._sock = self._bind()
+        except (OSError, ChannelError) as exc:
+            log.warning("inject_listen_failed", path=str(self.path), error=one_line(str(exc)))
+            return False
+        self._thread = threading.Thread(target=self._accept_loop, name="memsync-inject-listener", daemon=True)
+        self._thread.start()
+        log.info("inject_listening", path=str(self.path))
+        return True
+
+    def stop(self) -> None:
+        """Stop accepting, remove the socket (if still ours), release the searcher."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+            self._remove_socket()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        close = getattr(self._answer, "close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):
+                close()
+
+    def _bind(self) -> socket.socket:
+        if self.path.parent == short_dir():
+            check_private_dir(self.path.parent, create=True)
+        self._remove_stale()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(self.path))
+            os.chmod(self.path, 0o600)
+            self._inode = os.stat(self.path).st_ino
+            sock.listen(BACKLOG)
+        except OSError:
+            sock.close()
+            self._remove_socket()
+            raise
+        return sock
+
+    def _remove_stale(self) -> None:
+        """A killed worker's socket is left behind; only a socket is removed, never another file."""
+        try:
+            st = self.path.lstat()
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(st.st_mode):
+            raise ChannelError(f"{self.path} exists and is not a socket: refused")
+        # One worker per data directory: a second one (about to stop on the worker lock) must not
+        # take the running one's socket away. A socket that still answers is not stale.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(CLIENT_TIMEOUT_S)
+            try:
+                probe.connect(str(self.path))
+            except OSError:
+                pass
+            else:
+                raise ChannelError(f"another process listens on {self.path}")
+        self.path.unlink()
+        log.info("inject_stale_socket_removed", path=str(self.path))
+
+    def _remove_socket(self) -> None:
+        with contextlib.suppress(OSError):
+            if self._inode is not None and self.path.lstat().st_ino == self._inode:
+                self.path.unlink()
+
+    def _accept_loop(self) -> None:
+        assert self._sock is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._sock, selectors.EVENT_READ)
+            while not self._stop.is_set():
+                try:
+                    if not sel.select(ACCEPT_POLL_S):
+                        continue
+                    conn, _ = self._sock.accept()
+                    self._pool.submit(self._serve, conn)
+                except Exception as exc:  # noqa: BLE001 - the worker goes on; the next accept may work
+                    if self._stop.is_set():
+                        return
+                    log.warning("inject_accept_failed", error=one_line(str(exc)))
+                    self._stop.wait(ACCEPT_POLL_S)
+
+    def _serve(self, conn: socket.socket) -> None:
+        """One prompt: read its line, answer, reply, count. Nothing escapes (a native panic included)."""
+        started = time.perf_counter()
+        with conn:
+            try:
+                reply = self._reply(conn)
+            except BaseException as exc:  # noqa: BLE001 - a thread's failure must not reach the worker
+                log.warning("inject_failed", error=one_line(f"{type(exc).__name__}: {exc}"))
+                reply = Reply(error=one_line(f"{type(exc).__name__}: {exc}"))
+            with contextlib.suppress(OSError):
+                conn.sendall(reply.line())  # a client that gave up has closed: nothing to tell
+        if reply.error is None:
+            self._count(reply)
+        log.debug("inject_answered", refs=reply.refs, tokens=reply.tokens,
+                  ms=round((time.perf_counter() - started) * 1000, 1))
+
+    def _reply(self, conn: socket.socket) -> Reply:
+        conn.settimeout(CLIENT_TIMEOUT_S)
+        data = bytearray()
+        while len(data) <= READ_LIMIT:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+            if data.endswith(b"\n"):
+                break
+        if len(data) > READ_LIMIT:
+            return Reply(error="request too long")
+        try:
+            payload = parse_request(bytes(data))
+        except ChannelError as exc:
+            return Reply(error=str(exc))
+        return self._answer(payload)
+
+    def _count(self, reply: Reply) -> None:
+        self.stats.record(int(time.time() * 1000), reply.tokens if reply.context else None)
+        try:
+            self.stats.save()
+        except OSError as exc:
+            if not self._save_failed:
+                log.warning("inject_stats_unwritable", path=str(self.stats.path), error=one_line(str(exc)))
+            self._save_failed = True
+        else:
+            self._save_failed = False
+
+
+def start_listener(settings: Settings, answer: Answer | None = None) -> InjectListener | None:
+    """The running listener for the worker of ``settings``, or None when ``inject`` is off or the
+    socket cannot be bound (logged)."""
+    if not settings.inject:
+        return None
+    listener = InjectListener(settings, answer)
+    return listener if listener.start() else None
+
