@@ -142,6 +142,8 @@ class InjectListener:
     def _bind(self) -> socket.socket:
         if self.path.parent == short_dir():
             check_private_dir(self.path.parent, create=True)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)  # the worker makes it too, after the listener starts
         self._remove_stale()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

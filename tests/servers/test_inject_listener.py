@@ -1,0 +1,158 @@
+"""The worker's injection listener, in this process with a stand-in answer function, and the real
+hook client as a process against it: the hook output, the 1 s give-up, errors that never stop the
+listener, the socket's mode and its stale and long-path rules, the served counts (no text)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memsync.config.formats.inject_stats import served
+from memsync.config.inject_channel import CLIENT_TIMEOUT_S, Reply, short_dir
+from memsync.config.settings import Settings
+from memsync.servers.inject_listener import InjectListener, start_listener
+from tests.cli.test_inject_client import PAYLOAD, run_hook
+
+pytestmark = pytest.mark.slow  # the client runs as a process
+
+
+class StandIn:
+    """An answer function: records payloads, answers what it is told, can hang or fail."""
+
+    def __init__(self) -> None:
+        self.payloads: list[dict[str, Any]] = []
+        self.reply = Reply("<memsync-memory>\n- #12 2026-01-02 alpha: the login test was flaky\n</memsync-memory>",
+                           ["#12"], 20)
+        self.release = threading.Event()
+        self.hang = False
+        self.fail: BaseException | None = None
+
+    def __call__(self, payload: dict[str, Any]) -> Reply:
+        self.payloads.append(payload)
+        if self.hang:
+            self.release.wait(10)
+        if self.fail is not None:
+            raise self.fail
+        return self.reply
+
+
+@pytest.fixture
+def served_by(settings: Settings) -> Iterator[tuple[InjectListener, StandIn]]:
+    answer = StandIn()
+    listener = start_listener(settings, answer)
+    assert listener is not None
+    try:
+        yield listener, answer
+    finally:
+        answer.release.set()
+        listener.stop()
+
+
+def test_a_prompt_gets_the_hook_output(served_by: tuple[InjectListener, StandIn], settings: Settings) -> None:
+    listener, answer = served_by
+    done, _ = run_hook(settings.data_dir, json.dumps(PAYLOAD).encode())
+    assert done.returncode == 0 and done.stderr == b""
+    assert json.loads(done.stdout) == {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
+                                                              "additionalContext": answer.reply.context}}
+    assert answer.payloads == [PAYLOAD]  # the payload as Claude Code sent it
+    assert stat.S_IMODE(os.stat(listener.path).st_mode) == 0o600
+    answer.reply = Reply()
+    done, _ = run_hook(settings.data_dir, json.dumps(PAYLOAD).encode())
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+    counts = served(settings.data_dir, int(time.time() * 1000))
+    assert (counts.prompts, counts.injected, counts.mean_tokens) == (2, 1, 20.0)
+    assert "login" not in (settings.data_dir / "inject.json").read_text()  # counts only, no prompt text
+
+
+def test_a_slow_worker_is_given_up_at_one_second(served_by: tuple[InjectListener, StandIn], settings: Settings) -> None:
+    _, answer = served_by
+    answer.hang = True
+    done, wall = run_hook(settings.data_dir, json.dumps(PAYLOAD).encode())
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+    assert CLIENT_TIMEOUT_S <= wall < 1.5
+
+
+def test_a_failing_answer_is_one_stderr_line_and_the_listener_goes_on(
+        served_by: tuple[InjectListener, StandIn], settings: Settings) -> None:
+    _, answer = served_by
+    for failure in (RuntimeError("search exploded"), BaseException("a native panic")):
+        answer.fail = failure
+        done, _ = run_hook(settings.data_dir, json.dumps(PAYLOAD).encode())
+        assert done.returncode == 0 and done.stdout == b""
+        assert done.stderr.count(b"\n") == 1 and str(failure).encode() in done.stderr
+    answer.fail = None
+    done, _ = run_hook(settings.data_dir, json.dumps(PAYLOAD).encode())
+    assert b"additionalContext" in done.stdout
+
+
+def test_garbage_on_the_socket_gets_an_error_reply(served_by: tuple[InjectListener, StandIn]) -> None:
+    listener, answer = served_by
+    for line in (b"not json\n", b'{"v": 7}\n', b"\xff\n"):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(5)
+            s.connect(str(listener.path))
+            s.sendall(line)
+            s.shutdown(socket.SHUT_WR)
+            assert "error" in json.loads(s.makefile("rb").readline())
+    assert answer.payloads == []
+
+
+def test_stale_socket_removed_live_one_and_other_files_left(settings: Settings) -> None:
+    settings.data_dir.mkdir(parents=True)
+    path = settings.data_dir / "inject.sock"
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(path))
+    stale.close()  # what a killed worker leaves
+    first = InjectListener(settings, StandIn())
+    assert first.start()
+    try:
+        second = InjectListener(settings, StandIn())  # a second worker of the same data directory
+        assert not second.start()
+        second.stop()
+        assert path.exists()  # the running one's socket stays
+    finally:
+        first.stop()
+    assert not path.exists()  # removed at exit
+    path.write_text("not a socket")
+    third = InjectListener(settings, StandIn())
+    assert not third.start()  # refused and logged: the worker runs without injection
+    third.stop()
+    assert path.read_text() == "not a socket"
+
+
+def test_a_failing_bind_leaves_the_worker_without_injection(settings: Settings) -> None:
+    settings.data_dir.parent.mkdir(parents=True, exist_ok=True)
+    settings.data_dir.write_text("")  # no directory to bind in (as a full or read-only disk refuses one)
+    listener = InjectListener(settings, StandIn())
+    assert not listener.start()
+    listener.stop()
+
+
+def test_a_long_data_dir_listens_on_the_short_path(tmp_path: Path) -> None:
+    data_dir = tmp_path / ("d" * 80) / ("e" * 40)
+    settings = Settings(db=tmp_path / "claude-mem.db", data_dir=data_dir, chroma_mode="embedded")
+    data_dir.mkdir(parents=True)
+    answer = StandIn()
+    listener = start_listener(settings, answer)
+    assert listener is not None
+    try:
+        assert listener.path.parent == short_dir() and len(os.fsencode(str(listener.path))) <= 100
+        assert stat.S_IMODE(short_dir().stat().st_mode) == 0o700
+        done, _ = run_hook(data_dir, json.dumps(PAYLOAD).encode())
+        assert b"additionalContext" in done.stdout
+    finally:
+        listener.stop()
+    assert not listener.path.exists()
+
+
+def test_inject_off_starts_no_listener(settings: Settings) -> None:
+    assert start_listener(settings.model_copy(update={"inject": False}), StandIn()) is None
