@@ -1,5 +1,5 @@
 """Claude Code's side of the swap: where its settings are, what claude-mem's search tools are called
-there, and the one change memsync makes to them.
+there, and the changes memsync makes to them.
 
 claude-mem's plugin brings its hooks (which record memory) and one MCP server, ``mcp-search``,
 which Claude Code names ``plugin:claude-mem:mcp-search`` and whose tools it gives the model as
@@ -15,7 +15,9 @@ names the version) through the tool list its ``claude -p`` sends to a stand-in m
 Swap records what it added (:mod:`memsync.config.claude_settings`: in the file, beside the
 entries) and restore removes exactly that: a rule the user had written themselves is neither
 recorded nor removed, and a restore with no swap recorded changes nothing. The record is a list of
-values added to lists, so another addition (a hook entry) is recorded and undone the same way.
+values added to lists, so swap's other addition, the per-prompt memory hook in
+``hooks.UserPromptSubmit`` (:mod:`memsync.config.claude_hook`), is recorded and undone the same way;
+it goes into this same file whatever ``--scope`` the MCP registration takes.
 
 An earlier memsync (0.x, issue 27's first swap) denied claude-mem's whole server instead
 (``deniedMcpServers``). Such an entry cannot be told from a user's own, so swap and restore leave
@@ -30,11 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memsync.config.claude_hook import HOOK_AT, inject_targets, is_memsync_entry
 from memsync.config.claude_settings import (
     RECORD_KEY,
     RecordedEdit,
     Step,
-    read_settings,
+    read_settings_file,
+    same,
     settings_text,
     write_settings,
 )
@@ -96,34 +100,46 @@ def _whole_server_note(path: Path, data: dict[str, Any]) -> list[str]:
             "tools too; left as it is (memsync's first swap added such an entry: remove it if it is not yours)"]
 
 
-def _change(path: Path, data: dict[str, Any], before: str, edit: RecordedEdit, notes: list[str]) -> SettingsChange:
-    after = settings_text(path, data)
+def _change(path: Path, data: dict[str, Any], before: str, edit: RecordedEdit, notes: list[str],
+            newline: bool) -> SettingsChange:
+    after = settings_text(path, data, newline)
     return SettingsChange(path, tuple(edit.steps), tuple(notes), None if after == before else after)
 
 
-def plan_swap(path: Path) -> SettingsChange:
+def plan_swap(path: Path, hook: dict[str, Any] | None = None) -> SettingsChange:
     """Swap's edit, not written: the deny rules of claude-mem's three search tools added where they
-    are missing, and recorded. Refuses (:class:`ClaudeSettingsError`) exactly as writing would."""
-    data = read_settings(path)
-    before = settings_text(path, data)
+    are missing, and the hook entry ``hook`` (``claude_hook.hook_entry``; None: no hook) appended to
+    ``hooks.UserPromptSubmit``, each recorded. memsync's hook that an earlier swap recorded is
+    replaced (another database, data directory or executable), never a hook the user wrote.
+    Refuses (:class:`ClaudeSettingsError`) exactly as writing would."""
+    data, newline = read_settings_file(path)
+    before = settings_text(path, data, newline)
     edit = RecordedEdit(data, path)
     for rule in DENY_RULES:
         edit.add(DENY_AT, rule)
+    if hook is not None:
+        for at, value in list(edit.added):
+            if at == HOOK_AT and is_memsync_entry(value) and not same(value, hook):
+                edit.withdraw(at, value)
+        edit.add(HOOK_AT, hook)
     edit.finish()
-    return _change(path, data, before, edit, _whole_server_note(path, data))
+    return _change(path, data, before, edit, _whole_server_note(path, data), newline)
 
 
 def plan_restore(path: Path) -> SettingsChange:
     """Restore's edit, not written: what swap recorded removed, and the record; nothing else."""
-    data = read_settings(path)
-    before = settings_text(path, data)
+    data, newline = read_settings_file(path)
+    before = settings_text(path, data, newline)
     edit = RecordedEdit(data, path)
     notes = []
     if not edit.recorded and denied_rules(data):
         notes.append(f"{path}: permissions.deny holds {', '.join(denied_rules(data))} with no record of a swap "
                      f"adding them ({RECORD_KEY}): left as they are")
     edit.undo()
-    return _change(path, data, before, edit, [*notes, *_whole_server_note(path, data)])
+    if inject_targets(data):
+        notes.append(f"{path}: {'.'.join(HOOK_AT)} still holds a memsync hook that no swap recorded adding: "
+                     "left as it is")
+    return _change(path, data, before, edit, [*notes, *_whole_server_note(path, data)], newline)
 
 
 def apply_change(change: SettingsChange) -> bool:

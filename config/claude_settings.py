@@ -70,10 +70,17 @@ class _DuplicateKey(ValueError):
 def read_settings(path: Path) -> dict[str, Any]:
     """The settings as a dict ({} when the file does not exist); :class:`ClaudeSettingsError` for a
     file memsync could not write back as it is (see the module's docstring)."""
+    return read_settings_file(path)[0]
+
+
+def read_settings_file(path: Path) -> tuple[dict[str, Any], bool]:
+    """The settings as :func:`read_settings` gives them, and whether the file ends with a newline
+    (true when it does not exist): written back the same way, a file that was two-space JSON
+    comes back byte for byte."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return {}
+        return {}, True
     except (OSError, ValueError) as exc:
         raise _refuse(path, f"cannot be read ({exc})") from None
     try:
@@ -87,13 +94,14 @@ def read_settings(path: Path) -> dict[str, Any]:
         raise _refuse(path, f"is not readable JSON ({exc})") from None
     if not isinstance(data, dict):
         raise _refuse(path, "does not hold a JSON object")
-    return data
+    return data, not text or text.endswith("\n")
 
 
-def settings_text(path: Path, data: dict[str, Any]) -> str:
-    """``data`` as the file's new text (two-space indents, as Claude Code writes it)."""
+def settings_text(path: Path, data: dict[str, Any], final_newline: bool = True) -> str:
+    """``data`` as the file's new text (two-space indents, as Claude Code writes it; the final
+    newline as the file had it)."""
     try:
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        return json.dumps(data, indent=2, ensure_ascii=False) + ("\n" if final_newline else "")
     except RecursionError:
         raise _refuse(path, "is nested too deeply to be written back") from None
 
@@ -219,6 +227,25 @@ class RecordedEdit:
         if not any(a == at and same(v, value) for a, v in self.added):
             self.added.append((at, value))
 
+    def withdraw(self, at: KeyPath, value: Any) -> None:
+        """Take back a value the record says was added (an earlier swap's, now replaced): its last
+        occurrence in the list at ``at``, and its line in the record."""
+        kept = [(a, v) for a, v in self.added if not (a == at and same(v, value))]
+        if len(kept) == len(self.added):
+            return  # not recorded: the user's, left alone
+        self.added = kept
+        self._remove_last(at, value)
+
+    def _remove_last(self, at: KeyPath, value: Any) -> None:
+        items = self.find(at)
+        if not isinstance(items, list):
+            return
+        for index in range(len(items) - 1, -1, -1):
+            if same(items[index], value):
+                del items[index]
+                self.steps.append(Step("remove", at, value))
+                return
+
     def find(self, at: KeyPath) -> Any:
         """The object or list at ``at``, or None (never created)."""
         node: Any = self.data
@@ -244,14 +271,7 @@ class RecordedEdit:
         """Remove what the record names, then the record: each added value once (its last
         occurrence) where it still is, each created container that is left empty."""
         for at, value in reversed(self.added):
-            items = self.find(at)
-            if not isinstance(items, list):
-                continue
-            for index in range(len(items) - 1, -1, -1):
-                if same(items[index], value):
-                    del items[index]
-                    self.steps.append(Step("remove", at, value))
-                    break
+            self._remove_last(at, value)
         for at in sorted(dict.fromkeys(self.created), key=len, reverse=True):
             parent, node = self.find(at[:-1]), self.find(at)
             if isinstance(parent, dict) and isinstance(node, dict | list) and not node:

@@ -7,6 +7,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,17 @@ from memsync.config.claude_code import (
     plan_swap,
     settings_path,
 )
+from memsync.config.claude_hook import (
+    InjectTarget,
+    claude_mem_injection,
+    hook_entry,
+    hook_supported,
+    inject_command,
+)
+from memsync.config.claude_settings import read_settings
 from memsync.config.errors import one_line
 from memsync.config.formats.database_owner import is_demo
+from memsync.config.formats.worker_status import worker_state
 
 CLAUDE_TIMEOUT = 60  # seconds for one `claude mcp` call (it answers in about a second)
 
@@ -55,24 +65,26 @@ def run_claude(args: list[str], dry_run: bool, check: bool = True) -> bool:
     return done.returncode == 0
 
 
-def plan_settings(swap: bool) -> SettingsChange:
-    """The settings half of swap or restore, worked out and not written: a file it cannot edit is
-    refused here, before any ``claude`` command runs, the same on a dry run as on the real one."""
+def plan_settings(swap: bool, hook: dict[str, Any] | None = None) -> SettingsChange:
+    """The settings half of swap (with the hook entry ``hook``) or restore, worked out and not
+    written: a file it cannot edit is refused here, before any ``claude`` command runs, the same on
+    a dry run as on the real one."""
     with errors_as_exit():
-        return plan_swap(settings_path()) if swap else plan_restore(settings_path())
+        return plan_swap(settings_path(), hook) if swap else plan_restore(settings_path())
 
 
-def settings_step(swap: bool, dry_run: bool) -> None:
+def settings_step(swap: bool, dry_run: bool, hook: dict[str, Any] | None = None) -> None:
     """Print the settings half (``would ...`` on a dry run), and on a real run write it: planned
     again, as the file may have changed while ``claude`` ran."""
-    change = plan_settings(swap)
+    change = plan_settings(swap, hook)
     if not dry_run:
         with errors_as_exit():
             apply_change(change)
     for step in change.steps:
         click.echo(f"{change.path}: {step.describe(done=not dry_run)}")
     if not change.steps:
-        why = "claude-mem's search tools are denied already" if swap else "no swap is recorded in it"
+        why = ("claude-mem's search tools are denied and the hook is in place already" if swap
+               else "no swap is recorded in it")
         click.echo(f"{change.path}: nothing to change ({why})")
     for note in change.notes:
         click.echo(f"memsync: note: {note}", err=True)
@@ -86,10 +98,12 @@ def claude_code() -> None:
     claude-mem's own search, timeline and get_observations tools in Claude Code's user settings
     (permissions.deny), which leaves them out of the agent's tool list. claude-mem's plugin stays
     enabled: its hooks keep recording memory, its other tools stay, and its mem-search skill
-    keeps teaching search, timeline and get_observations, now answered by memsync. `swap` records
-    what it added to the settings file in the file itself (memsyncSwap); `restore` removes the
-    registration and exactly what that record names, so rules the user wrote stay. Start a new
-    Claude Code session afterwards.
+    keeps teaching search, timeline and get_observations, now answered by memsync. `swap` also
+    adds a UserPromptSubmit hook (`memsync claude-code inject`, answered by the running `memsync
+    worker`) to the same settings file whatever --scope is, which puts the memories that fit in
+    front of each prompt (not on Windows). `swap` records what it added to the settings file in
+    the file itself (memsyncSwap); `restore` removes the registration and exactly what that record
+    names, so rules and hooks the user wrote stay. Start a new Claude Code session afterwards.
     """
 
 
@@ -97,21 +111,31 @@ def claude_code() -> None:
 @common_options
 @claude_option
 def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
-    """memsync answers claude-mem's search, timeline and get_observations in Claude Code."""
+    """memsync answers claude-mem's search tools and injects memories into each prompt.
+
+    In Claude Code, memsync answers claude-mem's search, timeline and get_observations, and a
+    UserPromptSubmit hook puts the memories that fit in front of each prompt."""
     loaded = settings_from(kwargs)
     settings = loaded.settings
     claude = find_claude(claude_cmd)
-    plan_settings(swap=True)  # a settings file it cannot edit stops it before `claude mcp add`
     memsync = str(Path(sys.executable).parent / "memsync")
-    env: list[str] = []
-    # The server finds the same database and data directory as this command did: what was set
-    # explicitly (or the demo database) is passed on; claude-mem's own rule needs nothing.
-    if loaded.origins["db"] != "default" or is_demo(settings):
-        env += ["-e", f"MEMSYNC_DB={settings.db}"]
+    # The server and the hook find the same database and data directory as this command did: what
+    # was set explicitly (or the demo database) is passed on; claude-mem's own rule needs nothing.
+    pass_db = loaded.origins["db"] != "default" or is_demo(settings)
+    hook = None
+    if hook_supported():
+        hook = hook_entry(inject_command(Path(memsync), InjectTarget(
+            settings.data_dir, settings.db if pass_db else None, loaded.config_file)))
+    plan_settings(swap=True, hook=hook)  # a settings file it cannot edit stops it before `claude mcp add`
+    passed: list[tuple[str, str, Path]] = []  # (variable, option, value) the server is given
+    if pass_db:
+        passed.append(("MEMSYNC_DB", "--db", settings.db))
     if loaded.origins.get("data_dir", "default") != "default":
-        env += ["-e", f"MEMSYNC_DATA_DIR={settings.data_dir}"]
+        passed.append(("MEMSYNC_DATA_DIR", "--data-dir", settings.data_dir))
     if loaded.config_file is not None:
-        env += ["-e", f"MEMSYNC_CONFIG={loaded.config_file}"]
+        passed.append(("MEMSYNC_CONFIG", "--config", loaded.config_file))
+    env = [arg for var, _, value in passed for arg in ("-e", f"{var}={value}")]
+    worker = ["memsync", "worker", *(arg for _, option, value in passed for arg in (option, str(value)))]
     if not settings.db.exists():
         click.echo(f"memsync: note: the database {settings.db} does not exist yet; the server will refuse "
                    "to start until it does", err=True)
@@ -121,11 +145,31 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
     # read the name as a malformed variable).
     run_claude([claude, "mcp", "add", "--scope", scope, SERVER_NAME, *env, "--", memsync, "mcp", "--profile",
                 "claude-mem"], dry_run)
-    settings_step(swap=True, dry_run=dry_run)
+    settings_step(swap=True, dry_run=dry_run, hook=hook)
+    hook_notes(hook is not None, settings.data_dir, settings.db, shlex.join(worker))
     if dry_run:
         return
     click.echo("Done: start a new Claude Code session; claude-mem's hooks, skill and other tools stay on, its "
-               "search tools are answered by memsync. Undo: memsync claude-code restore")
+               "search tools are answered by memsync, and memsync puts the memories that fit in front of each "
+               "prompt. Undo: memsync claude-code restore")
+
+
+def hook_notes(installed: bool, data_dir: Path, db: Path, worker: str) -> None:
+    """What the user should know about the per-prompt hook: not on Windows; claude-mem's own
+    per-prompt injection on as well; no worker running to answer it."""
+    if not installed:
+        click.echo("memsync: note: no per-prompt memory hook on Windows (it talks to the worker over a unix "
+                   "socket); the search tools are swapped all the same", err=True)
+        return
+    with errors_as_exit():
+        where = claude_mem_injection(read_settings(settings_path()))
+    if where is not None:
+        click.echo("memsync: note: claude-mem's own per-prompt injection is on (CLAUDE_MEM_SEMANTIC_INJECT), so "
+                   f"both would inject memory into every prompt; to turn claude-mem's off, see {where}", err=True)
+    state = worker_state(data_dir, int(time.time() * 1000), db=db)
+    if not state["up"]:
+        click.echo(f"memsync: warning: no memsync worker is running for {db} (data directory {data_dir}: "
+                   f"{state['reason']}); the hook injects nothing until one does: start `{worker}`", err=True)
 
 
 @claude_code.command()

@@ -8,25 +8,41 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from memsync.config.claude_code import (
     CLAUDE_MEM_SERVER,
     DENY_RULES,
     SEARCH_TOOLS,
     allow_claude_mem_search,
+    apply_change,
     deny_claude_mem_search,
     plan_restore,
     plan_swap,
     settings_path,
+)
+from memsync.config.claude_hook import (
+    HOOK_AT,
+    HOOK_TIMEOUT_S,
+    SEMANTIC_INJECT_KEY,
+    InjectTarget,
+    claude_mem_injection,
+    hook_entry,
+    hook_installed,
+    hook_supported,
+    inject_command,
+    parse_inject_command,
 )
 from memsync.config.claude_settings import (
     RECORD_KEY,
@@ -36,6 +52,8 @@ from memsync.config.claude_settings import (
     settings_text,
     write_settings,
 )
+from memsync.config.formats.worker_status import WorkerStatus
+from memsync.main import main
 from scripts.real_claude_mem import CLAUDE_CODE, NO_TELEMETRY, WORKER_SCRIPT
 from tests.conftest import free_port, make_db, mixed_records
 from tests.upstream.model_api import ModelApi, model_api
@@ -97,7 +115,7 @@ class TestOnlyWhatSwapAdded:
         assert data["permissions"]["deny"] == [SEARCH_RULE, "Bash(rm:*)", TIMELINE_RULE, GET_RULE]
         assert [a["value"] for a in data[RECORD_KEY]["added"]] == [TIMELINE_RULE, GET_RULE]  # not theirs
         assert allow_claude_mem_search(path) is True
-        assert path.read_text() == text + "\n"  # keys, order and the user's rule as they were
+        assert path.read_text() == text  # keys, order, the user's rule and no final newline as they were
 
     def test_a_restore_with_no_swap_before_it_changes_nothing(self, tmp_path: Path) -> None:
         path = tmp_path / "settings.json"
@@ -264,8 +282,8 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
     """What the agent sees, before, after swap and after restore: the tool list a real Claude Code
     session sends the model, with claude-mem's published plugin installed. The user had denied
     claude-mem's search tool themselves: a restore with no swap before it, and swap then restore,
-    leave that rule (and the file) as it was; Claude Code reads the file with memsync's record in
-    it and keeps the record when it rewrites the file."""
+    leave that rule (and the file) as it was; Claude Code reads the file with memsync's record and
+    hook entry in it (the session runs with the hook) and keeps both when it rewrites the file."""
     assert CLAUDE_CODE.exists(), f"{CLAUDE_CODE} is missing: `make test` installs Claude Code's CLI there"
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir()
@@ -302,13 +320,15 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
             # claude-mem's server stays on (its other tools with it); memsync's is added.
             assert servers(claude(home, "mcp", "list", cwd=project)) == {CLAUDE_MEM_SERVER: "Connected",
                                                                          "memsync": "Connected"}
+            hook = inject_hook(tmp_path / "data", db)
             assert [a["value"] for a in json.loads(settings.read_text())[RECORD_KEY]["added"]] == [TIMELINE_RULE,
-                                                                                                   GET_RULE]
+                                                                                                   GET_RULE, hook]
             # Claude Code rewrites the file (the plugin off and on again) and keeps memsync's record.
             claude(home, "plugin", "disable", "claude-mem@thedotmack", cwd=project)
             claude(home, "plugin", "enable", "claude-mem@thedotmack", cwd=project)
             swapped = json.loads(settings.read_text())
             assert swapped["enabledPlugins"] == {"claude-mem@thedotmack": True} and RECORD_KEY in swapped
+            assert swapped["hooks"] == {"UserPromptSubmit": [hook]}
             after = agent_tools(home, project, api, port)
             assert sorted(after) == sorted([*(MEMSYNC_TOOL + t for t in SEARCH_TOOLS),
                                             *(CLAUDE_MEM_TOOL + t for t in CLAUDE_MEM_TOOLS if t not in SEARCH_TOOLS)])
@@ -327,8 +347,9 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
             assert sorted(agent_tools(home, project, api, port)) == sorted(before)
         assert servers(claude(home, "mcp", "list", cwd=project)) == {CLAUDE_MEM_SERVER: "Connected"}
         restored = json.loads(settings.read_text())
-        assert restored == json.loads(installed)
-        assert list(restored) == [k for k in swapped if k != RECORD_KEY]  # the order Claude Code last wrote
+        assert restored == json.loads(installed) and not hook_installed(settings)
+        # The order Claude Code last wrote, less what swap created (hooks, the record).
+        assert list(restored) == [k for k in swapped if k not in (RECORD_KEY, "hooks")]
         assert restored["permissions"]["deny"] == [SEARCH_RULE, "Bash(rm:*)"]
     finally:  # anything the plugin's hooks or server started (a worker it auto-starts outlives claude)
         for pid in started_under(home):
@@ -351,7 +372,9 @@ def test_a_dry_run_prints_the_steps_and_changes_nothing(tmp_path: Path) -> None:
     assert lines[0] == f"$ {sys.executable} mcp remove --scope user memsync"
     assert lines[1].startswith(f"$ {sys.executable} mcp add --scope user memsync -e MEMSYNC_DB={db} -- ")
     assert lines[1].endswith(" mcp --profile claude-mem")
+    hook = hook_entry(inject_command(Path(MEMSYNC), InjectTarget(home / ".memsync", db)))  # the default data dir
     assert lines[2:] == [*(f'{settings}: would add to permissions.deny: "{rule}"' for rule in DENY_RULES),
+                         f"{settings}: would add to hooks.UserPromptSubmit: {json.dumps(hook)}",  # the hook entry
                          f"{settings}: would record what it adds in {RECORD_KEY}"]
     assert settings.read_text() == '{"enabledPlugins": {"claude-mem@thedotmack": true}}'
 
@@ -416,3 +439,191 @@ def test_without_claude_code_it_says_how_to_get_it(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "'no-such-claude' was not found: install Claude Code, or pass --claude PATH" in done.stderr
     assert not (tmp_path / ".claude").exists()
+
+
+# -- the per-prompt memory hook ------------------------------------------------------------------
+def inject_hook(data_dir: Path, db: Path | None = None) -> dict[str, Any]:
+    return hook_entry(inject_command(Path(MEMSYNC), InjectTarget(data_dir, db)))
+
+
+def their_hook(command: str, **extra: Any) -> dict[str, Any]:
+    return {**extra, "hooks": [{"type": "command", "command": command}]}
+
+
+# A user's hooks on several events, UserPromptSubmit among them, and keys around them.
+THEIR_HOOKS = {"model": "opus", "hooks": {
+    "PreToolUse": [their_hook("check-bash", matcher="Bash"), their_hook("log-tool", matcher="*")],
+    "UserPromptSubmit": [their_hook("their-prompt-hook"), their_hook("/opt/memsync claude-code inject")],
+    "SessionStart": [their_hook("greet")], "Stop": [their_hook("notify")]}, "theme": "dark"}
+
+
+class TestTheHook:
+    """The UserPromptSubmit entry swap adds beside the deny rules: after the user's own hooks, in
+    the record, and gone after restore with the file as it was."""
+
+    @pytest.mark.parametrize("newline", ["\n", ""], ids=["final newline", "none"])
+    def test_swap_then_restore_gives_back_the_same_bytes(self, tmp_path: Path, newline: str) -> None:
+        path = tmp_path / "settings.json"
+        text = json.dumps(THEIR_HOOKS, indent=2) + newline  # two-space JSON, as Claude Code writes it
+        path.write_text(text)
+        hook = inject_hook(tmp_path / "data")
+        assert apply_change(plan_swap(path, hook)) is True
+        data = json.loads(path.read_text())
+        assert data["hooks"]["UserPromptSubmit"] == [*THEIR_HOOKS["hooks"]["UserPromptSubmit"], hook]
+        assert {k: v for k, v in data["hooks"].items() if k != "UserPromptSubmit"} == \
+            {k: v for k, v in THEIR_HOOKS["hooks"].items() if k != "UserPromptSubmit"}  # every other event as it was
+        assert list(data["hooks"]) == list(THEIR_HOOKS["hooks"])
+        assert {"at": list(HOOK_AT), "value": hook} in data[RECORD_KEY]["added"]
+        assert path.read_text().endswith("}" + newline)
+        assert apply_change(plan_restore(path)) is True
+        assert path.read_text() == text
+
+    def test_a_file_without_hooks_gets_them_and_loses_them_again(self, tmp_path: Path) -> None:
+        path = tmp_path / "settings.json"
+        path.write_text('{"permissions": {"allow": ["Bash(ls)"]}, "theme": "dark"}')
+        apply_change(plan_swap(path, inject_hook(tmp_path / "data")))
+        data = json.loads(path.read_text())
+        assert list(data) == ["permissions", "theme", "hooks", RECORD_KEY]
+        assert ["hooks"] in data[RECORD_KEY]["created"] and list(HOOK_AT) in data[RECORD_KEY]["created"]
+        apply_change(plan_restore(path))
+        restored = json.loads(path.read_text())
+        assert restored == {"permissions": {"allow": ["Bash(ls)"]}, "theme": "dark"}
+        assert list(restored) == ["permissions", "theme"]
+
+    def test_a_second_swap_replaces_its_own_hook_and_no_other(self, tmp_path: Path) -> None:
+        """Swapped again for another database: one memsync hook, the new one; a memsync hook the
+        user wrote themselves is theirs and stays."""
+        path = tmp_path / "settings.json"
+        text = json.dumps(THEIR_HOOKS, indent=2) + "\n"
+        path.write_text(text)
+        first, second = inject_hook(tmp_path / "a", tmp_path / "a.db"), inject_hook(tmp_path / "b", tmp_path / "b.db")
+        apply_change(plan_swap(path, first))
+        change = plan_swap(path, second)
+        assert [s.action for s in change.steps] == ["remove", "add", "record"]
+        apply_change(change)
+        data = json.loads(path.read_text())
+        assert data["hooks"]["UserPromptSubmit"] == [*THEIR_HOOKS["hooks"]["UserPromptSubmit"], second]
+        assert [a["value"] for a in data[RECORD_KEY]["added"] if a["at"] == list(HOOK_AT)] == [second]
+        assert apply_change(plan_swap(path, second)) is False  # the same swap again changes nothing
+        apply_change(plan_restore(path))
+        assert path.read_text() == text
+
+    def test_a_hook_entry_the_user_has_already_is_left_theirs(self, tmp_path: Path) -> None:
+        hook = inject_hook(tmp_path / "data")
+        path = tmp_path / "settings.json"
+        path.write_text(json.dumps({"hooks": {"UserPromptSubmit": [hook]}}))
+        apply_change(plan_swap(path, hook))
+        data = json.loads(path.read_text())
+        assert data["hooks"]["UserPromptSubmit"] == [hook]
+        assert all(a["at"] != list(HOOK_AT) for a in data[RECORD_KEY]["added"])
+        change = plan_restore(path)
+        assert any("still holds a memsync hook that no swap recorded" in n for n in change.notes)
+        apply_change(change)
+        assert json.loads(path.read_text()) == {"hooks": {"UserPromptSubmit": [hook]}}
+
+    def test_hook_installed_says_whether_the_file_holds_it(self, tmp_path: Path) -> None:
+        path = tmp_path / "settings.json"
+        assert hook_installed(path) is False  # no file
+        path.write_text(json.dumps(THEIR_HOOKS))
+        assert hook_installed(path) is False  # "/opt/memsync claude-code inject" names no data directory
+        apply_change(plan_swap(path, inject_hook(tmp_path / "data")))
+        assert hook_installed(path) is True
+        assert hook_installed(path, tmp_path / "data") is True
+        assert hook_installed(path, tmp_path / "other") is False
+        apply_change(plan_restore(path))
+        assert hook_installed(path) is False
+        path.write_text("{not json")
+        assert hook_installed(path) is False
+
+    def test_the_command_line_survives_the_shell(self, tmp_path: Path) -> None:
+        """Claude Code runs the command through a shell: paths with spaces, quotes and $ reach the
+        client as they were, whatever the session's folder."""
+        odd = tmp_path / "it's a $HOME `dir`"
+        odd.mkdir()
+        fake = odd / "memsync"
+        fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+        fake.chmod(0o755)
+        target = InjectTarget(odd / "data", odd / "claude-mem.db", odd / "memsync.toml")
+        command = inject_command(fake, target)
+        assert parse_inject_command(command) == target
+        done = subprocess.run(["/bin/sh", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        assert json.loads(done.stdout) == ["claude-code", "inject", "--data-dir", str(target.data_dir),
+                                           "--db", str(target.db), "--config", str(target.config)]
+        entry = hook_entry(command)
+        assert entry["hooks"][0]["timeout"] == HOOK_TIMEOUT_S and 1 < HOOK_TIMEOUT_S <= 10
+
+    def test_claude_mems_own_injection_is_found_where_it_is_turned_on(self, tmp_path: Path) -> None:
+        home = tmp_path / "home"
+        env = {"HOME": str(home)}
+        assert claude_mem_injection({}, env) is None  # off by default
+        (home / ".claude-mem").mkdir(parents=True)
+        (home / ".claude-mem" / "settings.json").write_text(json.dumps({SEMANTIC_INJECT_KEY: "true"}))
+        assert f"{home / '.claude-mem' / 'settings.json'}: set \"{SEMANTIC_INJECT_KEY}\": \"false\"" in \
+            str(claude_mem_injection({}, env))
+        assert claude_mem_injection({}, {**env, SEMANTIC_INJECT_KEY: "false"}) is None  # the environment wins
+        assert "environment" in str(claude_mem_injection({}, {"HOME": str(tmp_path), SEMANTIC_INJECT_KEY: "TRUE"}))
+        in_claude = claude_mem_injection({"env": {SEMANTIC_INJECT_KEY: "true"}}, {"HOME": str(tmp_path)})
+        assert "env object of Claude Code's settings" in str(in_claude)
+        assert claude_mem_injection({"env": {SEMANTIC_INJECT_KEY: "0"}}, env) is None
+
+
+def swap_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str,
+                    **env: str) -> tuple[int, str, str, Path]:
+    """``memsync claude-code swap`` run in this process (for what a subprocess cannot patch), with
+    Claude Code's settings in CLAUDE_CONFIG_DIR and a stand-in ``claude``; the settings file."""
+    config = tmp_path / "claude-config"
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    claude_cmd, _ = stand_in_claude(tmp_path)
+    db = tmp_path / "claude-mem.db"
+    if not db.exists():
+        make_db(db, mixed_records(1))
+    result = CliRunner().invoke(main, ["claude-code", "swap", "--claude", str(claude_cmd), "--db", str(db),
+                                       "--data-dir", str(tmp_path / "data"), *args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr, config / "settings.json"
+
+
+class TestSwapInstallsTheHook:
+    """The command: the hook goes into the settings file the deny rules use, whatever --scope is;
+    the notes it prints beside it."""
+
+    @pytest.mark.parametrize("scope", ["user", "local", "project"])
+    def test_the_hook_goes_into_claude_config_dir_whatever_the_scope(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scope: str) -> None:
+        code, out, _, settings = swap_in_process(tmp_path, monkeypatch, "--scope", scope)
+        assert code == 0, out
+        assert hook_installed(settings, tmp_path / "data")
+        data = json.loads(settings.read_text())
+        assert data["permissions"]["deny"] == list(DENY_RULES)
+        command = data["hooks"]["UserPromptSubmit"][0]["hooks"][0]["command"]
+        assert parse_inject_command(command) == InjectTarget(tmp_path / "data", tmp_path / "claude-mem.db")
+        assert shlex.split(command)[0] == MEMSYNC  # the absolute executable: hooks do not see the venv
+        assert not (tmp_path / "home" / ".claude").exists()  # CLAUDE_CONFIG_DIR, not ~/.claude
+
+    def test_on_windows_no_hook_and_it_says_so(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(sys, "platform", "win32")
+        assert hook_supported() is False
+        code, out, err, settings = swap_in_process(tmp_path, monkeypatch, "--dry-run")
+        assert code == 0, err
+        assert "UserPromptSubmit" not in out and "no per-prompt memory hook on Windows" in err
+        assert "would add to permissions.deny" in out  # the search tools are swapped all the same
+
+    def test_it_warns_when_no_worker_runs_for_the_database(self, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+        code, _, err, _ = swap_in_process(tmp_path, monkeypatch, "--dry-run")
+        assert code == 0
+        assert f"no memsync worker is running for {tmp_path / 'claude-mem.db'}" in err
+        assert f"start `memsync worker --db {tmp_path / 'claude-mem.db'} --data-dir {tmp_path / 'data'}`" in err
+        # A worker up for this database (its status written as a running worker writes it): no warning.
+        (tmp_path / "data").mkdir()
+        WorkerStatus(pid=os.getpid(), started_at_ms=int(time.time() * 1000), mode="poll",
+                     db=str(tmp_path / "claude-mem.db"), heartbeat_ms=int(time.time() * 1000)).write(tmp_path / "data")
+        code, _, err, _ = swap_in_process(tmp_path, monkeypatch, "--dry-run")
+        assert code == 0 and "no memsync worker" not in err, err
+
+    def test_it_says_when_claude_mem_injects_too(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        code, _, err, _ = swap_in_process(tmp_path, monkeypatch, "--dry-run", CLAUDE_MEM_SEMANTIC_INJECT="true")
+        assert code == 0
+        assert "claude-mem's own per-prompt injection is on" in err and "both would inject" in err
+        assert f"unset {SEMANTIC_INJECT_KEY}" in err
