@@ -50,6 +50,18 @@ Counter = Callable[[str], int]
 
 
 @dataclass(frozen=True, slots=True)
+class Policy:
+    """The decision's thresholds (the defaults are the shipped choice; the benchmark varies them)."""
+
+    min_quality: float = MIN_QUALITY
+    margin: float = MARGIN
+    max_memories: int = MAX_MEMORIES
+
+
+SHIPPED = Policy()
+
+
+@dataclass(frozen=True, slots=True)
 class Candidate:
     """One ranked result as the decision sees it: its ref, its signals, and its text as it would be
     rendered (``heading``: the line's start, e.g. ref, date and project; ``body``: the memory's text,
@@ -85,19 +97,19 @@ def quality(c: Candidate) -> float | None:
 
 
 def choose(results: Sequence[Candidate], budget_tokens: int, seen: Collection[str] = frozenset(),
-           count: Counter = count_tokens) -> list[Chosen]:
+           count: Counter = count_tokens, policy: Policy = SHIPPED) -> list[Chosen]:
     """What to inject from ``results`` (the search's order), within ``budget_tokens`` (for the
     entries; the frame's own tokens are the caller's), leaving out the refs in ``seen`` (already
     injected in this session); best first, empty when nothing fits. See the module docstring."""
     scored = [(q, i, c) for i, c in enumerate(results)
-              if c.ref not in seen and (q := quality(c)) is not None and q >= MIN_QUALITY]
+              if c.ref not in seen and (q := quality(c)) is not None and q >= policy.min_quality]
     if not scored or budget_tokens <= 0:
         return []
     scored.sort(key=lambda x: (-x[0], x[1]))
     best = scored[0][0]
     kept: list[Candidate] = []
     for q, _, c in scored:
-        if q < best - MARGIN or len(kept) == MAX_MEMORIES:
+        if q < best - policy.margin or len(kept) == policy.max_memories:
             break
         if c.ref not in {k.ref for k in kept}:
             kept.append(c)
