@@ -53,7 +53,10 @@ from memsync.config.claude_settings import (
     write_settings,
 )
 from memsync.config.formats.worker_status import WorkerStatus
+from memsync.config.inject_channel import Reply
+from memsync.config.settings import Settings
 from memsync.main import main
+from memsync.servers.inject_listener import start_listener
 from scripts.real_claude_mem import CLAUDE_CODE, NO_TELEMETRY, WORKER_SCRIPT
 from tests.conftest import free_port, make_db, mixed_records
 from tests.upstream.model_api import ModelApi, model_api
@@ -356,6 +359,46 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         assert not started_under(home)
+
+
+@pytest.mark.slow
+def test_the_real_claude_code_runs_the_hook_swap_installed(tmp_path: Path, settings: Settings) -> None:
+    """The hook entry as swap writes it, run by a real ``claude -p``: the hook client reaches the
+    worker's listener (here with a stand-in answer, not a search) over the data directory's socket,
+    and the request Claude Code sends the model holds the answer as the prompt's additional context;
+    a prompt with no answer adds nothing. (That restore takes the entry away is the test above's.)"""
+    assert CLAUDE_CODE.exists(), f"{CLAUDE_CODE} is missing: `make test` installs Claude Code's CLI there"
+    home, project = tmp_path / "home", tmp_path / "project"
+    project.mkdir(parents=True)
+    memory = "<memsync-memory>#12 2026-01-02 alpha: the jellyfish config lives in deploy/jelly.toml</memsync-memory>"
+    payloads: list[dict[str, Any]] = []
+
+    def answer(payload: dict[str, Any]) -> Reply:
+        payloads.append(payload)
+        return Reply(memory, ["#12"], 20) if "jellyfish" in payload["prompt"] else Reply()
+
+    claude_cmd, _ = stand_in_claude(tmp_path)  # the MCP registration is the other test's
+    memsync_env = claude_env(home)
+    listener = start_listener(settings, answer)
+    assert listener is not None
+    try:
+        swap = subprocess.run([MEMSYNC, "claude-code", "swap", "--claude", str(claude_cmd), "--db", str(settings.db),
+                               "--data-dir", str(settings.data_dir)], env=memsync_env, capture_output=True, text=True,
+                              timeout=60)
+        assert swap.returncode == 0, swap.stderr
+        with model_api() as api:
+            def sent(prompt: str) -> str:
+                api.requests.clear()
+                assert claude(home, "-p", prompt, cwd=project, ANTHROPIC_BASE_URL=api.url,
+                              ANTHROPIC_API_KEY="sk-ant-test").strip() == "ok"
+                return json.dumps([r["messages"] for r in api.requests])
+
+            assert json.dumps(f"UserPromptSubmit hook additional context: {memory}")[1:-1] in \
+                sent("where does the jellyfish config live?")
+            assert "additional context" not in sent("hello there, how are you")
+            assert [(p["hook_event_name"], p["cwd"]) for p in payloads] == [("UserPromptSubmit", str(project))] * 2
+    finally:
+        listener.stop()
 
 
 def test_a_dry_run_prints_the_steps_and_changes_nothing(tmp_path: Path) -> None:
