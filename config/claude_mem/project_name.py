@@ -34,9 +34,10 @@ prompt is cut to 256 KiB of UTF-8 at a character boundary, and then every block
 ``<tag …>…</tag>`` of ``private``, ``claude-mem-context``, ``system_instruction``,
 ``system-instruction``, ``persisted-output`` and ``system-reminder`` is removed (each block
 non-greedy, no nesting). When nothing but white space is left, the prompt is private. claude-mem
-then saves no prompt row, starts no observer, and injects nothing. A partly private prompt is
-saved with its blocks removed. Before any of this, the hook skips a prompt that is a single
-``<task-notification>`` block (``is_internal_protocol_payload``).
+then saves no prompt row, gives its observer nothing from the prompt, and injects nothing. A partly
+private prompt is saved with its blocks removed, capped at 4,000 characters
+(``src/services/sqlite/prompt-storage.ts``; ``stored_prompt_text``). Before any of this, the hook
+skips a prompt that is a single ``<task-notification>`` block (``is_internal_protocol_payload``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ UNKNOWN_PROJECT = "unknown-project"
 PROJECT_DIR_ENV = "CLAUDE_PROJECT_DIR"
 MEDIA_PROMPT = "[media prompt]"
 MAX_PROMPT_BYTES = 256 * 1024  # SessionRoutes' cut before stripping tags
+MAX_STORED_PROMPT_UNITS = 4000  # prompt-storage.ts' cap on a saved prompt, in UTF-16 code units
 MAX_PROTOCOL_PAYLOAD_CHARS = 256 * 1024  # UTF-16 code units, as JavaScript counts a string's length
 STRIPPED_TAGS = ("private", "claude-mem-context", "system_instruction", "system-instruction",
                  "persisted-output", "system-reminder")
@@ -180,10 +182,9 @@ def _worktree_parent(directory: str) -> str | None:
     return _node_basename(worktrees.group(1)) or None
 
 
-def stored_prompt_text(prompt: str | None) -> str:
-    """The prompt text claude-mem 13.25.3 saves for a Claude Code prompt: a missing or blank prompt
-    is ``[media prompt]``; the text is cut to 256 KiB of UTF-8 and its private and system blocks are
-    removed, then trimmed. "" means the prompt is private: nothing is saved."""
+def _without_blocks(prompt: str | None) -> str:
+    """The session-init route's text: a missing or blank prompt is ``[media prompt]``. The text is cut to
+    256 KiB of UTF-8, its private and system blocks are removed, and the rest is trimmed."""
     text = MEDIA_PROMPT if prompt is None or not js_trim(prompt) else prompt
     raw = text.encode("utf-8", "surrogatepass")
     if len(raw) > MAX_PROMPT_BYTES:
@@ -198,7 +199,22 @@ def is_private_prompt(prompt: str | None) -> bool:
     """Whether claude-mem 13.25.3 skips this prompt as private: nothing is left once its
     ``<private>`` (and system) blocks are removed. A partly private prompt is not private to
     claude-mem. It is saved with the blocks removed."""
-    return stored_prompt_text(prompt) == ""
+    return _without_blocks(prompt) == ""
+
+
+def stored_prompt_text(prompt: str | None) -> str:
+    """The ``prompt_text`` claude-mem 13.25.3 saves for a Claude Code prompt, or "" when it saves
+    none (a private prompt). The storage step (``src/services/sqlite/prompt-storage.ts``) removes
+    the blocks a second time. When that leaves nothing, it keeps the text from before the second
+    pass. It caps the result at 4,000 UTF-16 code units: 3,999 and an ellipsis."""
+    text = _without_blocks(prompt)
+    if not text:
+        return ""
+    saved = js_trim(_STRIP.sub("", text)) or js_trim(text)
+    units = saved.encode("utf-16-le", "surrogatepass")
+    if len(units) <= 2 * MAX_STORED_PROMPT_UNITS:
+        return saved
+    return units[:2 * (MAX_STORED_PROMPT_UNITS - 1)].decode("utf-16-le", "surrogatepass") + "\u2026"
 
 
 def is_internal_protocol_payload(prompt: str | None) -> bool:

@@ -146,6 +146,7 @@ PROMPTS: list[tuple[str | None, str, bool]] = [
     ("<private-notes>x</private>", "", True),
     ("<privateé>x</private>", "", True),
     ("<private><private>a</private>b</private>", "b</private>", False),
+    ("<priv<private>x</private>ate>y</private>", "<private>y</private>", False),  # storage strips twice, keeps this
     ("", "[media prompt]", False),
     ("   ", "[media prompt]", False),
     (None, "[media prompt]", False),
@@ -162,11 +163,13 @@ class TestPrivatePrompt:
         assert is_private_prompt(prompt) is private
 
     def test_a_prompt_is_cut_to_256_kib_before_its_blocks_are_removed(self) -> None:
-        """A closing tag past the cut leaves the block unclosed: upstream saves it, private text and all."""
+        """A closing tag past the cut leaves the block unclosed: upstream saves it, private text and all
+        (its first 4,000 characters, as every saved prompt)."""
         long_private = "<private>" + "a" * MAX_PROMPT_BYTES + "</private>"
         assert not is_private_prompt(long_private)
-        assert stored_prompt_text(long_private) == long_private[:MAX_PROMPT_BYTES]
-        assert stored_prompt_text("é" * MAX_PROMPT_BYTES) == "é" * (MAX_PROMPT_BYTES // 2)
+        assert stored_prompt_text(long_private) == long_private[:3999] + "\u2026"
+        assert stored_prompt_text("a" * 3999 + "é") == "a" * 3999 + "é"
+        assert stored_prompt_text("😀" * 2001) == "😀" * 1999 + "\ud83d\u2026"  # UTF-16 units, as JavaScript cuts
 
     @pytest.mark.parametrize(("prompt", "protocol"), [
         ("<task-notification>done</task-notification>", True),
@@ -203,11 +206,12 @@ def test_the_port_matches_claude_mems_own_functions(tree: Path) -> None:
                                                       else _absolute(tree, override)}}
                 for cwd, override, _ in CASES]
     prompts = [p for p, _, _ in PROMPTS] + ["<private>" + "a" * MAX_PROMPT_BYTES + "</private>",
-                                             "é" * MAX_PROMPT_BYTES, "<task-notification>x</task-notification>"]
+                                             "<private>" + "é" * MAX_PROMPT_BYTES + "</private>", "😀" * 2001,
+                                             "<task-notification>x</task-notification>"]
     upstream = _run_upstream({"projects": projects, "prompts": prompts}, tree / "home")
     ours = [project_context_for_cwd(cwd, _case_env(tree, override)) for cwd, override in
             ((_absolute(tree, c), o) for c, o, _ in CASES)]
     assert [(c.primary, c.parent, c.is_worktree, list(c.all_projects)) for c in ours] == [
         (u["primary"], u["parent"], u["isWorktree"], u["allProjects"]) for u in upstream["projects"]]
-    assert [(stored_prompt_text(p), is_internal_protocol_payload(p)) for p in prompts] == [
-        (u["stripped"], u["protocol"]) for u in upstream["prompts"]]
+    assert [(is_private_prompt(p), stored_prompt_text(p), is_internal_protocol_payload(p)) for p in prompts] == [
+        (u["private"], u["stored"], u["protocol"]) for u in upstream["prompts"]]

@@ -4,7 +4,7 @@
 // Usage: bun project_rule.js <worker-service.cjs>  < cases.json  > results.json
 // cases: {"projects": [{"cwd": str, "env": {name: value|null}}], "prompts": [str|null]}
 // results: {"projects": [{"primary", "parent", "isWorktree", "allProjects"} | {"rejected": true}],
-//           "prompts": [{"stripped": str, "protocol": bool}]}
+//           "prompts": [{"private": bool, "stored": str, "protocol": bool}]}
 //
 // The bundle's code is used as released, not restated. The functions and the module initialisers are
 // cut out of worker-service.cjs by their minified names. Those names belong to 13.25.3, the version in
@@ -13,7 +13,8 @@
 //   (getProjectContext), and its initialiser Pa;
 // - src/utils/worktree.ts: r7 (detectWorktree), n7;
 // - src/shared/expand-home.ts: zo (expandHome), x_;
-// - src/utils/tag-stripping.ts: D8e (stripTags), ta (stripMemoryTags), NT (isInternalProtocolPayload), uu.
+// - src/utils/tag-stripping.ts: D8e (stripTags), ta (stripMemoryTags), NT (isInternalProtocolPayload), uu;
+// - src/services/sqlite/prompt-storage.ts: zT (the text saveUserPrompt stores).
 // The claude-code adapter's order (src/cli/adapters/claude-code.ts: r0e.normalizeInput) is followed here: a cwd
 // that is not a non-empty string is rejected, then a7, then a null from a7 is rejected.
 // The session-init route's 256 KiB cut comes before stripTags (SessionRoutes.ts: handleSessionInitByClaudeId), and it
@@ -54,9 +55,13 @@ const truncation = (() => {
 const HOOK_PROMPT = 's=!r||!r.trim()?"[media prompt]":r';
 if (!bundle.includes(HOOK_PROMPT)) throw new Error("not in the bundle: " + HOOK_PROMPT);
 const hookPrompt = '!p||!p.trim()?"[media prompt]":p';
+// The two caps, checked to be the bundle's (prompt-storage.ts' C$, SessionRoutes.ts' Uz).
+for (const cap of ["var C$=4e3;", "Uz=256*1024"]) {
+  if (!bundle.includes(cap)) throw new Error("not in the bundle: " + cap);
+}
 
 const source = `
-var Vf, Xw, Ly, i7, o7, n$e, s7, $3, F3, kse, Ose, DT, Rse, N8e, L8e, M8e, Uz = 256 * 1024;
+var Vf, Xw, Ly, i7, o7, n$e, s7, $3, F3, kse, Ose, DT, Rse, N8e, L8e, M8e, Uz = 256 * 1024, C$ = 4e3;
 const y = {debug() {}, warn() {}, info() {}};
 const pe = (m) => ({default: m});
 const se = () => {}, x_ = () => {}, n7 = () => {};
@@ -73,8 +78,9 @@ ${fn("hn")}
 ${fn("D8e")}
 ${fn("ta")}
 ${fn("NT")}
+${fn("zT")}
 function sessionInitCut(p) { const o = ${hookPrompt}; ${truncation} return u; }
-return {a7, hn, ta, NT, sessionInitCut};
+return {a7, hn, ta, NT, zT, sessionInitCut};
 `;
 const rule = new Function("require", source)(require);
 
@@ -95,8 +101,9 @@ const projects = cases.projects.map(({cwd, env}) => {
     }
   }
 });
-const prompts = cases.prompts.map((p) => ({
-  stripped: rule.ta(rule.sessionInitCut(p)),
-  protocol: Boolean(rule.NT(p)),
-}));
+const prompts = cases.prompts.map((p) => {
+  const stripped = rule.ta(rule.sessionInitCut(p));  // the route saves nothing when this is empty
+  return {private: !stripped || stripped.trim() === "", stored: stripped ? rule.zT(stripped) : "",
+          protocol: Boolean(rule.NT(p))};
+});
 process.stdout.write(JSON.stringify({projects, prompts}));
