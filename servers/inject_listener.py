@@ -55,6 +55,8 @@ Answer = Callable[[dict[str, Any]], Reply]
 WORKERS = 4  # prompts answered at once (4 Claude Code sessions on one machine)
 BACKLOG = 16
 ACCEPT_POLL_S = 0.25  # how soon the accept loop sees a stop
+WARM_RETRY_S = 2.0
+WARM_FOR_S = 300.0  # a managed Chroma may take its start timeout (60 s) a try, a first pass longer
 READ_LIMIT = MAX_PAYLOAD_BYTES + 4096  # a request line: the payload plus the protocol's bytes
 
 
@@ -79,6 +81,31 @@ class ServiceAnswer:
 
                 self._searcher = Searcher(self.settings)
             return self._searcher
+
+    def warm(self, stop: threading.Event) -> None:
+        """Build the searcher and load what the first prompt would (the query model, the store's
+        collection, the token counter): the first prompt after a start would otherwise take about a
+        second, the client's whole allowance. While the worker is still starting (no Chroma yet) it
+        tries again every ``WARM_RETRY_S``, until ``stop`` or ``WARM_FOR_S``."""
+        from memsync.config.tokens import count_tokens
+        from memsync.search import SearchRequest
+
+        started = time.perf_counter()
+        error = ""
+        while not stop.is_set() and time.perf_counter() - started < WARM_FOR_S:
+            try:
+                searcher = self.searcher()
+                searcher.vector.embed("memsync warm-up query")  # the query model and the collection
+                searcher.search(SearchRequest(query="memsync warm-up query", limit=1))
+                count_tokens("warm-up")
+            except Exception as exc:  # noqa: BLE001 - not ready yet: the worker is starting its store
+                error = one_line(str(exc))
+                stop.wait(WARM_RETRY_S)
+                continue
+            log.info("inject_warm", ms=round((time.perf_counter() - started) * 1000))
+            return
+        if not stop.is_set():
+            log.info("inject_warm_failed", error=error)  # the first prompts pay the loading
 
     def __call__(self, payload: dict[str, Any]) -> Reply:
         from memsync.servers.inject_service import answer
@@ -121,6 +148,9 @@ class InjectListener:
             return False
         self._thread = threading.Thread(target=self._accept_loop, name="memsync-inject-listener", daemon=True)
         self._thread.start()
+        warm = getattr(self._answer, "warm", None)
+        if callable(warm):
+            threading.Thread(target=warm, args=(self._stop,), name="memsync-inject-warm", daemon=True).start()
         log.info("inject_listening", path=str(self.path))
         return True
 

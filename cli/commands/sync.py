@@ -208,8 +208,9 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     warning = schema_warning(report.schema_version)
     if warning:
         click.echo(f"warning: {warning}", err=True)
+    injection = _injection(settings, w)
     if as_json:
-        emit({**report.as_dict(), "database": database, "excluded_projects": excluded_json,
+        emit({**report.as_dict(), "database": database, "excluded_projects": excluded_json, "injection": injection,
               "claude_mem": {**claude_mem.as_dict(), "tested_schema_version": TESTED_SCHEMA_VERSION},
               "schema_warning": warning}, True, "")
         return
@@ -223,6 +224,7 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
             f" (ignored, a directory and not a name: {', '.join(excluded.ignored)})" if excluded.ignored else ""))
     lines += [f"worker: {state}; mode {settings.chroma_mode}; chroma reachable: {w.get('chroma_reachable', False)}; "
               f"embedding: {embedding}",
+              f"injection: {injection['line']}",
               f"lag: {report.lag_ms / 1000:.1f}s; pending rows: {report.pending_rows}; "
               f"failed rows: {sum(report.total(k).failed for k in report.buckets)}",
               f"collection: {report.collection or '(nothing synced yet)'}; store: {_store_line(report.store)}",
@@ -252,6 +254,28 @@ def _worker_beside(settings: Settings, exc: BaseException, as_json: bool, check:
     error = one_line(str(shown))
     verdict = {"healthy": False, "problems": [error]} if check else {}
     emit({**verdict, "worker": w, "error": error}, as_json, f"worker: {_worker_text(w)}")
+
+
+def _injection(settings: Settings, w: dict[str, Any]) -> dict[str, Any]:
+    """Per-prompt injection: the hook in Claude Code's settings file, whether the worker answers it
+    (up, listening), what it served in the last day (counts, never prompt text)."""
+    from memsync.config.claude_code import settings_path
+    from memsync.config.claude_hook import hook_installed
+    from memsync.config.formats.inject_stats import served
+    from memsync.config.inject_channel import socket_path
+
+    installed = hook_installed(settings_path(), settings.data_dir)
+    listening = bool(w.get("up")) and socket_path(settings.data_dir).is_socket()
+    counts = served(settings.data_dir, int(time.time() * 1000))
+    state = ("off (inject = false)" if not settings.inject else "active" if listening else
+             "inactive: worker down" if not w.get("up") else
+             "inactive: the worker does not listen (its log says why: inject_listen_failed)")
+    line = (f"installed, {state}" if installed else f"not installed (memsync claude-code swap installs it); {state}")
+    if counts.prompts:
+        line += (f"; last day: {counts.prompts} prompts, {counts.injected} injected, "
+                 f"mean {counts.mean_tokens:.0f} tokens")
+    return {"installed": installed, "enabled": settings.inject, "active": listening and settings.inject,
+            **counts.as_dict(), "line": line}
 
 
 def _worker_text(w: dict[str, Any]) -> str:
