@@ -401,6 +401,39 @@ def test_the_real_claude_code_runs_the_hook_swap_installed(tmp_path: Path, setti
         listener.stop()
 
 
+@pytest.mark.slow
+def test_each_swap_hook_reaches_the_worker_of_its_own_database(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two databases, each with its worker's listener (a stand-in answer naming its database), and
+    a swap for each into a Claude Code settings file of its own: each hook command line, run by a
+    shell as Claude Code runs it, gets the answer of its own database's worker only."""
+    claude_cmd, _ = stand_in_claude(tmp_path)
+    listeners, commands = [], {}
+    try:
+        for name in ("one", "two"):
+            db = make_db(tmp_path / f"{name}.db", mixed_records(1))
+            settings = Settings(db=db, data_dir=tmp_path / f"data-{name}")
+            listener = start_listener(settings, lambda _payload, db=db: Reply(f"memory of {db}", ["#1"], 3))
+            assert listener is not None
+            listeners.append(listener)
+            monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / f"claude-{name}"))
+            result = CliRunner().invoke(main, ["claude-code", "swap", "--claude", str(claude_cmd), "--db", str(db),
+                                               "--data-dir", str(settings.data_dir)], catch_exceptions=False)
+            assert result.exit_code == 0, result.stderr
+            entry = json.loads((tmp_path / f"claude-{name}" / "settings.json").read_text())["hooks"][HOOK_AT[1]]
+            commands[db] = entry[0]["hooks"][0]["command"]
+        payload = json.dumps({"session_id": "s1", "cwd": str(tmp_path), "hook_event_name": "UserPromptSubmit",
+                              "prompt": "what did we decide about the release?"})
+        for db, command in commands.items():
+            done = subprocess.run(["/bin/sh", "-c", command], input=payload, capture_output=True, text=True,
+                                  timeout=30, cwd=tmp_path)
+            assert done.returncode == 0 and done.stderr == "", done.stderr
+            assert json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"] == f"memory of {db}"
+    finally:
+        for listener in listeners:
+            listener.stop()
+
+
 def test_a_dry_run_prints_the_steps_and_changes_nothing(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".claude").mkdir(parents=True)
