@@ -155,14 +155,18 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
 
 
 def hook_notes(installed: bool, data_dir: Path, db: Path, worker: str) -> None:
-    """What the user should know about the per-prompt hook: not on Windows; claude-mem's own
-    per-prompt injection on as well; no worker running to answer it."""
+    """What the user should know about the per-prompt hook: not on Windows; Claude Code's hooks
+    all turned off; claude-mem's own per-prompt injection on as well; no worker running to answer it."""
     if not installed:
         click.echo("memsync: note: no per-prompt memory hook on Windows (it talks to the worker over a unix "
                    "socket); the search tools are swapped all the same", err=True)
         return
     with errors_as_exit():
-        where = claude_mem_injection(read_settings(settings_path()))
+        claude_settings = read_settings(settings_path())
+    if claude_settings.get("disableAllHooks") is True:
+        click.echo(f"memsync: note: {settings_path()} sets disableAllHooks: Claude Code runs no hook, memsync's "
+                   "included, until it is removed", err=True)
+    where = claude_mem_injection(claude_settings)
     if where is not None:
         click.echo("memsync: note: claude-mem's own per-prompt injection is on (CLAUDE_MEM_SEMANTIC_INJECT), so "
                    f"both would inject memory into every prompt; to turn claude-mem's off, see {where}", err=True)

@@ -698,6 +698,13 @@ class TestSwapInstallsTheHook:
         code, _, err, _ = swap_in_process(tmp_path, monkeypatch, "--dry-run")
         assert code == 0 and "no memsync worker" not in err, err
 
+    def test_it_says_when_claude_code_runs_no_hooks(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        (tmp_path / "claude-config").mkdir()
+        (tmp_path / "claude-config" / "settings.json").write_text('{"disableAllHooks": true}')
+        code, _, err, settings = swap_in_process(tmp_path, monkeypatch)
+        assert code == 0 and f"{settings} sets disableAllHooks" in err
+        assert hook_installed(settings)  # installed all the same: it runs once the user turns hooks back on
+
     def test_it_says_when_claude_mem_injects_too(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         code, _, err, _ = swap_in_process(tmp_path, monkeypatch, "--dry-run", CLAUDE_MEM_SEMANTIC_INJECT="true")
         assert code == 0
