@@ -25,8 +25,8 @@ same code, except where noted.
    injection reads only ``parent/worktree`` (``primary``).
 
 No setting in claude-mem's ``settings.json`` changes the name. That file's
-``CLAUDE_MEM_EXCLUDED_PROJECTS`` only decides whether a directory is recorded at all
-(``src/shared/should-track-project.ts``; see ``projects.py``).
+``CLAUDE_MEM_EXCLUDED_PROJECTS`` only decides whether a directory is recorded, and injected for, at
+all (``src/shared/should-track-project.ts``: :func:`is_tracked_directory`).
 
 **Private prompts** (``src/utils/tag-stripping.ts``, used by the worker's session-init route
 ``src/services/worker/http/routes/SessionRoutes.ts``). An empty prompt is ``[media prompt]``. The
@@ -51,6 +51,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from memsync.config.claude_mem.projects import claude_mem_patterns
+from memsync.config.claude_mem.user_settings import data_dir_choice
+
 UNKNOWN_PROJECT = "unknown-project"
 PROJECT_DIR_ENV = "CLAUDE_PROJECT_DIR"
 MEDIA_PROMPT = "[media prompt]"
@@ -70,6 +73,7 @@ _JS_DOT = r"[^\n\r\u2028\u2029]"  # JavaScript's "." without the s flag
 _STRIP = re.compile(r"<(" + "|".join(re.escape(t) for t in STRIPPED_TAGS) + r")\b[^>]*>[\s\S]*?</\1>", re.ASCII)
 _PROTOCOL = re.compile(rf"{_S}*<(task-notification)\b[^>]*>(?:(?!<\1\b|</\1\b)[\s\S])*</\1>{_S}*", re.ASCII)
 _GITDIR = re.compile(rf"gitdir:{_S}*({_JS_DOT}+)")
+_GLOB = {"**": ".*", "*": "[^/]*", "?": "[^/]"}
 _WORKTREES = re.compile(rf"({_JS_DOT}+)[/\\]\.git[/\\]worktrees[/\\]([^/\\\n\r\u2028\u2029]+)")
 
 
@@ -125,6 +129,57 @@ def project_context_for_cwd(cwd: str | Path, env: Mapping[str, str] | None = Non
         composite = f"{parent}/{name}"
         return ProjectContext(composite, parent, True, (parent, composite))
     return _single(name)
+
+
+def is_tracked_directory(cwd: str | Path, env: Mapping[str, str] | None = None) -> bool:
+    """upstream's ``shouldTrackProject`` for the hook's directory (after the ``CLAUDE_PROJECT_DIR``
+    rule). When it is False, claude-mem's hook records nothing for the prompt and injects nothing.
+
+    It is False in three cases:
+    - when ``CLAUDE_MEM_INTERNAL`` is ``1`` (claude-mem's own observer sessions);
+    - inside claude-mem's ``observer-sessions`` folder, its plugin cache
+      (``$CLAUDE_CONFIG_DIR/plugins/cache/thedotmack/claude-mem``) or its marketplace plugin
+      (``…/plugins/marketplaces/thedotmack/plugin``);
+    - when a ``CLAUDE_MEM_EXCLUDED_PROJECTS`` glob (``src/utils/project-filter.ts``) matches the
+      directory's path as given (not resolved; a leading ``~`` in the glob is expanded) or its base
+      name. Unlike the name-only matching of stored rows in ``projects.py``, this matching sees the path."""
+    environ = os.environ if env is None else env
+    if environ.get("CLAUDE_MEM_INTERNAL") == "1":
+        return False
+    directory = hook_directory(cwd, environ)
+    if not directory:
+        return True
+    home = environ.get("HOME") or os.path.expanduser("~")
+    config_dir = environ.get("CLAUDE_CONFIG_DIR") or posixpath.join(home, ".claude")
+    owned = (str(data_dir_choice(environ).path / "observer-sessions"),
+             posixpath.join(config_dir, "plugins", "cache", "thedotmack", "claude-mem"),
+             posixpath.join(config_dir, "plugins", "marketplaces", "thedotmack", "plugin"))
+    if any(_within(directory, root) for root in owned):
+        return False
+    path = directory.replace("\\", "/")
+    name = _node_basename(path)
+    return not any(r.fullmatch(path) or r.fullmatch(name) for r in _exclusion_globs(claude_mem_patterns(environ), home))
+
+
+def _within(path: str, root: str) -> bool:
+    """``isWithin`` (should-track-project.ts): the same path, or a relative path from ``root`` that
+    does not start with ``..``."""
+    a, b = posixpath.normpath(path), posixpath.normpath(root)
+    if a == b:
+        return True
+    rel = posixpath.relpath(os.path.abspath(a), os.path.abspath(b))
+    return rel != "." and not rel.startswith("..") and not posixpath.isabs(rel)
+
+
+def _exclusion_globs(patterns: tuple[str, ...], home: str) -> list[re.Pattern[str]]:
+    """project-filter.ts' ``globToRegex``: ``~`` expanded, ``**`` any characters, ``*`` any but
+    ``/``, ``?`` one but ``/``."""
+    out = []
+    for pattern in patterns:
+        glob = _expand_home(pattern.replace("\\", "/"), {"HOME": home}).replace("\\", "/")
+        parts = re.split(r"(\*\*|\*|\?)", glob)
+        out.append(re.compile("".join(_GLOB.get(p) or re.escape(p) for p in parts)))
+    return out
 
 
 def _single(name: str) -> ProjectContext:

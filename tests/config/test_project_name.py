@@ -24,6 +24,7 @@ from memsync.config.claude_mem.project_name import (
     hook_directory,
     is_internal_protocol_payload,
     is_private_prompt,
+    is_tracked_directory,
     project_context_for_cwd,
     project_for_cwd,
     stored_prompt_text,
@@ -131,6 +132,52 @@ class TestProjectForCwd:
         for _ in range(10):
             project_for_cwd(tree / "home/code/alpha-feature/src", _env(tree))
         assert (time.perf_counter() - started) / 10 < 0.05
+
+
+class TestTrackedDirectory:
+    """claude-mem's hook records nothing, and injects nothing, for a directory it does not track."""
+
+    def _env(self, tree: Path, **extra: str) -> dict[str, str]:
+        return _env(tree, CLAUDE_MEM_DATA_DIR=str(tree / "home/.claude-mem"), **extra)
+
+    @pytest.mark.parametrize(("patterns", "cwd", "tracked"), [
+        ("", "home/code/alpha", True),
+        ("~/code/alpha*", "home/code/alpha", False),                 # the path, ~ expanded
+        ("~/code/alpha*", "home/code/alpha-feature", False),
+        ("~/code/alpha*", "home/code/alpha/src", True),              # * stays within a segment
+        ("~/code/**", "home/code/alpha/src/deep", False),            # ** crosses them
+        ("loose", "home/code/loose", False),                         # the base name
+        ("loose", "home/code/loose/sub", True),
+        (" nothing , sub ", "home/code/loose/sub", False),           # a list, trimmed
+        ("lo?se", "home/code/loose", False),
+    ])
+    def test_excluded_projects_match_the_path_or_its_base_name(self, tree: Path, patterns: str, cwd: str,
+                                                               tracked: bool) -> None:
+        env = self._env(tree, CLAUDE_MEM_EXCLUDED_PROJECTS=patterns)
+        assert is_tracked_directory(str(tree / cwd), env) is tracked
+
+    def test_the_setting_comes_from_claude_mems_settings_file_unless_the_environment_has_it(self, tree: Path) -> None:
+        data = tree / "home/.claude-mem"
+        data.mkdir(parents=True, exist_ok=True)
+        (data / "settings.json").write_text(json.dumps({"CLAUDE_MEM_EXCLUDED_PROJECTS": "alpha"}))
+        try:
+            assert not is_tracked_directory(tree / "home/code/alpha", self._env(tree))
+            assert is_tracked_directory(tree / "home/code/alpha", self._env(tree, CLAUDE_MEM_EXCLUDED_PROJECTS=""))
+        finally:
+            (data / "settings.json").unlink()
+
+    def test_claude_mems_own_folders_and_sessions_are_not_tracked(self, tree: Path) -> None:
+        home = tree / "home"
+        assert not is_tracked_directory(home / ".claude-mem/observer-sessions/x", self._env(tree))
+        assert not is_tracked_directory(home / ".claude/plugins/cache/thedotmack/claude-mem/13.25.3", self._env(tree))
+        assert not is_tracked_directory(tree / "cc/plugins/marketplaces/thedotmack/plugin",
+                                        self._env(tree, CLAUDE_CONFIG_DIR=str(tree / "cc")))
+        assert not is_tracked_directory(home / "code/alpha", self._env(tree, CLAUDE_MEM_INTERNAL="1"))
+        assert is_tracked_directory(home / ".claude-mem/observer-sessions-not", self._env(tree))
+
+    def test_claude_project_dir_is_the_directory_checked(self, tree: Path) -> None:
+        env = self._env(tree, CLAUDE_MEM_EXCLUDED_PROJECTS="alpha", CLAUDE_PROJECT_DIR=str(tree / "home/code/alpha"))
+        assert not is_tracked_directory(tree / "home/code/loose", env)
 
 
 PROMPTS: list[tuple[str | None, str, bool]] = [
