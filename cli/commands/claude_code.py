@@ -179,7 +179,7 @@ def hook_notes(installed: bool, data_dir: Path, db: Path, worker: str) -> None:
 @claude_code.command()
 @claude_option
 def restore(claude_cmd: str, scope: str, dry_run: bool) -> None:
-    """claude-mem's own search tools back, memsync's registration removed."""
+    """claude-mem's own search tools back; memsync's registration and hook removed."""
     claude = find_claude(claude_cmd)
     plan_settings(swap=False)  # a settings file it cannot edit stops it before `claude mcp remove`
     removed = run_claude([claude, "mcp", "remove", "--scope", scope, SERVER_NAME], dry_run, check=False)
@@ -188,4 +188,5 @@ def restore(claude_cmd: str, scope: str, dry_run: bool) -> None:
         return
     if not removed:
         click.echo(f"memsync: no {SERVER_NAME!r} server was registered in the {scope} scope", err=True)
-    click.echo("Done: start a new Claude Code session to get claude-mem's own search back.")
+    click.echo("Done: start a new Claude Code session to get claude-mem's own search back, without memsync's "
+               "per-prompt hook.")
