@@ -115,8 +115,13 @@ def project_context_for_cwd(cwd: str | Path, env: Mapping[str, str] | None = Non
                             git_timeout_s: float = 1.0) -> ProjectContext:
     """upstream's ``getProjectContext`` for the hook's directory (see the module docstring).
 
-    It runs ``git rev-parse --show-toplevel`` once, as a subprocess: about 1.3 ms. Upstream runs it
-    twice with no time limit. Here a git that takes longer than ``git_timeout_s`` counts as no git."""
+    It runs ``git rev-parse --show-toplevel`` once, as a subprocess: 1.3 ms on an idle machine, p50
+    2.6 ms and p95 7 ms on a busy one (2 cores). Upstream runs it twice with no time limit. Here a
+    git that takes longer than ``git_timeout_s`` counts as no git.
+
+    ``env`` is the *hook's* environment, for ``CLAUDE_PROJECT_DIR`` and ``HOME``; ``None`` means this
+    process's own. A worker answering a hook passes what the hook sent, not its own environment. git
+    itself runs in this process's environment."""
     environ = os.environ if env is None else env
     directory = hook_directory(cwd, environ)
     if not directory:
