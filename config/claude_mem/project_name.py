@@ -242,9 +242,12 @@ def _worktree_parent(directory: str) -> str | None:
     return _node_basename(worktrees.group(1)) or None
 
 
-def _without_blocks(prompt: str | None) -> str:
-    """The session-init route's text: a missing or blank prompt is ``[media prompt]``. The text is cut to
-    256 KiB of UTF-8, its private and system blocks are removed, and the rest is trimmed."""
+def prompt_without_blocks(prompt: str | None) -> str:
+    """The text the session-init route works with, and gives claude-mem's observer: a missing or
+    blank prompt is ``[media prompt]``. The text is cut to 256 KiB of UTF-8, its private and system
+    blocks are removed, and the rest is trimmed. It is not capped at 4,000 characters as the saved
+    text is (:func:`stored_prompt_text`). A block whose closing tag fell past the cut is still in it,
+    private text and all."""
     text = MEDIA_PROMPT if prompt is None or not js_trim(prompt) else prompt
     raw = text.encode("utf-8", "surrogatepass")
     if len(raw) > MAX_PROMPT_BYTES:
@@ -259,7 +262,7 @@ def is_private_prompt(prompt: str | None) -> bool:
     """Whether claude-mem 13.25.3 skips this prompt as private: nothing is left once its
     ``<private>`` (and system) blocks are removed. A partly private prompt is not private to
     claude-mem. It is saved with the blocks removed."""
-    return _without_blocks(prompt) == ""
+    return prompt_without_blocks(prompt) == ""
 
 
 def stored_prompt_text(prompt: str | None) -> str:
@@ -267,7 +270,7 @@ def stored_prompt_text(prompt: str | None) -> str:
     none (a private prompt). The storage step (``src/services/sqlite/prompt-storage.ts``) removes
     the blocks a second time. When that leaves nothing, it keeps the text from before the second
     pass. It caps the result at 4,000 UTF-16 code units: 3,999 and an ellipsis."""
-    text = _without_blocks(prompt)
+    text = prompt_without_blocks(prompt)
     if not text:
         return ""
     saved = js_trim(_STRIP.sub("", text)) or js_trim(text)

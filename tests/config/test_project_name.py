@@ -27,6 +27,7 @@ from memsync.config.claude_mem.project_name import (
     is_tracked_directory,
     project_context_for_cwd,
     project_for_cwd,
+    prompt_without_blocks,
     stored_prompt_text,
 )
 from scripts.real_claude_mem import BUN, WORKER_SCRIPT
@@ -215,6 +216,7 @@ class TestPrivatePrompt:
         long_private = "<private>" + "a" * MAX_PROMPT_BYTES + "</private>"
         assert not is_private_prompt(long_private)
         assert stored_prompt_text(long_private) == long_private[:3999] + "\u2026"
+        assert prompt_without_blocks(long_private) == long_private[:MAX_PROMPT_BYTES]  # not capped
         assert stored_prompt_text("a" * 3999 + "é") == "a" * 3999 + "é"
         assert stored_prompt_text("😀" * 2001) == "😀" * 1999 + "\ud83d\u2026"  # UTF-16 units, as JavaScript cuts
 
@@ -260,5 +262,6 @@ def test_the_port_matches_claude_mems_own_functions(tree: Path) -> None:
             ((_absolute(tree, c), o) for c, o, _ in CASES)]
     assert [(c.primary, c.parent, c.is_worktree, list(c.all_projects)) for c in ours] == [
         (u["primary"], u["parent"], u["isWorktree"], u["allProjects"]) for u in upstream["projects"]]
-    assert [(is_private_prompt(p), stored_prompt_text(p), is_internal_protocol_payload(p)) for p in prompts] == [
-        (u["private"], u["stored"], u["protocol"]) for u in upstream["prompts"]]
+    ported = [(prompt_without_blocks(p), is_private_prompt(p), stored_prompt_text(p), is_internal_protocol_payload(p))
+              for p in prompts]
+    assert ported == [(u["stripped"], u["private"], u["stored"], u["protocol"]) for u in upstream["prompts"]]

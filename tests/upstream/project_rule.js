@@ -4,7 +4,7 @@
 // Usage: bun project_rule.js <worker-service.cjs>  < cases.json  > results.json
 // cases: {"projects": [{"cwd": str, "env": {name: value|null}}], "prompts": [str|null]}
 // results: {"projects": [{"primary", "parent", "isWorktree", "allProjects"} | {"rejected": true}],
-//           "prompts": [{"private": bool, "stored": str, "protocol": bool}]}
+//           "prompts": [{"stripped": str, "private": bool, "stored": str, "protocol": bool}]}
 //
 // The bundle's code is used as released, not restated. The functions and the module initialisers are
 // cut out of worker-service.cjs by their minified names. Those names belong to 13.25.3, the version in
@@ -103,7 +103,7 @@ const projects = cases.projects.map(({cwd, env}) => {
 });
 const prompts = cases.prompts.map((p) => {
   const stripped = rule.ta(rule.sessionInitCut(p));  // the route saves nothing when this is empty
-  return {private: !stripped || stripped.trim() === "", stored: stripped ? rule.zT(stripped) : "",
+  return {stripped, private: !stripped || stripped.trim() === "", stored: stripped ? rule.zT(stripped) : "",
           protocol: Boolean(rule.NT(p))};
 });
 process.stdout.write(JSON.stringify({projects, prompts}));
