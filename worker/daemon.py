@@ -144,7 +144,9 @@ class Worker:
         faulthandler.enable(all_threads=True)
 
     def request_reconcile(self) -> None:
-        """Ask for a full comparison at the next step (safe from any thread or signal handler)."""
+        """Ask for a full comparison at the next step (safe from any thread or signal handler); the
+        text index's full check too (every segment's checksum recomputed)."""
+        self._text.request_full()
         self.reconcile_due.set()
         self.wake.set()
 

@@ -13,9 +13,15 @@ A damaged index (``config.formats.text_index.unreadable``: a ``meta.json`` damag
 segment file missing or garbled, an index that disagrees with the commit memsync recorded) is
 checked for when the writer opens and at every step: memsync's record and the checksums of the
 files that changed since the last look (a stat per file), everything with a query over every
-segment at a full refresh. It is deleted and rebuilt from the database (``text_index_rebuilding``
-with the reason), while searches rank with FTS5 and say so. Another process holding the writer
-lock (a resync beside the worker) is ``text_index_held`` at info: no failure.
+segment at a full refresh: at start-up, at each reconcile (:meth:`TextSync.request_full`, SIGUSR1
+too) and every ``reconcile_interval_s``. A full refresh recomputes every segment file's checksum,
+whatever the last look remembered: damage that keeps a file's size and mtime (bit rot) shows in
+no stat. It is deleted and rebuilt from the database (``text_index_rebuilding`` with the reason),
+while searches rank with FTS5 and say so. Another process holding the writer lock (a resync
+beside the worker) is ``text_index_held`` at info: no failure. After any failure the writer is
+closed and a full refresh is due within ``RETRY_S`` (at most a reconcile interval): a closed
+writer checks nothing, so waiting for the next change or reconcile would leave a damaged index
+unrepaired on an idle database.
 """
 
 from __future__ import annotations
@@ -67,6 +73,10 @@ TEXT_INDEX_HELD = "text_index_held"  # another process holds the writer lock (th
 LOCK_BUSY = "LockBusy"  # in tantivy's error when another writer holds the index's lock
 WRITER_LOCK = ".tantivy-writer.lock"  # tantivy's writer lock file (an flock)
 READ_BATCH = 2000  # rows per read while (re)indexing; the stop flag is checked between batches
+# After a failure (the database gone for a moment, another writer's lock): the next full refresh,
+# which reopens the writer and checks the index. Short enough that damage meanwhile is not left
+# for a reconcile interval; long enough that a database gone for hours costs an open every 10 s.
+RETRY_S = 10.0
 
 
 @dataclass
@@ -212,13 +222,20 @@ class TextSync:
         self._seen: FileStamp | None = None
         self._last_error: str | None = None
         self._verified: dict[str, CheckedFile] = {}  # segment files whose checksums matched, as they were then
+        self._full_due = threading.Event()  # a reconcile asked for a full refresh (any thread)
+
+    def request_full(self) -> None:
+        """Make the next step a full refresh (safe from any thread): a reconcile checks the index too."""
+        self._full_due.set()
 
     def step(self, force_full: bool = False) -> RefreshResult | None:
         """Refresh when due; returns what was done (None when nothing was due or it failed)."""
         if not self.s.text_index:
             return None
         now = time.monotonic()
-        full = force_full or now >= self._full_at
+        full = force_full or now >= self._full_at or self._full_due.is_set()
+        if full:
+            self._full_due.clear()  # one asked for during this refresh makes the next one full too
         current = stamp(self.s.db)
         # Appending every second cost a commit (~28 ms) and a segment each, and the merges of
         # those segments held ~50 MB more memory (measured); rows not yet appended are found
@@ -241,6 +258,8 @@ class TextSync:
                     self.log.warning(TEXT_INDEX_FAILED, reason=message)
                 self._last_error = message
             self.close()
+            # A closed writer checks nothing until the next refresh: make that one full, and soon.
+            self._full_at = now + min(RETRY_S, self.s.reconcile_interval_s)
             return None
         self._last_error = None
         if result is None:
@@ -261,8 +280,13 @@ class TextSync:
         return result
 
     def _refresh(self, full: bool, due: bool) -> RefreshResult | None:
-        """Check the index (every file's checksum once, then those that changed; on a full refresh
-        a query over every segment too), rebuild it when damaged, then refresh it."""
+        """Check the index (the checksums of the files that changed since the last look; on a full
+        refresh every file's checksum and a query over every segment), rebuild it when damaged,
+        then refresh it."""
+        if full:
+            # Recompute every checksum: a file garbled in place with its size and mtime kept (bit
+            # rot, a `touch -r`) looks unchanged to the memo, which only saves work between full checks.
+            self._verified.clear()
         if self._writer is not None and (why := _damaged(self._writer.path, self._verified, deep=full)):
             # Damaged under the running writer (a segment garbled, tantivy's meta.json gone): start over.
             self.close()

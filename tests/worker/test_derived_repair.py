@@ -25,7 +25,7 @@ from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.search.textindex import TextIndex
 from memsync.search.vectorcopy import VectorCopy
 from memsync.servers.render import header
-from memsync.worker import daemon
+from memsync.worker import daemon, textsync
 from memsync.worker.maintenance import CopyCheck, fill_copy
 from memsync.worker.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.status import status
@@ -206,6 +206,20 @@ def _damage_index(s: Settings, how: str) -> None:
         overwrite(segments[0], os.urandom(segments[0].stat().st_size))
 
 
+def garble_in_place(s: Settings) -> None:
+    """Flip bytes inside the largest postings file and put its mtime back: size, inode and mtime
+    as they were (bit rot), so no stat shows it."""
+    postings = max((p for p in index_path(s).iterdir() if p.suffix == ".idx"), key=lambda p: p.stat().st_size)
+    st = postings.stat()
+    with open(postings, "r+b") as fh:
+        fh.seek(st.st_size // 4)
+        data = fh.read(16)
+        fh.seek(st.st_size // 4)
+        fh.write(bytes(b ^ 0xFF for b in data))
+    os.utime(postings, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = postings.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+
 
 def wait_removed(path: Path, seconds: float = 10.0) -> None:
     """``shutil.rmtree(path)``, tried again while something still writes into the directory."""
@@ -277,6 +291,62 @@ class TestTextIndexDamage:
             assert text.step(force_full=True) is not None
             assert text.step() is None  # nothing due, nothing wrong
             _damage_index(s, how)
+            with capture_logs() as logged:
+                result = text.step()
+            assert result is not None and set(result.rebuilt) == {k.value for k in Kind}
+            assert [e["event"] for e in logged if e["event"].startswith("text_index")][0] == "text_index_rebuilding"
+        finally:
+            text.close()
+        assert unreadable(index_path(s)) is None
+
+    def test_damage_keeping_size_and_mtime_is_found_by_the_running_writers_next_full_check(
+            self, tmp_path: Path) -> None:
+        # Bit rot: the stat the per-step check remembers does not move, so only a full check, which
+        # recomputes every checksum, can find it; a reconcile (SIGUSR1 too) asks for one.
+        s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http", chroma_port=9,
+                     text_index_append_s=3600)
+        make_db(s.db, mixed_records(3))
+        text = TextSync(s)
+        try:
+            assert text.step(force_full=True) is not None
+            assert text.step() is None  # nothing due: this look remembers every file as whole
+            garble_in_place(s)
+            assert text.step() is None  # the remembered stat matches: the per-step check cannot see it
+            assert unreadable(index_path(s)) is not None  # a new process (status, verify) does
+            text.request_full()
+            with capture_logs() as logged:
+                result = text.step()
+            assert result is not None and set(result.rebuilt) == {k.value for k in Kind}
+            assert [e["event"] for e in logged if e["event"].startswith("text_index")][0] == "text_index_rebuilding"
+        finally:
+            text.close()
+        assert unreadable(index_path(s)) is None
+
+    @pytest.mark.parametrize("then", ["reconcile", "retry"])
+    def test_a_failed_writer_still_finds_damage_at_the_next_reconcile_or_retry(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str) -> None:
+        # The database gone during a reconcile closes the writer; with the database back and idle,
+        # nothing is due by change, yet the index is checked and rebuilt at the next reconcile,
+        # or at the retry due after a failure without one.
+        s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http", chroma_port=9,
+                     text_index_append_s=3600)
+        make_db(s.db, mixed_records(3))
+        text = TextSync(s)
+        try:
+            assert text.step(force_full=True) is not None
+            if then == "retry":
+                monkeypatch.setattr(textsync, "RETRY_S", 0.0)  # the full refresh after a failure is due at once
+            away = tmp_path / "away.db"
+            s.db.rename(away)
+            text.request_full()
+            with capture_logs() as logged:
+                assert text.step() is None
+            assert [e for e in logged if e["event"] == "text_index_failed"]
+            away.rename(s.db)
+            garble_in_place(s)  # kept size and mtime: found by a full check only
+            if then == "reconcile":
+                assert text.step() is None  # idle and its retry not due yet: nothing looked at
+                text.request_full()
             with capture_logs() as logged:
                 result = text.step()
             assert result is not None and set(result.rebuilt) == {k.value for k in Kind}
