@@ -111,7 +111,8 @@ def text_index_state(settings: Settings, max_ids: dict[Kind, int]) -> dict[str, 
     """memsync's text index: whether it is on and built for this database, how many rows (by id)
     it trails the database (search reads those trailing rows from FTS5 meanwhile), and which index
     answers lexical searches (``answers``) and why (``why``): FTS5 while it is not built or cannot
-    be read (``damaged``: the worker rebuilds it)."""
+    be read (``damaged``: the worker rebuilds it; :func:`status` adds ``rebuilding``, whether a
+    worker is up to do so)."""
     if not settings.text_index:
         return {"enabled": False, "answers": "FTS5", "why": "the text index is off"}
     path = index_path(settings)
@@ -253,6 +254,12 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
         report.languages = language_state(settings, reader)
     report.vector_copy = vector_copy_state(settings, collection)
     report.worker = worker_state(settings.data_dir, now_ms(), settings.db)
+    if report.text_index.get("damaged"):
+        # Only a running worker rebuilds it unasked: without one, say what does.
+        report.text_index["rebuilding"] = bool(report.worker.get("up"))
+        if not report.worker.get("up"):
+            report.text_index["why"] = ("the text index is damaged; no worker is running to rebuild it "
+                                        "(`memsync worker`, or `memsync worker --once`, does)")
     report.store = store_state(report.worker, now_ms(), settings.reconcile_interval_s)
     if last:
         report.last_run = {"finished_at_ms": last[0], **json.loads(last[1])}

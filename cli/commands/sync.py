@@ -375,7 +375,9 @@ def _text_index_line(state: dict[str, Any]) -> str:
     if not state.get("enabled"):
         return "off (lexical searches: FTS5)"
     if state.get("damaged"):
-        return f"damaged ({state['damaged']}); the worker rebuilds it; lexical searches use FTS5 meanwhile"
+        who = ("the worker rebuilds it" if state.get("rebuilding", True)
+               else "no worker is running to rebuild it (`memsync worker --once` does)")
+        return f"damaged ({state['damaged']}); {who}; lexical searches use FTS5 meanwhile"
     if not state.get("built"):
         return "not built yet (the worker builds it); lexical searches use FTS5 meanwhile"
     behind = state["pending_rows"]

@@ -248,7 +248,8 @@ class TestTextIndexDamage:
             assert answered is mode and n and "lexical: FTS5 (text index unreadable, rebuilding" in reason
         assert (index_path(s) / "meta.json").exists() is (how != "meta_json_deleted")  # no reader created one
         st = status(s).text_index
-        assert st["answers"] == "FTS5" and st["damaged"] and "rebuilds" in st["why"]
+        assert st["answers"] == "FTS5" and st["damaged"] and st["rebuilding"] is False  # no worker is up
+        assert "no worker is running to rebuild it" in st["why"]
         assert verify(s).text_index_damaged == st["damaged"] and not verify(s).clean
         logged = _once(s)
         rebuilding = [e for e in logged if e["event"] == "text_index_rebuilding"]
@@ -300,20 +301,22 @@ class TestTextIndexDamage:
         assert unreadable(index_path(s)) is None
 
     def test_damage_keeping_size_and_mtime_is_found_by_the_running_writers_next_full_check(
-            self, tmp_path: Path) -> None:
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         # Bit rot: the stat the per-step check remembers does not move, so only a full check, which
-        # recomputes every checksum, can find it; a reconcile (SIGUSR1 too) asks for one.
+        # recomputes every checksum, can find it; the worker's reconcile (SIGUSR1 too) asks for one.
         s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http", chroma_port=9,
                      text_index_append_s=3600)
         make_db(s.db, mixed_records(3))
-        text = TextSync(s)
+        monkeypatch.setattr(daemon, "make_embedder", lambda *a, **k: FakeEmbedder())
+        worker = daemon.Worker(s)
+        text = worker._text  # the worker's own, as its loop steps it
         try:
             assert text.step(force_full=True) is not None
             assert text.step() is None  # nothing due: this look remembers every file as whole
             garble_in_place(s)
             assert text.step() is None  # the remembered stat matches: the per-step check cannot see it
             assert unreadable(index_path(s)) is not None  # a new process (status, verify) does
-            text.request_full()
+            worker.request_reconcile()  # what SIGUSR1 and the reconcile job call
             with capture_logs() as logged:
                 result = text.step()
             assert result is not None and set(result.rebuilt) == {k.value for k in Kind}
@@ -391,6 +394,7 @@ def test_the_command_line_and_the_json_name_what_answered_and_what_is_damaged(sy
     opts = ["--db", str(s.db), "--data-dir", str(s.data_dir), "--chroma-mode", "embedded"]
     st = CliRunner().invoke(main, ["status", *opts], catch_exceptions=False)
     assert "text index: damaged (" in st.stdout and "lexical searches use FTS5 meanwhile" in st.stdout
+    assert "); no worker is running to rebuild it (`memsync worker --once` does); lexical" in st.stdout
     assert "vector copy: damaged (entries.bin" in st.stdout and "the worker rebuilds it" in st.stdout
     out = CliRunner().invoke(main, ["status", "--json", *opts], catch_exceptions=False)
     text_index = json.loads(out.stdout)["text_index"]
