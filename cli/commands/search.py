@@ -116,7 +116,9 @@ def _refused_exits(settings: Settings) -> None:
               help=f"Recency window in days; 0 = all time {settings_note('window_days')}.")
 @click.option("--order", type=click.Choice(["relevance", "newest", "oldest"]), default="relevance", show_default=True)
 @click.option("--full", is_flag=True, help="Include each full record.")
-@click.option("--batch", type=click.File("r"), default=None,
+# JSON lines are UTF-8; a byte that is not becomes U+FFFD, so a bad line is still searched and
+# answered rather than ending the whole batch with a decode error (stdin and a file alike).
+@click.option("--batch", type=click.File("r", encoding="utf-8", errors="replace"), default=None,
               help=f'Run one search per JSON line of FILE ("-" = stdin): {{{BATCH_KEYS}}}, within the same bounds '
                    'as the options (an empty field takes --kind, --limit, --window-days or the filter options); one '
                    'JSON response per line, in order.')

@@ -12,6 +12,7 @@ import re
 import selectors
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -132,7 +133,7 @@ def test_stdio_answers_every_request_with_broken_unicode_and_logs_no_http_calls(
     assert "HTTP Request:" not in stderr, stderr[-2000:]
 
 
-def test_cli_search_takes_bytes_that_are_not_utf8_and_lone_surrogates(served: Settings) -> None:
+def test_cli_search_takes_bytes_that_are_not_utf8_and_lone_surrogates(served: Settings, tmp_path: Path) -> None:
     """`memsync search $'\\xed\\xa0\\x80'` was a 49-line traceback from the tokenizer, and a
     --batch line with "\\ud800" the error `TextEncodeInput must be Union[...]`."""
     env = server_env(served)
@@ -141,14 +142,25 @@ def test_cli_search_takes_bytes_that_are_not_utf8_and_lone_surrogates(served: Se
     assert one.returncode == 0, one.stderr.decode(errors="replace")
     data = json.loads(one.stdout)
     assert data["mode"] == "hybrid" and data["query"] == "ledger \ufffd\ufffd\ufffd rows" and data["results"]
-    lines = '{"query": "upload retries \\ud800"}\n{"query": "x", "project": "\\udc00"}\n'
-    batch = subprocess.run([MEMSYNC, "search", "--batch", "-", "--limit", "2"], input=lines.encode(), env=env,
+    # A raw byte that is not UTF-8 in a batch line (0xff) ended the whole batch with a decode error.
+    lines = (b'{"query": "upload retries \\ud800"}\n{"query": "x", "project": "\\udc00"}\n'
+             b'{"query": "upload\xff retries"}\n')
+    batch = subprocess.run([MEMSYNC, "search", "--batch", "-", "--limit", "2"], input=lines, env=env,
                            cwd=ROOT, capture_output=True, timeout=120)
     assert batch.returncode == 0, batch.stderr.decode(errors="replace")
-    first, second = (json.loads(line) for line in batch.stdout.splitlines())
+    first, second, third = (json.loads(line) for line in batch.stdout.splitlines())
     assert "error" not in first and first["mode"] == "hybrid" and first["results"], first
     assert "error" not in second and second["results"] == [], second
-    assert b"Traceback" not in one.stderr + batch.stderr
+    assert "error" not in third and third["query"] == "upload\ufffd retries" and third["results"], third
+    batch_file = tmp_path / "batch-not-utf8.jsonl"
+    batch_file.write_bytes(b'{"query": "ledger\xff rows"}\n{"query": "\xfe\xff"}\n')
+    from_file = subprocess.run([MEMSYNC, "search", "--batch", str(batch_file), "--limit", "2"], env=env, cwd=ROOT,
+                               capture_output=True, timeout=120)
+    assert from_file.returncode == 0, from_file.stderr.decode(errors="replace")
+    fourth, fifth = (json.loads(line) for line in from_file.stdout.splitlines())
+    assert "error" not in fourth and fourth["query"] == "ledger\ufffd rows" and fourth["results"], fourth
+    assert "error" not in fifth and fifth["query"] == "\ufffd\ufffd", fifth
+    assert b"Traceback" not in one.stderr + batch.stderr + from_file.stderr
 
 
 def test_http_api_search_takes_bytes_that_are_not_utf8(http_server: HttpServer) -> None:
@@ -204,6 +216,16 @@ def test_mcp_over_http_needs_the_token_and_listens_on_serve_host(served: Setting
         assert r.status_code == 200, r.text
         reply = sse_json(r)
         assert not reply["result"].get("isError") and text_of(reply).startswith("mode: hybrid"), reply
+        # Raw bytes that are not UTF-8 were a -32700 parse error with id null (stdio reads them as
+        # U+FFFD); the auth scheme in any case, as HTTP has it (the token itself exact).
+        r = httpx.post(url, content=call(3, "search", b'{"query":"ledger\xff rows \xed\xa0\x80","limit":3}'),
+                       headers={**session, "Authorization": f"bEARER {TOKEN}"}, timeout=120)
+        assert r.status_code == 200, r.text
+        reply = sse_json(r)
+        assert reply["id"] == 3 and not reply["result"].get("isError"), reply
+        assert text_of(reply).startswith("mode: hybrid") and "| #4 |" in text_of(reply), reply
+        r = httpx.post(url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"bearer {TOKEN.upper()}"}, timeout=30)
+        assert r.status_code == 401, r.text
 
 
 def test_mcp_over_http_refuses_to_listen_beyond_loopback_without_a_token(served: Settings) -> None:
