@@ -12,7 +12,10 @@ Also here: JSON text from MCP clients with an unpaired UTF-16 surrogate escaped 
 (``"\\ud800"``) is repaired before the MCP SDK reads it (:func:`lone_surrogates_replaced`, on each
 stdio line and on each streamable-HTTP body). The SDK parses with pydantic-core, which refuses
 such a string as invalid JSON: over stdio the request then got no answer at all, over HTTP a parse
-error, and the search never ran (docs/servers.md, "Text that is not valid Unicode").
+error, and the search never ran (docs/servers.md, "Text that is not valid Unicode"). Bytes that are
+not UTF-8 become U+FFFD on both transports as well: the stdio lines are decoded that way, and an
+HTTP body is repaired the same way (:func:`valid_utf8`), where pydantic-core refused it as a parse
+error with no id, the request lost.
 """
 
 from __future__ import annotations
@@ -104,6 +107,16 @@ def lone_surrogates_replaced(json_text: bytes) -> bytes:
     return _SURROGATE_ESCAPES.sub(_repaired, json_text)
 
 
+def valid_utf8(json_text: bytes) -> bytes:
+    """JSON text with each byte sequence that is not UTF-8 replaced by U+FFFD (as the stdio
+    transport decodes its lines, ``errors="replace"``); valid UTF-8 is returned as it is."""
+    try:
+        json_text.decode("utf-8")
+    except UnicodeDecodeError:
+        return json_text.decode("utf-8", "replace").encode("utf-8")
+    return json_text
+
+
 async def repaired_lines(lines: AsyncIterable[str]) -> AsyncIterator[str]:
     """Lines of JSON text (MCP over stdio), each with its unpaired surrogate escapes replaced."""
     async for line in lines:
@@ -114,8 +127,9 @@ async def repaired_lines(lines: AsyncIterable[str]) -> AsyncIterator[str]:
 
 class RepairedJsonBody:
     """ASGI middleware: a request body of at most ``limit`` bytes is read whole and handed on with
-    its unpaired surrogate escapes replaced (:func:`lone_surrogates_replaced`); a longer one is
-    handed on as it arrives (the app refuses its size)."""
+    bytes that are not UTF-8 and unpaired surrogate escapes replaced (:func:`valid_utf8`,
+    :func:`lone_surrogates_replaced`); a longer one is handed on as it arrives (the app refuses
+    its size)."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -137,7 +151,7 @@ class RepairedJsonBody:
                 break
         bodies = [m for m in pending if m["type"] == "http.request"]
         if size <= self.limit and bodies and not bodies[-1].get("more_body", False):
-            whole = lone_surrogates_replaced(b"".join(m.get("body", b"") for m in bodies))
+            whole = lone_surrogates_replaced(valid_utf8(b"".join(m.get("body", b"") for m in bodies)))
             pending = [{"type": "http.request", "body": whole, "more_body": False},
                        *(m for m in pending if m["type"] != "http.request")]
 

@@ -14,7 +14,7 @@ from memsync.search.request import BadRequest, RequestParser, valid_unicode
 from memsync.servers.claude_mem_tools import record_id, whole
 from memsync.servers.mcp_tools import argument_errors
 from memsync.servers.params import checked_anchor
-from memsync.servers.wire import lone_surrogates_replaced
+from memsync.servers.wire import lone_surrogates_replaced, valid_utf8
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -50,6 +50,20 @@ def test_lone_surrogate_escapes_are_replaced_in_json_text(raw: bytes, expected: 
     assert json.loads(repaired)["q"] == expected
     line = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":' + repaired + b"}}"
     mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)  # the SDK's parser takes it
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (b'{"q":"conn\xff pool"}', "conn\ufffd pool"),
+    (b'{"q":"\xed\xa0\x80"}', "\ufffd" * 3),  # an encoded surrogate is not UTF-8 either
+    (b'{"q":"caf\xc3"}', "caf\ufffd"),  # a sequence cut short
+    ('{"q":"caf\u00e9 \U0001f600"}'.encode(), "caf\u00e9 \U0001f600"),
+])
+def test_bytes_that_are_not_utf8_become_the_replacement_character(raw: bytes, expected: str) -> None:
+    """An MCP body over HTTP with such bytes was a parse error with id null; stdio decodes them so."""
+    from pydantic_core import from_json
+
+    assert from_json(valid_utf8(raw))["q"] == expected  # the SDK's parser of a streamable-HTTP body
+    assert valid_utf8(raw) == raw.decode("utf-8", "replace").encode()
 
 
 def test_the_sdk_parser_refuses_a_lone_surrogate_escape() -> None:
