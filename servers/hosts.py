@@ -53,11 +53,13 @@ def check_binding(host: str, settings: Settings) -> None:
 
 def bearer_ok(authorization: str | None, token: str | None) -> bool:
     """Whether a request with this ``Authorization`` header may be answered: always when no token is
-    set, else only with ``Bearer <token>`` (compared in constant time)."""
+    set, else only with ``Bearer <token>``: the scheme in any case (``bearer``, as HTTP's auth
+    schemes are case-insensitive, RFC 9110 §11.1) and one or more spaces after it (RFC 6750's
+    ``1*SP``), the token exactly as set (compared in constant time)."""
     if token is None:
         return True
-    given = authorization or ""
-    return given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), token.encode())
+    scheme, _, credentials = (authorization or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.lstrip(" ").encode(), token.encode())
 
 
 def split_host(value: str) -> tuple[str, int | None]:

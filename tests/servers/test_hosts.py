@@ -17,7 +17,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from memsync.config.settings import Settings, SettingsError, load_settings
-from memsync.servers.hosts import HostGuard, HostRule, host_name, split_host
+from memsync.servers.hosts import HostGuard, HostRule, bearer_ok, host_name, split_host
 from memsync.servers.http_api import MAX_BODY, BodyLimit
 from tests.servers.conftest import HttpServer, corpus
 
@@ -121,6 +121,19 @@ def test_lists_come_from_the_environment_comma_separated(monkeypatch: pytest.Mon
     monkeypatch.setenv("MEMSYNC_ALLOWED_ORIGINS", "memsync.example")
     with pytest.raises(SettingsError, match="allowed_origins"):
         load_settings()
+
+
+@pytest.mark.parametrize(("authorization", "allowed"), [
+    ("Bearer s3cret", True), ("bearer s3cret", True), ("BEARER s3cret", True), ("bEaReR s3cret", True),
+    ("Bearer  s3cret", True),  # RFC 6750: one or more spaces after the scheme
+    ("Bearer S3CRET", False), ("bearer s3cret ", False), ("Bearer s3cre", False), ("Bearer", False),
+    ("Bearers3cret", False), ("Basic s3cret", False), ("s3cret", False), ("Bearer\ts3cret", False), ("", False),
+    (None, False),
+])
+def test_bearer_scheme_is_any_case_and_the_token_exact(authorization: str | None, allowed: bool) -> None:
+    """`bearer <token>` was refused: HTTP's auth schemes are case-insensitive (RFC 9110 §11.1)."""
+    assert bearer_ok(authorization, "s3cret") is allowed
+    assert bearer_ok(authorization, None)  # no token set: every request
 
 
 # The middlewares on a tiny app (no search behind them).
