@@ -68,7 +68,7 @@ def test_the_wheel_holds_the_memsync_package_only(wheel: tuple[Path, str]) -> No
             "memsync/py.typed"} <= set(names)
     assert not [n for n in names if "bench" in n or "soak" in n or "/tests/" in n]
     entry_points = zipfile.ZipFile(wheel[0]).read("memsync-0.1.0.dist-info/entry_points.txt").decode()
-    assert "memsync = memsync.main:main" in entry_points
+    assert "memsync = memsync.entry:main" in entry_points
 
 
 def test_installed_wheel_runs_beside_a_users_own_config_and_search(wheel: tuple[Path, str]) -> None:
