@@ -190,3 +190,22 @@ def restore(claude_cmd: str, scope: str, dry_run: bool) -> None:
         click.echo(f"memsync: no {SERVER_NAME!r} server was registered in the {scope} scope", err=True)
     click.echo("Done: start a new Claude Code session to get claude-mem's own search back, without memsync's "
                "per-prompt hook.")
+
+
+@claude_code.command(context_settings={"ignore_unknown_options": True})
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+              help="The data directory whose running worker answers (as for every command).")
+@click.option("--db", type=click.Path(path_type=Path), default=None, help="The agent's database (the demo's rule).")
+@click.option("--config", type=click.Path(path_type=Path), default=None, help="A memsync TOML config file.")
+def inject(data_dir: Path | None, db: Path | None, config: Path | None) -> None:
+    """Claude Code's per-prompt hook (installed by swap): the UserPromptSubmit payload on stdin, the
+    running worker's memory for it on stdout as hook output, or nothing.
+
+    Always exits 0 and gives up after 1 s; silent when no worker listens, one stderr line for input
+    it cannot use. The executable runs it before the rest of the command loads (standard library only).
+    """
+    from memsync.inject_client import main as hook
+
+    args = [a for name, value in (("--data-dir", data_dir), ("--db", db), ("--config", config)) if value is not None
+            for a in (name, str(value))]
+    sys.exit(hook(args))

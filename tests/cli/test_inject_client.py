@@ -73,3 +73,8 @@ def test_the_client_imports_nothing_heavy(tmp_path: Path) -> None:
     modules = {line.split("|")[-1].strip().split(".")[0] for line in done.stderr.decode().splitlines()
                if line.startswith("import time:")}
     assert "memsync" in modules and not modules & set(HEAVY), sorted(modules & set(HEAVY))
+
+
+def test_help_goes_to_the_full_command(tmp_path: Path) -> None:
+    done, _ = run_hook(tmp_path / "data", b"", "--help")
+    assert done.returncode == 0 and b"Usage: memsync claude-code inject" in done.stdout
