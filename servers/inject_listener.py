@@ -98,7 +98,7 @@ class ServiceAnswer:
                 searcher.vector.embed("memsync warm-up query")  # the query model and the collection
                 searcher.search(SearchRequest(query="memsync warm-up query", limit=1))
                 count_tokens("warm-up")
-            except Exception as exc:  # noqa: BLE001 - not ready yet: the worker is starting its store
+            except BaseException as exc:  # noqa: BLE001 - not ready yet (the worker is starting its store), or a native panic
                 error = one_line(str(exc))
                 stop.wait(WARM_RETRY_S)
                 continue
