@@ -29,6 +29,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -219,6 +220,7 @@ def main() -> None:
     print_table([memory])
     write_json({"latency": rows, "memory": memory, "sessions": args.sessions, "n": args.n,
                 "cpus": os.cpu_count(), "load_avg": os.getloadavg()}, args.out)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
