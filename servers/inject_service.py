@@ -7,11 +7,12 @@ session's rows left out, the session's earlier injections left out; which result
 much of each is :func:`memsync.search.inject.choose`.
 
 - Only ``UserPromptSubmit``; a prompt claude-mem would skip as private or as an internal message
-  (``config.claude_mem.project_name``) gets nothing. The rest is read as claude-mem stores it:
-  its private and system blocks removed (private text is never a query, and no prompt is logged);
-  under 3 words left, nothing.
+  (``config.claude_mem.project_name``) gets nothing, and so does a prompt holding a ``<private>``
+  block at all (private text is never a query; no prompt is logged). The rest is read as claude-mem
+  stores it (system blocks removed); under 3 words left, nothing.
 - The query: that text's first 2,000 characters and its last 500.
-- The project: from ``cwd`` by claude-mem's own rule (``project_for_cwd``); the project's whole
+- The project: from ``cwd`` by claude-mem's own rule (``project_for_cwd``; the hook's
+  ``CLAUDE_PROJECT_DIR`` first, when the client forwards it as ``claude_project_dir``); the project's whole
   memory is searched, every kind, no recency window (recency is a prior in the decision). A
   payload without a ``cwd`` gets nothing: another project's memory is never injected.
 - Rows of the current session are already in the conversation: left out, matched by ``session_id``
@@ -37,6 +38,7 @@ from typing import Any
 import structlog
 
 from memsync.config.claude_mem.project_name import (
+    PROJECT_DIR_ENV,
     is_internal_protocol_payload,
     is_private_prompt,
     project_for_cwd,
@@ -59,6 +61,9 @@ QUERY_HEAD_CHARS = 2000
 QUERY_TAIL_CHARS = 500
 CANDIDATES = 20  # results the decision sees (current-session rows are removed from them first)
 MAX_SESSIONS = 1000
+# The hook process's CLAUDE_PROJECT_DIR, which claude-mem's rule puts before cwd: it is in the hook's
+# environment, not in Claude Code's payload, so the client adds it to the request under this name.
+PROJECT_DIR_FIELD = "claude_project_dir"
 
 TAG = "memsync-memory"
 HEADER = (f"<{TAG}>\n"
@@ -70,6 +75,7 @@ FOOTER = f"</{TAG}>"
 # Any tag-like "<" in stored text ("<memsync-memory>", "</memsync-memory", "</system-reminder>", ...)
 # becomes a look-alike that closes and opens nothing; "a < b" and "<=" stay.
 _TAG_START = re.compile(r"<(?=[/!?]?[A-Za-z]|\s*/)")
+_PRIVATE_TAG = re.compile(r"<private\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +156,10 @@ def answer(payload: Mapping[str, Any], searcher: Searcher, settings: Settings,
     started = time.perf_counter()
     # The hook's own cwd decides, never the worker's environment (its CLAUDE_PROJECT_DIR, if any,
     # is another session's); HOME only expands "~".
-    project = project_for_cwd(cwd, {"HOME": os.environ.get("HOME", "")})
+    env = {"HOME": os.environ.get("HOME", "")}
+    if isinstance(project_dir := payload.get(PROJECT_DIR_FIELD), str):
+        env[PROJECT_DIR_ENV] = project_dir  # the hook's CLAUDE_PROJECT_DIR, which the client forwards
+    project = project_for_cwd(cwd, env)
     results = searcher.search(request_of(prompt, project)).results
     if session is not None:
         results = _outside_session(results, searcher.settings, session)
@@ -177,11 +186,11 @@ def asked(payload: Mapping[str, Any]) -> tuple[str, str, str | None] | None:
     prompt, cwd = payload.get("prompt"), payload.get("cwd")
     if not isinstance(prompt, str) or not isinstance(cwd, str) or not cwd:
         return None
-    if is_internal_protocol_payload(prompt) or is_private_prompt(prompt):
+    # Private text is never a query: a prompt holding a private block at all gets nothing (cutting
+    # the block out is not enough: past claude-mem's 256 KiB cut an unclosed block stays).
+    if _PRIVATE_TAG.search(prompt) or is_internal_protocol_payload(prompt) or is_private_prompt(prompt):
         return None
-    # The prompt as claude-mem stores it: private (and system) blocks removed, so that private
-    # text is never a query.
-    text = stored_prompt_text(prompt)
+    text = stored_prompt_text(prompt)  # as claude-mem stores it: system blocks (reminders, ...) removed
     if len(text.split()) < MIN_WORDS:
         return None
     session = payload.get("session_id")

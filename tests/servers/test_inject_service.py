@@ -129,8 +129,11 @@ class TestAnswer:
             assert answer(payload, warm, served, memory) == NOTHING, payload
         assert len(memory) == 0
 
-    def test_a_partly_private_prompt_is_searched_without_its_private_part(self, warm: Searcher,
-                                                                           served: Settings) -> None:
-        got = answer(hook(MATCHING + " <private>dark mode dashboard header colors</private>"), warm, served,
-                     SessionMemory())
-        assert "#1" in got.refs
+    def test_a_partly_private_prompt_gets_nothing(self, warm: Searcher, served: Settings) -> None:
+        got = answer(hook(MATCHING + " <private>my token is hunter2</private>"), warm, served, SessionMemory())
+        assert got == NOTHING
+
+    def test_the_hooks_project_dir_comes_before_cwd(self, warm: Searcher, served: Settings) -> None:
+        """claude-mem files the prompt under CLAUDE_PROJECT_DIR's project, which the client forwards."""
+        moved = hook(MATCHING, cwd="/work/projects/beta", claude_project_dir="/work/projects/alpha")
+        assert "#1" in answer(moved, warm, served, SessionMemory()).refs
