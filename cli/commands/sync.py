@@ -437,8 +437,10 @@ def worker(once: bool, poll_interval: float | None, reconcile_interval: float | 
         daemon = Worker(settings, metrics_port=metrics_port)
         daemon.install_signals()
         # Claude Code's per-prompt hook is answered by this process (a thread; it never stops the sync).
+        from memsync.config.formats.database_owner import claim
         from memsync.servers.inject_listener import start_listener
 
+        claim(settings, create=True)  # a worker of another database must not answer this directory's hook
         listener = start_listener(settings)
         try:
             sys.exit(daemon.run())

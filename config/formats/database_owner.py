@@ -5,10 +5,11 @@ per database").
 Everything in a data directory (sync records, Chroma's collections, the text index, the vector
 copy, ``worker.json``) is derived from one database. A second database synced into the same
 directory replaces the first one's store under its worker, silently. So a directory records its
-database when it is first used (a worker, resync or demo creates the record; any command that
-finds the directory existing adopts it), and every command given another database refuses with
-one line naming both (:class:`DatabaseMismatch`, a ConfigError: exit 2). The record lives in
-memsync's own directory; the agent's database is never written.
+database when a writer first uses it (a worker, a resync that is not a dry run, the demo; never a
+read-only command, whose look at a database says nothing about whose store the directory holds),
+and every command given another database refuses with one line naming both
+(:class:`DatabaseMismatch`, a ConfigError: exit 2). The record lives in memsync's own directory;
+the agent's database is never written.
 
 The database's identity is its resolved path (symlinks followed). claude-mem's ``VACUUM``
 rewrites the file in place, and a restore from a backup or a rewrite-then-rename gives a new inode
@@ -18,12 +19,12 @@ recorded path no longer exists and the database given is that very file (same de
 the database was moved, and the record follows it. An inode alone never decides, since a deleted
 file's inode is handed to the next file created.
 
-Upgrading from a version without the record: an unrecorded directory adopts the database its last
-worker followed (``worker.json``) while that file still exists, else the database of the command
-that finds it. The demo database is the exception to "one directory": it is generated inside the
-configured data directory (``DATA_DIR/demo/claude-mem.db``) and works in ``DATA_DIR/demo``, a data
-directory of its own (:func:`data_dir_for`), so trying the demo never claims the directory a real
-database will use.
+Upgrading from a version without the record: the first writer on an unrecorded directory records
+the database its last worker followed (``worker.json``) while that file still exists, else its own;
+a read-only command compares only with that ``worker.json``. The demo database is the exception
+to "one directory": it is generated inside the configured data directory
+(``DATA_DIR/demo/claude-mem.db``) and works in ``DATA_DIR/demo``, a data directory of its own
+(:func:`data_dir_for`), so trying the demo never claims the directory a real database will use.
 
 To find the worker of a database (a hook, a server): :func:`for_database` gives the data directory
 that goes with it, :func:`claim` says whether that directory is its own, and ``worker.json`` there
@@ -146,29 +147,39 @@ def mismatch_message(data_dir: Path, owner: str, db: Path | str) -> str:
 
 
 def claim(settings: Settings, *, create: bool = False) -> DatabaseIdentity | None:
-    """Check that ``settings.data_dir`` belongs to ``settings.db``, recording it when the directory
-    has no record yet: DatabaseMismatch (one line naming both) when it belongs to another database.
-    A directory that does not exist is created and recorded only with ``create`` (a writer: worker,
-    resync); else nothing is checked. A database that does not exist is not checked either: the
-    command fails on it by itself, with the better message. Returns the directory's database."""
+    """Check that ``settings.data_dir`` belongs to ``settings.db``: DatabaseMismatch (one line
+    naming both) when it belongs to another database. Returns the directory's database, or None
+    when it has no record (nothing recorded, or nothing checked).
+
+    Only a writer (``create``: worker, resync, demo) records: it creates a missing directory,
+    records an unrecorded one (adopting it, :func:`_adopted`) and updates the record of a rewritten
+    or moved database. A reader (status, search, verify, the servers, a dry run) never writes the
+    record: its look at a database says nothing about whose store the directory holds, and a
+    record it wrote would refuse the directory's own writer later. On an unrecorded directory a
+    reader compares only with what a writer left (``worker.json``'s database), else checks nothing.
+    A database that does not exist is not checked either: the command fails on it by itself, with
+    the better message."""
     data_dir = settings.data_dir
     if not settings.db.exists() or not (create or data_dir.is_dir()):
         return None
     current = DatabaseIdentity.of(settings.db)
     owner = recorded(data_dir)
+    if owner is None and not create:
+        followed = _adopted(data_dir, current)  # ``current`` itself when no worker left another one
+        if followed.path != current.path:
+            raise DatabaseMismatch(mismatch_message(data_dir, followed.path, current.path))
+        return None
     if owner is None:
-        owner = _adopted(data_dir, current)
-        if create:
-            data_dir.mkdir(parents=True, exist_ok=True)
+        adopted = _adopted(data_dir, current)
+        data_dir.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError):
             # A directory that cannot be written now (a full disk, read-only) records nothing: no
-            # store can be replaced through it now either, and the next command records it.
-            _write(data_dir, owner, replace=False)
-        owner = recorded(data_dir) or owner
+            # store can be replaced through it now either, and the next writer records it.
+            _write(data_dir, adopted, replace=False)
+        owner = recorded(data_dir) or adopted
     if owner.path == current.path or owner.moved_to(current):
-        if owner != current:  # rewritten at its path (a restore, a rename over it), or moved
+        if create and owner != current:  # rewritten at its path (a restore, a rename over it), or moved
             with contextlib.suppress(OSError):
                 _write(data_dir, current, replace=True)
         return current
     raise DatabaseMismatch(mismatch_message(data_dir, owner.path, current.path))
-

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from memsync.config.formats.database_owner import claim
+from memsync.config.formats.database_owner import OWNER_FILE, DatabaseIdentity, claim, recorded
 from memsync.config.settings import Settings
 from memsync.main import main
 from tests.cli.test_status_phase import env_of
@@ -40,3 +40,19 @@ def test_a_worker_following_another_database_is_down_for_this_one(settings: Sett
     report = json.loads(checked.stdout)
     assert checked.exit_code == 1 and report["worker"]["follows_other"] == str(tmp_path / "shop.db")
     assert f"worker down (it follows another database, {tmp_path / 'shop.db'})" in report["problems"]
+
+
+def test_a_read_only_look_at_another_database_claims_nothing(settings: Settings, tmp_path: Path) -> None:
+    """`status` for one database on a new data directory (it leaves state.db), a one-off `search`
+    given another database, then `status` for the first: nothing records the directory, so the
+    third is not refused, and the directory still goes to its first writer."""
+    make_db(settings.db, mixed_records(2))
+    shop = settings.model_copy(update={"db": make_db(tmp_path / "shop.db", mixed_records(1))})
+    runner = CliRunner()
+    steps = ((settings, ["status"]), (shop, ["search", "pool"]), (settings, ["status"]))
+    for s, args in steps:
+        r = runner.invoke(main, args, env=env_of(s), catch_exceptions=False)
+        assert r.exit_code != 2, (args, r.output)
+    assert (settings.data_dir / "state.db").exists() and not (settings.data_dir / OWNER_FILE).exists()
+    claim(settings, create=True)  # what the worker does first
+    assert recorded(settings.data_dir) == DatabaseIdentity.of(settings.db)

@@ -46,11 +46,24 @@ class TestClaim:
         assert "\n" not in line and str(shop.db) in line and str(other.db) in line and "--data-dir" in line
         assert claim(shop) is not None  # its own database still passes
 
-    def test_a_reader_neither_creates_nor_records_a_missing_directory(self, tmp_path: Path) -> None:
+    def test_a_reader_neither_creates_nor_records_a_directory(self, tmp_path: Path) -> None:
         shop = at(tmp_path, "shop.db")
         assert claim(shop) is None and not shop.data_dir.exists()
         shop.data_dir.mkdir()
-        assert claim(shop) is not None and recorded(shop.data_dir) is not None  # an existing one is adopted
+        assert claim(shop) is None and recorded(shop.data_dir) is None  # nor an existing unrecorded one
+
+    def test_a_look_at_another_database_never_claims_the_directory(self, tmp_path: Path) -> None:
+        """`status` for demo.db on a new directory (it leaves state.db, no record), a one-off `search`
+        given shop.db, then `status` or a worker for demo.db: both still pass, and the worker records
+        demo.db."""
+        demo, shop = at(tmp_path, "demo.db"), at(tmp_path, "shop.db")
+        shop.data_dir.mkdir()
+        (shop.data_dir / "state.db").touch()  # what the first `status` leaves
+        assert claim(shop) is None and recorded(shop.data_dir) is None
+        assert claim(demo) is None
+        assert claim(demo, create=True) == DatabaseIdentity.of(demo.db) == recorded(demo.data_dir)
+        with pytest.raises(DatabaseMismatch):
+            claim(shop)
 
     def test_a_missing_database_is_left_to_fail_by_itself(self, tmp_path: Path) -> None:
         claim(at(tmp_path, "shop.db"), create=True)
@@ -66,7 +79,8 @@ class TestClaim:
         fresh = tmp_path / "restored.db"
         make_db(fresh, mixed_records(2))
         os.replace(fresh, shop.db)  # a restore, or a rewrite then rename: a new inode at the path
-        assert claim(shop) == DatabaseIdentity.of(shop.db) == recorded(shop.data_dir)
+        assert claim(shop) == DatabaseIdentity.of(shop.db) != recorded(shop.data_dir)  # a reader writes nothing
+        assert claim(shop, create=True) == DatabaseIdentity.of(shop.db) == recorded(shop.data_dir)
 
     def test_a_moved_database_is_followed_by_its_inode(self, tmp_path: Path) -> None:
         shop = at(tmp_path, "shop.db")
@@ -74,7 +88,9 @@ class TestClaim:
         moved = tmp_path / "moved" / "shop.db"
         moved.parent.mkdir()
         os.rename(shop.db, moved)
-        assert claim(shop.model_copy(update={"db": moved})) == DatabaseIdentity.of(moved) == recorded(shop.data_dir)
+        there = shop.model_copy(update={"db": moved})
+        assert claim(there) == DatabaseIdentity.of(moved) != recorded(shop.data_dir)  # a reader writes nothing
+        assert claim(there, create=True) == DatabaseIdentity.of(moved) == recorded(shop.data_dir)
 
     def test_the_same_inode_at_a_new_path_while_the_old_path_lives_is_another_database(self, tmp_path: Path) -> None:
         shop = at(tmp_path, "shop.db")
@@ -98,9 +114,11 @@ class TestUpgrade:
         shop, other = at(tmp_path, "shop.db"), at(tmp_path, "other.db")
         shop.data_dir.mkdir()
         WorkerStatus(1, 0, "managed", str(shop.db)).write(shop.data_dir)
-        with pytest.raises(DatabaseMismatch, match="belongs to the database .*shop.db, not .*other.db"):
-            claim(other)
-        assert recorded(shop.data_dir) == DatabaseIdentity.of(shop.db)
+        for create in (False, True):  # a reader compares with worker.json too, and records nothing
+            with pytest.raises(DatabaseMismatch, match="belongs to the database .*shop.db, not .*other.db"):
+                claim(other, create=create)
+            assert recorded(shop.data_dir) == (DatabaseIdentity.of(shop.db) if create else None)
+        assert claim(shop) == DatabaseIdentity.of(shop.db)
 
     def test_a_vanished_database_or_the_old_demo_layout_leaves_it_to_the_one_in_use(self, tmp_path: Path) -> None:
         for name, followed in (("gone", tmp_path / "gone.db"), ("demo", None)):
@@ -109,13 +127,16 @@ class TestUpgrade:
             WorkerStatus(1, 0, "managed", str(followed or demo_db_path(s.data_dir))).write(s.data_dir)
             if followed is None:
                 make_db(demo_db_path(s.data_dir), mixed_records(1))
-            assert claim(s) == DatabaseIdentity.of(s.db), name
+            assert claim(s) is None, name
+            assert claim(s, create=True) == DatabaseIdentity.of(s.db), name
 
-    def test_without_a_worker_it_adopts_the_database_in_use(self, tmp_path: Path) -> None:
+    def test_without_a_worker_the_first_writer_records_its_own_database(self, tmp_path: Path) -> None:
         s = at(tmp_path, "shop.db")
         s.data_dir.mkdir()
         claim(s)
-        assert (s.data_dir / OWNER_FILE).exists() and recorded(s.data_dir) == DatabaseIdentity.of(s.db)
+        assert not (s.data_dir / OWNER_FILE).exists()
+        claim(s, create=True)
+        assert recorded(s.data_dir) == DatabaseIdentity.of(s.db)
 
 
 class TestDemo:
