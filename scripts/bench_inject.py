@@ -160,7 +160,7 @@ def baseline(a: Asked, k: int) -> tuple[list[str], int]:
     top = a.results[:k]
     if not top:
         return [], 0
-    chosen = [Chosen(format_ref(r.kind, r.id), format_ref(r.kind, r.id), r.title or "", 0) for r in top]
+    chosen = [Chosen(format_ref(r.kind, r.id), f"- {format_ref(r.kind, r.id)}:", r.title or "", 0) for r in top]
     return [c.ref for c in chosen], count_tokens(render(chosen))
 
 

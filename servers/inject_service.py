@@ -138,7 +138,8 @@ def safe(text: str) -> str:
 
 def render(chosen: list[Chosen]) -> str:
     """The framed block of the chosen memories."""
-    return HEADER + "".join(f"- {c.heading}: {c.body}\n" for c in chosen) + FOOTER
+    # Whitespace adds no token: the block's tokens are the frame's plus each chosen line's.
+    return HEADER + "".join(f"{c.heading} {c.body}\n" for c in chosen) + FOOTER
 
 
 def frame_tokens() -> int:
@@ -216,7 +217,7 @@ def _candidate(r: Result, now: datetime) -> Candidate:
     if r.created_at_epoch is not None:
         created = datetime.fromtimestamp(r.created_at_epoch / 1000, UTC)
         date, age = created.date().isoformat(), (now - created).total_seconds() / 86400
-    heading = " ".join(x for x in (ref, date, safe(r.project or "")) if x)
+    heading = "- " + " ".join(x for x in (ref, date, safe(r.project or "")) if x) + ":"
     return Candidate(ref, r.similarity, r.signals, heading, safe(_text(r)), age)
 
 
