@@ -275,10 +275,18 @@ class InjectListener:
             self._save_failed = False
 
 
+EMBEDDED_REASON = "chroma_mode=embedded is single-process (injection needs managed or http)"
+
+
 def start_listener(settings: Settings, answer: Answer | None = None) -> InjectListener | None:
     """The running listener for the worker of ``settings``, or None when ``inject`` is off or the
     socket cannot be bound (logged)."""
     if not settings.inject:
+        return None
+    if answer is None and settings.chroma_mode == "embedded":
+        # The embedded store is one process's, behind one file lock that the worker takes: the
+        # real answer's Searcher would race the worker for it and stop the worker.
+        log.info("inject_unavailable", reason=EMBEDDED_REASON)
         return None
     listener = InjectListener(settings, answer)
     return listener if listener.start() else None

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from memsync.config.formats.inject_stats import served
-from memsync.config.inject_channel import CLIENT_TIMEOUT_S, Reply, short_dir
+from memsync.config.inject_channel import CLIENT_TIMEOUT_S, Reply, short_dir, socket_path
 from memsync.config.settings import Settings
 from memsync.servers.inject_listener import InjectListener, start_listener
 from tests.cli.test_inject_client import PAYLOAD, run_hook
@@ -156,3 +156,10 @@ def test_a_long_data_dir_listens_on_the_short_path(tmp_path: Path) -> None:
 
 def test_inject_off_starts_no_listener(settings: Settings) -> None:
     assert start_listener(settings.model_copy(update={"inject": False}), StandIn()) is None
+
+
+def test_embedded_chroma_starts_no_listener_that_would_race_the_worker_for_the_store(settings: Settings) -> None:
+    """The real answer's Searcher would take the embedded store's one file lock from the worker."""
+    assert settings.chroma_mode == "embedded"
+    assert start_listener(settings) is None
+    assert not socket_path(settings.data_dir).exists()
