@@ -34,6 +34,8 @@ from memsync.config.inject_channel import (
     EVENT,
     MAX_PAYLOAD_BYTES,
     MAX_REPLY_BYTES,
+    PROJECT_DIR_ENV,
+    PROJECT_DIR_FIELD,
     SUPPORTED,
     ChannelError,
     Reply,
@@ -120,6 +122,13 @@ def _payload(raw: bytes) -> dict[str, Any] | None:
     if not isinstance(payload.get("prompt"), str):
         _say("hook payload has no prompt: nothing injected")
         return None
+    # claude-mem's project rule reads the hook's own environment (CLAUDE_PROJECT_DIR before cwd) and,
+    # with no cwd in the payload, the hook's own directory: only this process knows either.
+    project_dir = os.environ.get(PROJECT_DIR_ENV)
+    if project_dir is not None:
+        payload[PROJECT_DIR_FIELD] = project_dir
+    if not isinstance(payload.get("cwd"), str):
+        payload["cwd"] = os.getcwd()
     return payload
 
 

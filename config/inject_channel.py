@@ -87,6 +87,12 @@ def check_private_dir(path: Path, *, create: bool) -> None:
         raise ChannelError(f"{path} is not a private directory of this user (0700): refused")
 
 
+# The hook process's CLAUDE_PROJECT_DIR, which claude-mem's project rule puts before cwd: Claude Code
+# sets it in the hook's environment, not in its payload, so the client adds it under this name.
+PROJECT_DIR_FIELD = "claude_project_dir"
+PROJECT_DIR_ENV = "CLAUDE_PROJECT_DIR"  # owned here so that the client need not import the project rule
+
+
 def request_line(payload: dict[str, Any]) -> bytes:
     """The request for one hook payload: the payload as received plus the protocol version."""
     return json.dumps({**payload, "v": PROTOCOL_VERSION}, ensure_ascii=False).encode() + b"\n"

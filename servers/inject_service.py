@@ -38,13 +38,13 @@ from typing import Any
 import structlog
 
 from memsync.config.claude_mem.project_name import (
-    PROJECT_DIR_ENV,
     is_internal_protocol_payload,
     is_private_prompt,
     project_for_cwd,
     stored_prompt_text,
 )
 from memsync.config.claude_mem.schema import KINDS, SESSIONS_TABLE, SUMMARY_FIELDS, Kind
+from memsync.config.inject_channel import PROJECT_DIR_ENV, PROJECT_DIR_FIELD
 from memsync.config.records import format_ref
 from memsync.config.settings import Settings
 from memsync.config.tokens import count_tokens
@@ -61,9 +61,6 @@ QUERY_HEAD_CHARS = 2000
 QUERY_TAIL_CHARS = 500
 CANDIDATES = 20  # results the decision sees (current-session rows are removed from them first)
 MAX_SESSIONS = 1000
-# The hook process's CLAUDE_PROJECT_DIR, which claude-mem's rule puts before cwd: it is in the hook's
-# environment, not in Claude Code's payload, so the client adds it to the request under this name.
-PROJECT_DIR_FIELD = "claude_project_dir"
 
 TAG = "memsync-memory"
 HEADER = (f"<{TAG}>\n"

@@ -53,9 +53,9 @@ from pathlib import Path
 
 from memsync.config.claude_mem.projects import claude_mem_patterns
 from memsync.config.claude_mem.user_settings import data_dir_choice
+from memsync.config.inject_channel import PROJECT_DIR_ENV  # the hook client reads it too
 
 UNKNOWN_PROJECT = "unknown-project"
-PROJECT_DIR_ENV = "CLAUDE_PROJECT_DIR"
 MEDIA_PROMPT = "[media prompt]"
 MAX_PROMPT_BYTES = 256 * 1024  # SessionRoutes' cut before stripping tags
 MAX_STORED_PROMPT_UNITS = 4000  # prompt-storage.ts' cap on a saved prompt, in UTF-16 code units

@@ -21,12 +21,13 @@ HEAVY = ("click", "numpy", "onnxruntime", "tantivy", "chromadb", "pydantic")
 
 
 def run_hook(data_dir: Path, stdin: bytes, *args: str, env: dict[str, str] | None = None,
-             python_args: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess[bytes], float]:
+             python_args: tuple[str, ...] = (),
+             cwd: Path | None = None) -> tuple[subprocess.CompletedProcess[bytes], float]:
     """The client as a process, and its wall time from start to exit."""
     started = time.monotonic()
     done = subprocess.run([sys.executable, *python_args, "-m", "memsync", "claude-code", "inject",
-                           "--data-dir", str(data_dir), *args], input=stdin, capture_output=True, timeout=30,
-                          env={**os.environ, **(env or {})})
+                           "--data-dir", str(data_dir), *args], input=stdin, capture_output=True, timeout=30, cwd=cwd,
+                          env={**{k: v for k, v in os.environ.items() if k != "CLAUDE_PROJECT_DIR"}, **(env or {})})
     return done, time.monotonic() - started
 
 

@@ -73,6 +73,18 @@ def test_a_prompt_gets_the_hook_output(served_by: tuple[InjectListener, StandIn]
     assert "login" not in (settings.data_dir / "inject.json").read_text()  # counts only, no prompt text
 
 
+def test_the_client_forwards_what_only_the_hook_process_knows(
+        served_by: tuple[InjectListener, StandIn], settings: Settings, tmp_path: Path) -> None:
+    """claude-mem's project rule reads the hook's CLAUDE_PROJECT_DIR (not in the payload) before cwd,
+    and the hook's own directory when the payload has no cwd."""
+    _, answer = served_by
+    without_cwd = {k: v for k, v in PAYLOAD.items() if k != "cwd"}
+    done, _ = run_hook(settings.data_dir, json.dumps(without_cwd).encode(),
+                       env={"CLAUDE_PROJECT_DIR": "/work/projects/alpha"}, cwd=tmp_path)
+    assert done.returncode == 0 and done.stderr == b""
+    assert answer.payloads == [{**without_cwd, "claude_project_dir": "/work/projects/alpha", "cwd": str(tmp_path)}]
+
+
 def test_a_slow_worker_is_given_up_at_one_second(served_by: tuple[InjectListener, StandIn], settings: Settings) -> None:
     _, answer = served_by
     answer.hang = True
