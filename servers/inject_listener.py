@@ -90,13 +90,17 @@ class ServiceAnswer:
         from memsync.config.tokens import count_tokens
         from memsync.search import SearchRequest
 
+        # A remote model or reranker has nothing to load, and each warm-up query would be a request to
+        # the user's endpoint (paid, perhaps slow or down, and retried below): warm only what is local.
+        remote = "openai" in (self.settings.embedding_provider, self.settings.rerank_provider)
         started = time.perf_counter()
         error = ""
         while not stop.is_set() and time.perf_counter() - started < WARM_FOR_S:
             try:
                 searcher = self.searcher()
-                searcher.vector.embed("memsync warm-up query")  # the query model and the collection
-                searcher.search(SearchRequest(query="memsync warm-up query", limit=1))
+                if not remote:
+                    searcher.vector.embed("memsync warm-up query")  # the query model and the collection
+                    searcher.search(SearchRequest(query="memsync warm-up query", limit=1))
                 count_tokens("warm-up")
             except BaseException as exc:  # noqa: BLE001 - not ready yet (the worker is starting its store), or a native panic
                 error = one_line(str(exc))
