@@ -93,6 +93,17 @@ PROJECT_DIR_FIELD = "claude_project_dir"
 PROJECT_DIR_ENV = "CLAUDE_PROJECT_DIR"  # owned here so that the client need not import the project rule
 
 
+def _json_object(line: bytes, what: str) -> dict[str, Any]:
+    """One line of the channel as a JSON object; ChannelError naming ``what`` when it is not one."""
+    try:
+        data = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ChannelError(f"{what} is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ChannelError(f"{what} is not a JSON object")
+    return data
+
+
 def request_line(payload: dict[str, Any]) -> bytes:
     """The request for one hook payload: the payload as received plus the protocol version."""
     return json.dumps({**payload, "v": PROTOCOL_VERSION}, ensure_ascii=False).encode() + b"\n"
@@ -101,12 +112,7 @@ def request_line(payload: dict[str, Any]) -> bytes:
 def parse_request(line: bytes) -> dict[str, Any]:
     """The payload of a request line; ChannelError when it is not one (bad JSON, not an object,
     another protocol version)."""
-    try:
-        data = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ChannelError(f"request is not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ChannelError("request is not a JSON object")
+    data = _json_object(line, "request")
     if data.pop("v", None) != PROTOCOL_VERSION:
         raise ChannelError(f"request is not protocol version {PROTOCOL_VERSION}")
     return data
@@ -139,12 +145,7 @@ class Reply:
     @classmethod
     def parse(cls, line: bytes) -> Reply:
         """A reply line read back; ChannelError when it is not one."""
-        try:
-            data = json.loads(line)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ChannelError(f"reply is not JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ChannelError("reply is not a JSON object")
+        data = _json_object(line, "reply")
         if isinstance(data.get("error"), str):
             return cls(error=data["error"])
         context, refs, tokens = data.get("context"), data.get("refs", []), data.get("tokens", 0)
