@@ -97,8 +97,10 @@ def _damage(path: Path, meta: dict[str, Any], verified: dict[str, CheckedFile]) 
     deleted, an index recreated empty, a segment overwritten in place: tantivy checks no checksum
     when it reads, and panics or ranks from garbage), when a second look agrees: a merge of the
     worker's can remove a file between reading tantivy's meta.json and the file."""
-    why = disagreement(path, meta) or garbled_files(path, verified)
-    return None if why is None else disagreement(path, meta) or garbled_files(path, verified)
+    def look() -> str | None:
+        return disagreement(path, meta) or garbled_files(path, verified)
+
+    return look() and look()
 
 
 def _stamps(path: Path) -> tuple[tuple[int, int, int], ...]:

@@ -31,6 +31,7 @@ from memsync.config.settings import Settings
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 TOKEN_REFUSAL = "missing or wrong token: send Authorization: Bearer <token>"
+REFUSAL_BODY = json.dumps({"detail": TOKEN_REFUSAL}).encode()  # the 401 body, the same every time
 
 
 def is_loopback(host: str) -> bool:
@@ -216,8 +217,8 @@ class TokenGuard:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
-        body = b"" if scope["method"] == "HEAD" else json.dumps({"detail": TOKEN_REFUSAL}).encode()
-        length = len(json.dumps({"detail": TOKEN_REFUSAL}).encode())
+        body = b"" if scope["method"] == "HEAD" else REFUSAL_BODY
+        length = len(REFUSAL_BODY)
         await send({"type": "http.response.start", "status": 401,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(length).encode()),
                                 (b"www-authenticate", b"Bearer")]})

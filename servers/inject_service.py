@@ -25,6 +25,7 @@ much of each is :func:`memsync.search.inject.choose`.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -139,6 +140,7 @@ def render(chosen: list[Chosen]) -> str:
     return HEADER + "".join(f"{c.heading} {c.body}\n" for c in chosen) + FOOTER
 
 
+@functools.cache  # a constant, counted on the first prompt (not at import: the tokenizer loads then)
 def frame_tokens() -> int:
     """The tokens of the frame itself (header and footer)."""
     return count_tokens(HEADER + FOOTER)
