@@ -287,6 +287,9 @@ class Settings(BaseSettings):
     inject_budget_tokens: int = Field(
         600, ge=1, le=1500, description="Per-prompt memory: the most tokens injected into one prompt (fewer, "
         "better memories are preferred over a full budget).")
+    inject_other_projects: bool = Field(
+        False, description="Per-prompt memory: search every project's memory, not only the project of the "
+        "prompt's folder (by claude-mem's project rule); each line names its project.")
 
     @field_validator("db", "data_dir", "chroma_path", "chroma_ca_file", mode="after")
     @classmethod

@@ -13,8 +13,9 @@ much of each is :func:`memsync.search.inject.choose`.
 - The query: that text's first 2,000 characters and its last 500.
 - The project: from ``cwd`` by claude-mem's own rule (``project_for_cwd``; the hook's
   ``CLAUDE_PROJECT_DIR`` first, when the client forwards it as ``claude_project_dir``); the project's whole
-  memory is searched, every kind, no recency window (recency is a prior in the decision). A
-  payload without a ``cwd`` gets nothing: another project's memory is never injected.
+  memory is searched, every kind, no recency window (recency is a prior in the decision). Every
+  project's memory only when ``inject_other_projects`` is on; a payload without a ``cwd`` gets
+  nothing either way.
 - Rows of the current session are already in the conversation: left out, matched by ``session_id``
   = ``sdk_sessions.content_session_id`` (prompts carry it; observations and summaries through
   their session's ``memory_session_id``).
@@ -160,7 +161,7 @@ def answer(payload: Mapping[str, Any], searcher: Searcher, settings: Settings,
     if isinstance(project_dir := payload.get(PROJECT_DIR_FIELD), str):
         env[PROJECT_DIR_ENV] = project_dir  # the hook's CLAUDE_PROJECT_DIR, which the client forwards
     project = project_for_cwd(cwd, env)
-    results = searcher.search(request_of(prompt, project)).results
+    results = searcher.search(request_of(prompt, None if settings.inject_other_projects else project)).results
     if session is not None:
         results = _outside_session(results, searcher.settings, session)
     seen = sessions.seen(session) if session is not None else frozenset()
@@ -197,9 +198,9 @@ def asked(payload: Mapping[str, Any]) -> tuple[str, str, str | None] | None:
     return text, cwd, session if isinstance(session, str) and session else None
 
 
-def request_of(prompt: str, project: str) -> SearchRequest:
-    """The search of a prompt: its query, the project's whole memory (every kind, all time), the
-    full rows (their text is rendered), ``CANDIDATES`` of them."""
+def request_of(prompt: str, project: str | None) -> SearchRequest:
+    """The search of a prompt: its query, the project's whole memory (every kind, all time; None:
+    every project's), the full rows (their text is rendered), ``CANDIDATES`` of them."""
     return SearchRequest(query=query_of(prompt), kinds=KINDS, filters=Filters(project=project), window_days=0,
                          limit=CANDIDATES, format=Format.FULL)
 

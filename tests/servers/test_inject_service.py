@@ -140,6 +140,13 @@ class TestAnswer:
         got = answer(hook(MATCHING + " <private>my token is hunter2</private>"), warm, served, SessionMemory())
         assert got == NOTHING
 
+    def test_other_projects_memory_only_when_the_settings_say_so(self, warm: Searcher, served: Settings) -> None:
+        elsewhere = hook(MATCHING, cwd="/work/projects/gamma")  # a project with no memory of its own
+        assert answer(elsewhere, warm, served, SessionMemory()) == NOTHING
+        got = answer(elsewhere, warm, served.model_copy(update={"inject_other_projects": True}), SessionMemory())
+        assert got.context is not None and "#1" in got.refs
+        assert "alpha:" in got.context  # the line names the project the memory is from
+
     def test_the_hooks_project_dir_comes_before_cwd(self, warm: Searcher, served: Settings) -> None:
         """claude-mem files the prompt under CLAUDE_PROJECT_DIR's project, which the client forwards."""
         moved = hook(MATCHING, cwd="/work/projects/beta", claude_project_dir="/work/projects/alpha")
