@@ -2,9 +2,14 @@
 and how much of each, within a token budget. Pure: it takes the ranked results with their signals
 and returns what to inject; the service (``servers.inject_service``) searches, renders and frames.
 
-What decides is the search's own evidence per result, not the fused score: a result found only by
-meaning has fused score 1.000 whatever its similarity, so the fused score cannot tell a prompt the
-memory answers from one it does not. The signals used:
+Two questions, two signals. Whether anything fits the prompt at all is the best result's
+**quality**, not the fused score: a result found only by meaning has fused score 1.000 whatever its
+similarity, so the fused score cannot tell a prompt the memory answers from one it does not. Which
+memories go in, and in what order, is the search's own ranking: on the dev set its hybrid order puts
+more evidence in the first places than the similarity order does (bench_inject, the same thresholds:
+0.625 against 0.609 of the evidence at 8 memories, precision 0.149 against 0.143).
+
+Quality, per result, on the similarity's scale:
 
 - **similarity**, the cosine of the result's best field document with the query (the semantic
   side's own number). A result without one (found by words only) is never injected: a pasted stack
@@ -12,17 +17,18 @@ memory answers from one it does not. The signals used:
 - **both sides agreeing** (``Signal.BOTH``): found by words and by meaning; worth ``BOTH_BONUS`` of
   similarity.
 - **recency**, a prior only: a memory of today is worth ``RECENCY_BONUS`` of similarity over an
-  old one, halving every ``RECENCY_HALF_LIFE_DAYS``; it orders near-equal memories, it never makes
-  a poor one fit.
+  old one, halving every ``RECENCY_HALF_LIFE_DAYS``; it tips a memory near the cut-offs, it never
+  makes a poor one fit.
 
 Linked evidence (observations vouching for the prompt they were recorded under) exists only when a
 search asks for prompts without observations; injection searches every kind, so observations are
 results of their own and no result carries a linked vote.
 
-Fewer, better memories over a full budget: a result is eligible at ``MIN_QUALITY``; the others must
-come within ``MARGIN`` of the best one, at most ``MAX_MEMORIES`` of them. The budget is then shared in
-rank order, each memory's text cut to what is left for it. Nothing eligible, or not even the first
-memory's heading within the budget: nothing (silence).
+Fewer, better memories over a full budget: nothing is injected unless the best result's quality
+reaches ``MIN_QUALITY``; then, in the search's order, the results within ``MARGIN`` of that best one,
+at most ``MAX_MEMORIES`` of them. The budget is then shared in that order, each memory's text cut to
+what is left for it. Nothing eligible, or not even the first memory's heading within the budget:
+nothing (silence).
 
 The thresholds are measured (``scripts/bench_inject.py``; docs/benchmarks.md): the best similarity
 of real questions against the dev memory and of unrelated coding prompts (the silence set's train
@@ -38,12 +44,12 @@ from memsync.config.tokens import count_tokens
 from memsync.search.models import Signal
 
 # Chosen leave-one-conversation-out on the dev set with the silence set's train half
-# (scripts/bench_inject.py; docs/benchmarks.md): the best similarity of real questions has p5 0.59,
-# that of unrelated coding prompts p95 0.33 and max 0.40.
-# No policy of the grid reaches precision 0.5 with any useful recall (the most: 0.47 at one memory
-# and recall 0.25), so the choice is the most recall with silence <= 10%: the grid's largest count.
-MIN_QUALITY = 0.42
-MARGIN = 0.20  # a further memory within this of the best one, or it is left out
+# (scripts/bench_inject.py; docs/benchmarks.md): the most recall with at most 5% of the train half's
+# unrelated prompts answered. The best similarity of real questions has p5 0.59, that of unrelated
+# coding prompts p95 0.33 and max 0.40. No policy of the grid reaches precision 0.5 with useful recall
+# (0.49 at one memory, recall 0.26): the search's first result is evidence for 42% of the questions.
+MIN_QUALITY = 0.39
+MARGIN = 0.30  # a further memory within this of the best one, or it is left out
 MAX_MEMORIES = 8
 BOTH_BONUS = 0.03
 RECENCY_BONUS = 0.02
@@ -105,19 +111,20 @@ def choose(results: Sequence[Candidate], budget_tokens: int, seen: Collection[st
            count: Counter = count_tokens, policy: Policy = SHIPPED) -> list[Chosen]:
     """What to inject from ``results`` (the search's order), within ``budget_tokens`` (for the
     entries; the frame's own tokens are the caller's), leaving out the refs in ``seen`` (already
-    injected in this session); best first, empty when nothing fits. See the module docstring."""
-    scored = [(q, i, c) for i, c in enumerate(results)
-              if c.ref not in seen and (q := quality(c)) is not None and q >= policy.min_quality]
+    injected in this session); in the search's order, empty when nothing fits. See the module
+    docstring."""
+    scored = [(q, c) for c in results if c.ref not in seen and (q := quality(c)) is not None]
     if not scored or budget_tokens <= 0:
         return []
-    scored.sort(key=lambda x: (-x[0], x[1]))
-    best = scored[0][0]
+    best = max(q for q, _ in scored)
+    if best < policy.min_quality:
+        return []
     kept: list[Candidate] = []
-    for q, _, c in scored:
-        if q < best - policy.margin or len(kept) == policy.max_memories:
-            break
-        if c.ref not in {k.ref for k in kept}:
+    for q, c in scored:  # the search's order: it ranks better than the similarity alone
+        if q >= best - policy.margin and c.ref not in {k.ref for k in kept}:
             kept.append(c)
+            if len(kept) == policy.max_memories:
+                break
     heads = [count(c.heading) for c in kept]
     # Fewer memories rather than stubs: each one kept must have room for its heading and some text.
     while len(kept) > 1 and budget_tokens // len(kept) < max(heads[:len(kept)]) + MIN_BODY_TOKENS:

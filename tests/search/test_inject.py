@@ -4,7 +4,7 @@ better memories, no ref twice in a session."""
 from __future__ import annotations
 
 from memsync.config.tokens import count_tokens
-from memsync.search.inject import MAX_MEMORIES, MIN_QUALITY, Candidate, choose, cut, quality
+from memsync.search.inject import MARGIN, MAX_MEMORIES, MIN_QUALITY, Candidate, choose, cut, quality
 from memsync.search.models import Signal
 
 LONG = " ".join(f"word{i} about the upload retry budget" for i in range(200))
@@ -62,7 +62,7 @@ class TestBudget:
 
 class TestFewerBetter:
     def test_only_memories_near_the_best_one(self) -> None:
-        chosen = choose([cand("#1", 0.85), cand("#2", 0.62), cand("#3", 0.6)], 600, set())
+        chosen = choose([cand("#1", 0.85), cand("#2", 0.84 - MARGIN), cand("#3", 0.8 - MARGIN)], 600, set())
         assert [c.ref for c in chosen] == ["#1"]
 
     def test_at_most_max_memories_even_with_budget_left(self) -> None:
@@ -71,14 +71,26 @@ class TestFewerBetter:
         assert len(chosen) == MAX_MEMORIES
         assert sum(c.tokens for c in chosen) < 1500 / 2
 
-    def test_best_first_both_sides_agreeing_count(self) -> None:
-        chosen = choose([cand("#1", 0.70), cand("#2", 0.69, Signal.BOTH)], 600, set())
-        assert [c.ref for c in chosen] == ["#2", "#1"]
+    def test_the_search_order_is_kept(self) -> None:
+        """The search ranks; the similarity only says whether a memory is near enough to the best."""
+        chosen = choose([cand("#P2", 0.62, Signal.BOTH), cand("#1", 0.80), cand("#S3", 0.70)], 600, set())
+        assert [c.ref for c in chosen] == ["#P2", "#1", "#S3"]
 
-    def test_recency_orders_near_equals_only(self) -> None:
-        old, new = cand("#1", 0.70, age=3000), cand("#2", 0.695, age=0)
-        assert [c.ref for c in choose([old, new], 600, set())] == ["#2", "#1"]
+    def test_the_best_quality_opens_the_gate_wherever_it_ranks(self) -> None:
+        results = [cand("#1", MIN_QUALITY - 0.1), cand("#2", MIN_QUALITY + 0.05)]
+        assert [c.ref for c in choose(results, 600, set())] == ["#1", "#2"]
+        assert choose(results[:1], 600, set()) == []
+
+    def test_both_sides_agreeing_tip_the_margin(self) -> None:
+        best, near = cand("#1", 0.80), cand("#2", 0.80 - MARGIN - 0.01)
+        assert [c.ref for c in choose([best, near], 600, set())] == ["#1"]
+        agreeing = cand("#2", 0.80 - MARGIN - 0.01, Signal.BOTH)
+        assert [c.ref for c in choose([best, agreeing], 600, set())] == ["#1", "#2"]
+
+    def test_recency_tips_the_gate_only(self) -> None:
         assert choose([cand("#3", MIN_QUALITY - 0.03, age=0)], 600, set()) == []
+        assert choose([cand("#3", MIN_QUALITY - 0.01, age=3000)], 600, set()) == []
+        assert [c.ref for c in choose([cand("#3", MIN_QUALITY - 0.01, age=0)], 600, set())] == ["#3"]
 
     def test_a_small_budget_keeps_the_best_rather_than_stubs_of_each(self) -> None:
         results = [cand("#1", 0.8, body=LONG), cand("#2", 0.79, body=LONG), cand("#3", 0.78, body=LONG)]
@@ -88,7 +100,7 @@ class TestFewerBetter:
 
 class TestSeen:
     def test_seen_refs_are_not_repeated(self) -> None:
-        results = [cand("#1", 0.8), cand("#S2", 0.79), cand("#P3", 0.5)]
+        results = [cand("#1", 0.8), cand("#S2", 0.79), cand("#P3", 0.78 - MARGIN)]
         assert [c.ref for c in choose(results, 600, {"#1"})] == ["#S2"]
         assert choose(results, 600, {"#1", "#S2", "#P3"}) == []
 
