@@ -1,16 +1,19 @@
 """The swap of claude-mem's search server for memsync's in Claude Code: the settings edit on its own
 (every other key kept, nothing written on a bad file), and ``memsync claude-code swap`` /
 ``restore`` end to end with the real ``claude`` CLI (installed by ``make test``) on a temporary
-HOME where claude-mem's published plugin is installed from a local marketplace."""
+HOME where claude-mem's published plugin is installed from a local marketplace, its hooks running
+beside memsync's and a real ``memsync worker`` answering memsync's."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -52,14 +55,18 @@ from memsync.config.claude_settings import (
     settings_text,
     write_settings,
 )
+from memsync.config.formats.inject_stats import served
 from memsync.config.formats.worker_status import WorkerStatus
 from memsync.config.inject_channel import Reply
 from memsync.config.settings import Settings
 from memsync.main import main
 from memsync.servers.inject_listener import start_listener
-from scripts.real_claude_mem import CLAUDE_CODE, NO_TELEMETRY, WORKER_SCRIPT
-from tests.conftest import free_port, make_db, mixed_records
+from memsync.servers.inject_service import TAG
+from scripts.real_claude_mem import BUN, CLAUDE_CODE, NO_TELEMETRY, WORKER_SCRIPT
+from tests.conftest import free_port, kill_managed_server, make_db, mixed_records, obs
+from tests.system.test_worker import WorkerProcess, wait_for
 from tests.upstream.model_api import ModelApi, model_api
+from tests.upstream.written import written_db
 
 MEMSYNC = str(Path(sys.executable).parent / "memsync")
 # claude-mem 13.25.3's MCP tools (tests/servers/test_claude_mem_profile.py checks its server lists 15)
@@ -265,19 +272,47 @@ CLAUDE_MEM_TOOL = "mcp__plugin_claude-mem_mcp-search__"  # how the model sees cl
 MEMSYNC_TOOL = "mcp__memsync__"
 
 
-def agent_tools(home: Path, project: Path, api: ModelApi, worker_port: int) -> dict[str, dict[str, Any]]:
+def agent_tools(home: Path, project: Path, api: ModelApi, worker_port: int,
+                prompt: str = "hello") -> dict[str, dict[str, Any]]:
     """The MCP tools a Claude Code session gives the model (name -> input schema): one ``claude -p``
-    turn against the stand-in model API, which records the tool list it is sent. claude-mem's
-    MCP server gets a worker port of its own (it tries to start a worker when none answers).
+    turn against the stand-in model API, which records the tool list it is sent (and the messages,
+    left in ``api.requests``). claude-mem's MCP server and hooks get a worker port of their own
+    (they start a worker when none answers).
 
     ``claude -p`` connects MCP servers in the background and sends the first turn with those
     connected by then; ``MCP_CONNECTION_NONBLOCKING=0`` (read by Claude Code's connect step)
     makes it wait for all of them, so the list does not depend on which server started first."""
     api.requests.clear()
-    answer = claude(home, "-p", "hello", cwd=project, ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="sk-ant-test",
+    answer = claude(home, "-p", prompt, cwd=project, ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="sk-ant-test",
                     CLAUDE_MEM_WORKER_PORT=str(worker_port), MCP_CONNECTION_NONBLOCKING="0")
     assert answer.strip() == "ok", answer
     return {name: schema for name, schema in api.tools().items() if name.startswith("mcp__")}
+
+
+def memsync_context(api: ModelApi) -> list[str]:
+    """memsync's memory blocks, as the additional context of a UserPromptSubmit hook, in the
+    messages of the requests ``api`` recorded (Claude Code puts every hook's context of a turn
+    into one text, claude-mem's SessionStart context with it)."""
+    texts: list[str] = []
+    for request in api.requests:
+        for message in request["messages"]:
+            content = message["content"]  # a string or a list of blocks
+            blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+            texts += [b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str)]
+    return re.findall(f"UserPromptSubmit hook additional context: (<{TAG}>.*?</{TAG}>)", "\n".join(texts), re.DOTALL)
+
+
+def user_prompts(db: Path) -> list[str]:
+    """The prompts claude-mem recorded in its database, in order."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        return [str(r[0]) for r in conn.execute("SELECT prompt_text FROM user_prompts ORDER BY id")]
+
+
+# The memory of the session's project (its folder's name, "project"), written by claude-mem itself.
+JELLY = obs(100, project="project", title="Where the jellyfish deploy config lives", facts=[],
+            narrative="The jellyfish service reads its deploy config from deploy/jelly.toml.")
+JELLY_PROMPT = "where does the jellyfish service read its deploy config from?"
+UNRELATED_PROMPT = "write a short poem about the autumn rain on the harbour"
 
 
 @pytest.mark.slow
@@ -286,11 +321,27 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
     session sends the model, with claude-mem's published plugin installed. The user had denied
     claude-mem's search tool themselves: a restore with no swap before it, and swap then restore,
     leave that rule (and the file) as it was; Claude Code reads the file with memsync's record and
-    hook entry in it (the session runs with the hook) and keeps both when it rewrites the file."""
+    hook entry in it (the session runs with the hook) and keeps both when it rewrites the file.
+
+    After swap, both UserPromptSubmit hooks run: memsync's puts the memory a real ``memsync
+    worker`` finds in claude-mem's own database in front of the model for a prompt that has one,
+    and nothing for one that has none; claude-mem's (its worker started by its hooks) still
+    records every prompt in that database."""
     assert CLAUDE_CODE.exists(), f"{CLAUDE_CODE} is missing: `make test` installs Claude Code's CLI there"
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir()
     project.mkdir()
+    # claude-mem's hooks run `node bun-runner.js`, which looks for bun on PATH, then where bun's
+    # installer puts it: the pinned one there.
+    (home / ".bun" / "bin").mkdir(parents=True)
+    (home / ".bun" / "bin" / "bun").symlink_to(BUN.resolve())
+    # The user's memory, in claude-mem's own database under HOME, before claude-mem first starts;
+    # claude-mem's settings file gives every process of it (hooks, MCP server, the worker they start)
+    # a free port and no Chroma (its uvx would fetch chroma-mcp from the network).
+    db = written_db(home / ".claude-mem" / "claude-mem.db", [*mixed_records(3), JELLY])
+    port = free_port()
+    (home / ".claude-mem" / "settings.json").write_text(json.dumps({"CLAUDE_MEM_WORKER_PORT": str(port),
+                                                                  "CLAUDE_MEM_CHROMA_ENABLED": "false"}))
     settings = home / ".claude" / "settings.json"
     settings.parent.mkdir()
     settings.write_text(json.dumps({"cleanupPeriodDays": 30, "permissions": {"deny": [SEARCH_RULE, "Bash(rm:*)"]}}))
@@ -304,11 +355,12 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
     claude(home, "plugin", "marketplace", "add", str(market), cwd=project)
     claude(home, "plugin", "install", "claude-mem@thedotmack", cwd=project)
     assert servers(claude(home, "mcp", "list", cwd=project)) == {CLAUDE_MEM_SERVER: "Connected"}
-    db = make_db(tmp_path / "claude-mem.db", mixed_records(3))
-    env = {**claude_env(home), "MEMSYNC_DATA_DIR": str(tmp_path / "data")}
+    data_dir = tmp_path / "data"
+    env = {**claude_env(home), "MEMSYNC_DATA_DIR": str(data_dir)}
+    # memsync's worker on that database (it syncs and warms up while the steps before swap run).
+    worker = WorkerProcess(Settings(db=db, data_dir=data_dir, chroma_mode="managed"))
     try:
         with model_api() as api:
-            port = free_port()
             installed = settings.read_text()  # the user's file, with the plugin's entries Claude Code wrote
             restore = subprocess.run([MEMSYNC, "claude-code", "restore", "--claude", str(CLAUDE_CODE)], env=env,
                                      cwd=project, capture_output=True, text=True, timeout=180)
@@ -323,7 +375,7 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
             # claude-mem's server stays on (its other tools with it); memsync's is added.
             assert servers(claude(home, "mcp", "list", cwd=project)) == {CLAUDE_MEM_SERVER: "Connected",
                                                                          "memsync": "Connected"}
-            hook = inject_hook(tmp_path / "data", db)
+            hook = inject_hook(data_dir, db)
             assert [a["value"] for a in json.loads(settings.read_text())[RECORD_KEY]["added"]] == [TIMELINE_RULE,
                                                                                                    GET_RULE, hook]
             # Claude Code rewrites the file (the plugin off and on again) and keeps memsync's record.
@@ -332,9 +384,23 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
             swapped = json.loads(settings.read_text())
             assert swapped["enabledPlugins"] == {"claude-mem@thedotmack": True} and RECORD_KEY in swapped
             assert swapped["hooks"] == {"UserPromptSubmit": [hook]}
-            after = agent_tools(home, project, api, port)
+            wait_for(lambda: worker.events("inject_warm"), 120, "the worker's warm injection searcher")
+            after = agent_tools(home, project, api, port, JELLY_PROMPT)
             assert sorted(after) == sorted([*(MEMSYNC_TOOL + t for t in SEARCH_TOOLS),
                                             *(CLAUDE_MEM_TOOL + t for t in CLAUDE_MEM_TOOLS if t not in SEARCH_TOOLS)])
+            injected = memsync_context(api)
+            assert len(injected) == 1 and "deploy/jelly.toml" in injected[0], \
+                (injected, served(data_dir, int(time.time() * 1000)), worker.events("inject_failed"))
+            api.requests.clear()  # a session for the hook only: its tools are not waited for
+            assert claude(home, "-p", UNRELATED_PROMPT, cwd=project, ANTHROPIC_BASE_URL=api.url,
+                          ANTHROPIC_API_KEY="sk-ant-test").strip() == "ok"
+            assert api.requests and memsync_context(api) == []
+            # The worker was asked both times (the second prompt got nothing by its decision), and
+            # claude-mem's own hook recorded both prompts in its database.
+            wait_for(lambda: served(data_dir, int(time.time() * 1000)).prompts == 2, 10, "the worker's count")
+            assert served(data_dir, int(time.time() * 1000)).injected == 1
+            assert user_prompts(db)[-2:] == [JELLY_PROMPT, UNRELATED_PROMPT]
+            assert worker.stop() == 0
             for tool in ("timeline", "get_observations"):  # the agent is given the parameters the skill teaches
                 mine, theirs = after[MEMSYNC_TOOL + tool], before[CLAUDE_MEM_TOOL + tool]
                 assert set(mine["properties"]) == set(theirs["properties"]), tool
@@ -355,6 +421,8 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
         assert list(restored) == [k for k in swapped if k not in (RECORD_KEY, "hooks")]
         assert restored["permissions"]["deny"] == [SEARCH_RULE, "Bash(rm:*)"]
     finally:  # anything the plugin's hooks or server started (a worker it auto-starts outlives claude)
+        worker.kill()
+        kill_managed_server(data_dir)
         for pid in started_under(home):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
