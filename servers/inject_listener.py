@@ -16,7 +16,8 @@ warning and an ``{"error": ...}`` reply, and the next prompt is answered again.
   its own query-purpose model instance, not the worker's document embedder: that one holds a lock
   for a whole batch, and a prompt would wait behind a 1,000-row burst.
 - **What status sees**: per hour the prompts asked, the prompts injected and their tokens
-  (``DATA_DIR/inject.json``, ``config.formats.inject_stats``), never prompt text.
+  (``DATA_DIR/inject.json``, ``config.formats.inject_stats``), never prompt text. Injected means
+  the client got the reply: one ready after the client gave up finds its socket closed.
 """
 
 from __future__ import annotations
@@ -242,11 +243,14 @@ class InjectListener:
             except BaseException as exc:  # noqa: BLE001 - a thread's failure must not reach the worker
                 log.warning("inject_failed", error=one_line(f"{type(exc).__name__}: {exc}"))
                 reply = Reply(error=one_line(f"{type(exc).__name__}: {exc}"))
-            with contextlib.suppress(OSError):
-                conn.sendall(reply.line())  # a client that gave up has closed: nothing to tell
+            try:
+                conn.sendall(reply.line())
+                delivered = True
+            except OSError:  # a client that gave up (past its 1 s) has closed: nothing to tell
+                delivered = False
         if reply.error is None:
-            self._count(reply)
-        log.debug("inject_answered", refs=reply.refs, tokens=reply.tokens,
+            self._count(reply, delivered)
+        log.debug("inject_answered", refs=reply.refs, tokens=reply.tokens, delivered=delivered,
                   ms=round((time.perf_counter() - started) * 1000, 1))
 
     def _reply(self, conn: socket.socket) -> Reply:
@@ -267,8 +271,10 @@ class InjectListener:
             return Reply(error=str(exc))
         return self._answer(payload)
 
-    def _count(self, reply: Reply) -> None:
-        self.stats.record(int(time.time() * 1000), reply.tokens if reply.context else None)
+    def _count(self, reply: Reply, delivered: bool) -> None:
+        # A context the client never read (a late answer, e.g. behind a slow embeddings endpoint) was
+        # asked for but not injected: status counts what reached the prompt.
+        self.stats.record(int(time.time() * 1000), reply.tokens if reply.context and delivered else None)
         try:
             self.stats.save()
         except OSError as exc:

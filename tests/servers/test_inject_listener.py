@@ -93,6 +93,22 @@ def test_a_slow_worker_is_given_up_at_one_second(served_by: tuple[InjectListener
     assert CLIENT_TIMEOUT_S <= wall < 1.5
 
 
+def test_an_answer_after_the_client_gave_up_is_not_counted_as_injected(
+        served_by: tuple[InjectListener, StandIn], settings: Settings) -> None:
+    """An answer ready after the client's 1 s (a slow embeddings endpoint) finds the socket closed:
+    the prompt was asked, nothing was injected, and status must not say otherwise."""
+    _, answer = served_by
+    answer.hang = True
+    done, _ = run_hook(settings.data_dir, json.dumps(PAYLOAD).encode())
+    assert (done.returncode, done.stdout) == (0, b"")
+    answer.release.set()  # the answer comes now, to a client that has gone
+    deadline = time.monotonic() + 10
+    while (counts := served(settings.data_dir, int(time.time() * 1000))).prompts == 0:
+        assert time.monotonic() < deadline, "the late answer was not counted as a prompt"
+        time.sleep(0.05)
+    assert (counts.prompts, counts.injected) == (1, 0)
+
+
 def test_a_failing_answer_is_one_stderr_line_and_the_listener_goes_on(
         served_by: tuple[InjectListener, StandIn], settings: Settings) -> None:
     _, answer = served_by
