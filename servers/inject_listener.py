@@ -52,13 +52,25 @@ from memsync.config.settings import Settings
 
 log = structlog.get_logger("memsync.inject")
 
+# What answers a payload; it may also have ``warm(stop)`` (called once at start), ``delivered(payload,
+# reply)`` (the hook read the reply) and ``close()`` (at stop), as ``ServiceAnswer`` has.
 Answer = Callable[[dict[str, Any]], Reply]
+# The vector side's deadline for a prompt's search: an answer after the client's 1 s (counted from the
+# hook's process start, some 50-100 ms before the worker sees the request) reaches no prompt, and an
+# embeddings endpoint slower than this is then found failing and left alone for a while (each prompt
+# would otherwise pay one request nobody reads). Past it, the lexical answer: never injected.
+SEARCH_TIMEOUT_MS = 800
 WORKERS = 4  # prompts answered at once (4 Claude Code sessions on one machine)
 BACKLOG = 16
 ACCEPT_POLL_S = 0.25  # how soon the accept loop sees a stop
 WARM_RETRY_S = 2.0
 WARM_FOR_S = 300.0  # a managed Chroma may take its start timeout (60 s) a try, a first pass longer
 READ_LIMIT = MAX_PAYLOAD_BYTES + 4096  # a request line: the payload plus the protocol's bytes
+
+
+def search_settings(settings: Settings) -> Settings:
+    """The settings of the listener's searcher: the user's, the deadline at most ``SEARCH_TIMEOUT_MS``."""
+    return settings.model_copy(update={"search_timeout_ms": min(settings.search_timeout_ms, SEARCH_TIMEOUT_MS)})
 
 
 class ServiceAnswer:
@@ -80,7 +92,7 @@ class ServiceAnswer:
             if self._searcher is None:
                 from memsync.search import Searcher
 
-                self._searcher = Searcher(self.settings)
+                self._searcher = Searcher(search_settings(self.settings))
             return self._searcher
 
     def warm(self, stop: threading.Event) -> None:
@@ -117,6 +129,12 @@ class ServiceAnswer:
 
         result = answer(payload, self.searcher(), self.settings, self.sessions)
         return Reply(context=result.context, refs=list(result.refs), tokens=result.tokens)
+
+    def delivered(self, payload: dict[str, Any], reply: Reply) -> None:
+        """The hook read ``reply``: its refs are now injected in the payload's session."""
+        from memsync.servers.inject_service import delivered
+
+        delivered(payload, reply.refs, self.sessions)
 
     def close(self) -> None:
         """Release the searcher's threads."""
@@ -238,8 +256,9 @@ class InjectListener:
         """One prompt: read its line, answer, reply, count. Nothing escapes (a native panic included)."""
         started = time.perf_counter()
         with conn:
+            payload: dict[str, Any] | None = None
             try:
-                reply = self._reply(conn)
+                payload, reply = self._reply(conn)
             except BaseException as exc:  # noqa: BLE001 - a thread's failure must not reach the worker
                 log.warning("inject_failed", error=one_line(f"{type(exc).__name__}: {exc}"))
                 reply = Reply(error=one_line(f"{type(exc).__name__}: {exc}"))
@@ -250,10 +269,23 @@ class InjectListener:
                 delivered = False
         if reply.error is None:
             self._count(reply, delivered)
+            if delivered and reply.refs and payload is not None:
+                self._delivered(payload, reply)
         log.debug("inject_answered", refs=reply.refs, tokens=reply.tokens, delivered=delivered,
                   ms=round((time.perf_counter() - started) * 1000, 1))
 
-    def _reply(self, conn: socket.socket) -> Reply:
+    def _delivered(self, payload: dict[str, Any], reply: Reply) -> None:
+        """Tell the answer its reply reached the hook (only then are its refs injected in the session:
+        a late answer must not keep its memories from the session's next prompt)."""
+        on_delivered = getattr(self._answer, "delivered", None)
+        if callable(on_delivered):
+            try:
+                on_delivered(payload, reply)
+            except Exception as exc:  # noqa: BLE001 - the prompt got its answer; the worker goes on
+                log.warning("inject_record_failed", error=one_line(f"{type(exc).__name__}: {exc}"))
+
+    def _reply(self, conn: socket.socket) -> tuple[dict[str, Any] | None, Reply]:
+        """The request's payload (None when unreadable) and the answer to it."""
         conn.settimeout(CLIENT_TIMEOUT_S)
         data = bytearray()
         while len(data) <= READ_LIMIT:
@@ -264,12 +296,12 @@ class InjectListener:
             if data.endswith(b"\n"):
                 break
         if len(data) > READ_LIMIT:
-            return Reply(error="request too long")
+            return None, Reply(error="request too long")
         try:
             payload = parse_request(bytes(data))
         except ChannelError as exc:
-            return Reply(error=str(exc))
-        return self._answer(payload)
+            return None, Reply(error=str(exc))
+        return payload, self._answer(payload)
 
     def _count(self, reply: Reply, delivered: bool) -> None:
         # A context the client never read (a late answer, e.g. behind a slow embeddings endpoint) was

@@ -19,7 +19,8 @@ much of each is :func:`memsync.search.inject.choose`.
 - Rows of the current session are already in the conversation: left out, matched by ``session_id``
   = ``sdk_sessions.content_session_id`` (prompts carry it; observations and summaries through
   their session's ``memory_session_id``).
-- :class:`SessionMemory`: the refs injected per session, for the 1,000 most recently seen
+- :class:`SessionMemory`: the refs injected per session (recorded by :func:`delivered` once the
+  hook has read them), for the 1,000 most recently seen
   sessions, in the worker's memory only (lost when the worker restarts: a memory may then be
   injected once more in a session that goes on).
 """
@@ -149,7 +150,9 @@ def frame_tokens() -> int:
 
 def answer(payload: Mapping[str, Any], searcher: Searcher, settings: Settings,
            sessions: SessionMemory, now: datetime | None = None) -> InjectAnswer:
-    """The injection for one hook payload (see the module docstring); NOTHING when nothing fits."""
+    """The injection for one hook payload (see the module docstring); NOTHING when nothing fits.
+    Its refs count as injected in the session only once the hook has them (:func:`delivered`): an
+    answer the hook gave up on reached no prompt."""
     ask = asked(payload)
     if ask is None:
         return NOTHING
@@ -171,12 +174,17 @@ def answer(payload: Mapping[str, Any], searcher: Searcher, settings: Settings,
         log.debug("inject_none", candidates=len(found), ms=round((time.perf_counter() - started) * 1000, 1))
         return NOTHING
     refs = [c.ref for c in chosen]
-    if session is not None:
-        sessions.add(session, refs)
     context = render(chosen)
     tokens = count_tokens(context)
     log.debug("inject", refs=refs, tokens=tokens, ms=round((time.perf_counter() - started) * 1000, 1))
     return InjectAnswer(context, refs, tokens)
+
+
+def delivered(payload: Mapping[str, Any], refs: Iterable[str], sessions: SessionMemory) -> None:
+    """Record ``refs`` as injected in the payload's session (none: nothing to record)."""
+    session = payload.get("session_id")
+    if isinstance(session, str) and session:
+        sessions.add(session, refs)
 
 
 def asked(payload: Mapping[str, Any]) -> tuple[str, str, str | None] | None:

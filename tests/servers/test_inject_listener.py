@@ -19,7 +19,7 @@ import pytest
 from memsync.config.formats.inject_stats import served
 from memsync.config.inject_channel import CLIENT_TIMEOUT_S, Reply, short_dir, socket_path
 from memsync.config.settings import Settings
-from memsync.servers.inject_listener import InjectListener, start_listener
+from memsync.servers.inject_listener import SEARCH_TIMEOUT_MS, InjectListener, search_settings, start_listener
 from tests.cli.test_inject_client import PAYLOAD, run_hook
 
 pytestmark = pytest.mark.slow  # the client runs as a process
@@ -35,6 +35,7 @@ class StandIn:
         self.release = threading.Event()
         self.hang = False
         self.fail: BaseException | None = None
+        self.delivered_refs: list[list[str]] = []
 
     def __call__(self, payload: dict[str, Any]) -> Reply:
         self.payloads.append(payload)
@@ -43,6 +44,9 @@ class StandIn:
         if self.fail is not None:
             raise self.fail
         return self.reply
+
+    def delivered(self, payload: dict[str, Any], reply: Reply) -> None:
+        self.delivered_refs.append(reply.refs)
 
 
 @pytest.fixture
@@ -64,6 +68,7 @@ def test_a_prompt_gets_the_hook_output(served_by: tuple[InjectListener, StandIn]
     assert json.loads(done.stdout) == {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
                                                               "additionalContext": answer.reply.context}}
     assert answer.payloads == [PAYLOAD]  # the payload as Claude Code sent it
+    assert answer.delivered_refs == [["#12"]]  # the hook read it: its refs are now the session's
     assert stat.S_IMODE(os.stat(listener.path).st_mode) == 0o600
     answer.reply = Reply()
     done, _ = run_hook(settings.data_dir, json.dumps(PAYLOAD).encode())
@@ -107,6 +112,7 @@ def test_an_answer_after_the_client_gave_up_is_not_counted_as_injected(
         assert time.monotonic() < deadline, "the late answer was not counted as a prompt"
         time.sleep(0.05)
     assert (counts.prompts, counts.injected) == (1, 0)
+    assert answer.delivered_refs == []  # its memories stay free for the session's next prompt
 
 
 def test_a_failing_answer_is_one_stderr_line_and_the_listener_goes_on(
@@ -191,3 +197,13 @@ def test_embedded_chroma_starts_no_listener_that_would_race_the_worker_for_the_s
     assert settings.chroma_mode == "embedded"
     assert start_listener(settings) is None
     assert not socket_path(settings.data_dir).exists()
+
+
+def test_the_prompts_search_gives_up_before_the_client_does(settings: Settings) -> None:
+    """A vector side slower than the client's second (a slow embeddings endpoint) answers no prompt:
+    the search takes the lexical answer (never injected) in time, and finds the endpoint failing."""
+    assert SEARCH_TIMEOUT_MS < CLIENT_TIMEOUT_S * 1000
+    assert search_settings(settings).search_timeout_ms == min(settings.search_timeout_ms, SEARCH_TIMEOUT_MS)
+    quick = settings.model_copy(update={"search_timeout_ms": 300})
+    assert search_settings(quick).search_timeout_ms == 300  # a shorter deadline of the user's stays
+    assert search_settings(settings).db == settings.db

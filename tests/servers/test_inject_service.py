@@ -19,6 +19,7 @@ from memsync.servers.inject_service import (
     NOTHING,
     SessionMemory,
     answer,
+    delivered,
     query_of,
     render,
     safe,
@@ -113,6 +114,9 @@ class TestAnswer:
     def test_the_same_session_never_gets_a_ref_twice(self, warm: Searcher, served: Settings) -> None:
         memory = SessionMemory()
         first = answer(hook(MATCHING), warm, served, memory)
+        # Not delivered (the hook gave up before the answer was ready): nothing was injected.
+        assert answer(hook(MATCHING), warm, served, memory).refs == first.refs
+        delivered(hook(MATCHING), first.refs, memory)
         second = answer(hook(MATCHING), warm, served, memory)
         assert first.refs and not set(first.refs) & set(second.refs)
         other = answer(hook(MATCHING, session="another-session"), warm, served, memory)
