@@ -49,7 +49,7 @@ import sqlite3
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,13 @@ from memsync.worker.importer import import_records, init_db
 from memsync.worker.resync import resync
 from scripts.benchlib import ROOT, free_port, print_table, write_json
 from scripts.locomo import DEFAULT_DATA, LINKS, Question, load
-from scripts.real_claude_mem import BACKFILL_DONE, CLAUDE_MEM_VERSION, ClaudeMemWorker, mcp_server_params
+from scripts.real_claude_mem import (
+    BACKFILL_DONE,
+    CLAUDE_MEM_VERSION,
+    ClaudeMemWorker,
+    mcp_server_params,
+    write_user_settings,
+)
 
 KS = (5, 10, 20)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -208,9 +214,12 @@ def wordpiece_counter() -> Any:
 
 
 @contextlib.contextmanager
-def real_claude_mem(settings: Settings) -> Iterator[ClaudeMemWorker]:
+def real_claude_mem(settings: Settings, prepare: Callable[[Path], None] | None = None,
+                    user_settings: Mapping[str, str] | None = None) -> Iterator[ClaudeMemWorker]:
     """The real claude-mem worker on a copy of ``settings.db``, its Chroma path on against a managed
-    ``chroma run``, backfilled; both kept beside the database for a rerun, stopped at the end."""
+    ``chroma run``, backfilled; both kept beside the database for a rerun, stopped at the end.
+    ``prepare`` changes the fresh copy once, before claude-mem first reads it (and backfills it);
+    ``user_settings`` go into its ``settings.json``, as a user turns a feature on."""
     from memsync.config.chroma.server import ManagedServer
 
     root = settings.db.parent / "claude-mem"
@@ -218,8 +227,15 @@ def real_claude_mem(settings: Settings) -> Iterator[ClaudeMemWorker]:
     db = home / ".claude-mem" / "claude-mem.db"
     if not db.exists():  # claude-mem's migrations write to the database: it gets its own copy
         db.parent.mkdir(parents=True, exist_ok=True)
-        with sqlite3.connect(settings.db) as src, sqlite3.connect(db) as dst:
+        tmp = db.with_suffix(".db.tmp")  # renamed once prepared: an interrupted copy is redone
+        tmp.unlink(missing_ok=True)
+        with sqlite3.connect(settings.db) as src, sqlite3.connect(tmp) as dst:
             src.backup(dst)
+        if prepare is not None:
+            prepare(tmp)
+        tmp.replace(db)
+    if user_settings:
+        write_user_settings(db.parent, user_settings)
     chroma = Settings(db=db, data_dir=root / "chroma", chroma_mode="managed", chroma_port=free_port())
     server = ManagedServer(chroma)
     server.ensure()

@@ -34,7 +34,7 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +79,20 @@ def seed_default_model(home: Path) -> None:
     shutil.copy(ROOT / "config" / "data" / "minilm-tokenizer.json", folder / "tokenizer.json")
     for name in DEFAULT_MODEL_FILES[2:]:
         (folder / name).write_text("{}")
+
+
+def write_user_settings(data_dir: Path, values: Mapping[str, str]) -> None:
+    """``values`` merged into claude-mem's ``settings.json`` in ``data_dir``, as a user edits
+    ``~/.claude-mem/settings.json``: its hooks read that file (``SettingsDefaultsManager.loadFromFile``,
+    then the environment over it), keys it lacks take their defaults."""
+    path = data_dir / "settings.json"
+    current: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    if all(current.get(k) == v for k, v in values.items()):
+        return
+    data_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({**current, **values}, indent=2))
+    tmp.replace(path)
 
 
 def write_uvx_stand_in(folder: Path) -> Path:
