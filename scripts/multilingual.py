@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from memsync.config.cjk import has_cjk
+from memsync.config.claude_mem.schema import Kind
+from memsync.config.records import format_ref
 from memsync.config.settings import Settings
 from memsync.search import Mode, Searcher, SearchRequest
 from memsync.search.fts import expression_for
@@ -270,3 +272,24 @@ def evaluate(work: Path, with_claude_mem: bool = True) -> tuple[list[dict[str, A
             m["language"] == lang for m in misses)
     print(f"multilingual set: {len(memories)} memories, {len(queries)} queries per language")
     return table, bars, misses
+
+
+Unit = tuple[str, int, int]  # bench_inject's evidence unit; here a memory is its own: (kind, row id, 0)
+
+
+def inject_prompts(memories: Sequence[dict[str, Any]], queries: Sequence[Query], language: str
+                   ) -> tuple[list[tuple[str, str, frozenset[Unit], str]], dict[str, Unit]]:
+    """For ``scripts.bench_inject --set multilingual``: each query in ``language`` as a prompt
+    (group: its style) in the project holding most of its relevant memories (5 of the 128 have
+    relevant memories in two projects: the other project's cannot be injected), its evidence the
+    relevant memories; and each memory's ref (``#12``, ``#S3``, ``#P5``) → its unit."""
+    keys = row_keys(memories)
+    projects = {m["id"]: m["project"] for m in memories}
+    units: dict[str, Unit] = {format_ref(Kind(kind), i): (kind, i, 0) for kind, i in keys.values()}
+    prompts = []
+    for q in queries:
+        counts = [projects[r] for r in q.relevant]
+        project = max(dict.fromkeys(counts), key=counts.count)  # the most relevant memories; ties: first listed
+        prompts.append((q.style, q.text[language], frozenset((*keys[r], 0) for r in q.relevant), project))
+    return prompts, units
+
