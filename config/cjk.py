@@ -70,3 +70,21 @@ def query_words(word: str) -> list[str]:
     if at < len(word):
         out.append(word[at:])
     return out
+
+
+# Chinese and Japanese are written without spaces (Korean has them between words): a run of Han or
+# Kana counts one word per this many characters, about the length of a word in either language.
+CHARS_PER_WORD = 2
+_UNSPACED = re.compile("[\u2e80-\u2fdf\u3005-\u3007\u3040-\u309f\u30a0-\u30fa\u30fc-\u30ff\u31f0-\u31ff"
+                       "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f\U00020000-\U000323af]+")
+
+
+def word_count(text: str) -> int:
+    """About how many words ``text`` holds: what spaces separate, and in a Han or Kana run one word
+    per ``CHARS_PER_WORD`` characters (``运行测试`` 2, ``为什么上传失败了`` 4, ``run the tests`` 3)."""
+    count = 0
+    for piece in text.split():
+        runs = _UNSPACED.findall(piece)
+        rest = _UNSPACED.sub(" ", piece).split()
+        count += sum(-(-len(run) // CHARS_PER_WORD) for run in runs) + len(rest)
+    return count

@@ -318,17 +318,32 @@ class InjectListener:
 
 
 EMBEDDED_REASON = "chroma_mode=embedded is single-process (injection needs managed or http)"
+# The decision's thresholds are on the bundled English model's similarity scale. The multilingual
+# model scores anything high (bench_inject --set multilingual: unrelated prompts' best match p50
+# 0.83-0.85, questions' 0.87-0.90), so those thresholds let 196 of 251 unrelated prompts through:
+# no memory rather than memory on every prompt, until the decision is calibrated for it.
+UNCALIBRATED_REASON = ("the injection decision is not calibrated for embedding_provider=local-multilingual "
+                       "(its similarities are high for unrelated prompts too)")
+
+
+def unavailable_reason(settings: Settings) -> str | None:
+    """Why the worker of ``settings`` answers no prompt although ``inject`` is on; None: it does."""
+    if settings.chroma_mode == "embedded":
+        # The embedded store is one process's, behind one file lock that the worker takes: the
+        # real answer's Searcher would race the worker for it and stop the worker.
+        return EMBEDDED_REASON
+    if settings.embedding_provider == "local-multilingual":
+        return UNCALIBRATED_REASON
+    return None
 
 
 def start_listener(settings: Settings, answer: Answer | None = None) -> InjectListener | None:
-    """The running listener for the worker of ``settings``, or None when ``inject`` is off or the
-    socket cannot be bound (logged)."""
+    """The running listener for the worker of ``settings``, or None when ``inject`` is off, the
+    worker cannot answer (:func:`unavailable_reason`) or the socket cannot be bound (logged)."""
     if not settings.inject:
         return None
-    if answer is None and settings.chroma_mode == "embedded":
-        # The embedded store is one process's, behind one file lock that the worker takes: the
-        # real answer's Searcher would race the worker for it and stop the worker.
-        log.info("inject_unavailable", reason=EMBEDDED_REASON)
+    if answer is None and (reason := unavailable_reason(settings)) is not None:
+        log.info("inject_unavailable", reason=reason)
         return None
     listener = InjectListener(settings, answer)
     return listener if listener.start() else None

@@ -9,7 +9,8 @@ much of each is :func:`memsync.search.inject.choose`.
 - Only ``UserPromptSubmit``; a prompt claude-mem would skip as private or as an internal message
   (``config.claude_mem.project_name``) gets nothing, and so does a prompt holding a ``<private>``
   block at all (private text is never a query; no prompt is logged). The rest is read as claude-mem
-  stores it (system blocks removed); under 3 words left, nothing.
+  stores it (system blocks removed); under 3 words left (a Han or Kana run: a word per 2 characters),
+  nothing.
 - The query: that text's first 2,000 characters and its last 500.
 - The project: from ``cwd`` by claude-mem's own rule (``project_for_cwd``; the hook's
   ``CLAUDE_PROJECT_DIR`` first, when the client forwards it as ``claude_project_dir``); the project's whole
@@ -40,6 +41,7 @@ from typing import Any
 
 import structlog
 
+from memsync.config.cjk import word_count
 from memsync.config.claude_mem.project_name import (
     is_internal_protocol_payload,
     is_private_prompt,
@@ -200,7 +202,7 @@ def asked(payload: Mapping[str, Any]) -> tuple[str, str, str | None] | None:
     if _PRIVATE_TAG.search(prompt) or is_internal_protocol_payload(prompt) or is_private_prompt(prompt):
         return None
     text = stored_prompt_text(prompt)  # as claude-mem stores it: system blocks (reminders, ...) removed
-    if len(text.split()) < MIN_WORDS:
+    if word_count(text) < MIN_WORDS:
         return None
     session = payload.get("session_id")
     return text, cwd, session if isinstance(session, str) and session else None

@@ -263,14 +263,15 @@ def _injection(settings: Settings, w: dict[str, Any]) -> dict[str, Any]:
     from memsync.config.claude_hook import hook_installed
     from memsync.config.formats.inject_stats import served
     from memsync.config.inject_channel import socket_path
-    from memsync.servers.inject_listener import EMBEDDED_REASON
+    from memsync.servers.inject_listener import unavailable_reason
 
     installed = hook_installed(settings_path(), settings.data_dir)
     listening = bool(w.get("up")) and socket_path(settings.data_dir).is_socket()
     counts = served(settings.data_dir, int(time.time() * 1000))
+    reason = unavailable_reason(settings)
     state = ("off (inject = false)" if not settings.inject else "active" if listening else
              "inactive: worker down" if not w.get("up") else
-             f"inactive: {EMBEDDED_REASON}" if settings.chroma_mode == "embedded" else
+             f"inactive: {reason}" if reason is not None else
              "inactive: the worker does not listen (its log says why: inject_listen_failed)")
     line = (f"installed, {state}" if installed else f"not installed (memsync claude-code swap installs it); {state}")
     if counts.prompts:

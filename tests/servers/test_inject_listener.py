@@ -19,7 +19,14 @@ import pytest
 from memsync.config.formats.inject_stats import served
 from memsync.config.inject_channel import CLIENT_TIMEOUT_S, Reply, short_dir, socket_path
 from memsync.config.settings import Settings
-from memsync.servers.inject_listener import SEARCH_TIMEOUT_MS, InjectListener, search_settings, start_listener
+from memsync.servers.inject_listener import (
+    SEARCH_TIMEOUT_MS,
+    UNCALIBRATED_REASON,
+    InjectListener,
+    search_settings,
+    start_listener,
+    unavailable_reason,
+)
 from tests.cli.test_inject_client import PAYLOAD, run_hook
 
 pytestmark = pytest.mark.slow  # the client runs as a process
@@ -197,6 +204,16 @@ def test_embedded_chroma_starts_no_listener_that_would_race_the_worker_for_the_s
     assert settings.chroma_mode == "embedded"
     assert start_listener(settings) is None
     assert not socket_path(settings.data_dir).exists()
+
+
+def test_an_uncalibrated_model_starts_no_listener(settings: Settings) -> None:
+    """The multilingual model's similarities are high for anything: the decision's thresholds would
+    let unrelated prompts through, so the worker answers none and says why."""
+    multilingual = settings.model_copy(update={"chroma_mode": "managed", "embedding_provider": "local-multilingual"})
+    assert unavailable_reason(multilingual) == UNCALIBRATED_REASON
+    assert start_listener(multilingual) is None
+    assert not socket_path(settings.data_dir).exists()
+    assert unavailable_reason(settings.model_copy(update={"chroma_mode": "managed"})) is None
 
 
 def test_the_prompts_search_gives_up_before_the_client_does(settings: Settings) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from memsync.config.cjk import word_count
 from memsync.config.settings import Settings
 from memsync.config.tokens import count_tokens
 from memsync.search import Searcher
@@ -19,6 +20,7 @@ from memsync.servers.inject_service import (
     NOTHING,
     SessionMemory,
     answer,
+    asked,
     delivered,
     query_of,
     render,
@@ -45,6 +47,20 @@ class TestFrame:
         prompt = "a" * 3000 + "b" * 3000
         assert query_of(prompt) == "a" * 2000 + "\n" + "b" * 500
         assert query_of("short prompt here") == "short prompt here"
+
+
+class TestWords:
+    def test_a_chinese_or_japanese_prompt_counts_its_words_without_spaces(self) -> None:
+        """Han and Kana are written without spaces: a whole question is one space-separated "word"."""
+        questions = ("为什么上传在几次重试后失败了", "アップロードが失敗した理由は何ですか", "업로드가 왜 실패했나요")
+        for prompt in questions:
+            assert asked(hook(prompt)) is not None, prompt
+        for prompt in ("继续", "运行测试", "はい", "계속해 주세요", "yes do"):
+            assert asked(hook(prompt)) is None, prompt
+
+    def test_word_count(self) -> None:
+        texts = ("run the tests", "运行测试", "为什么上传失败了", "退款bug 怎么修", "")
+        assert [word_count(t) for t in texts] == [3, 2, 4, 4, 0]
 
 
 class TestSessionMemory:
