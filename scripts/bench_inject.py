@@ -25,11 +25,12 @@ demo projects by turn).
 
 The decision's thresholds are chosen leave-one-conversation-out: for each conversation, the policy
 (``search.inject.Policy``, over a grid) that does best on the other four and the silence train half
-(the most recall with precision >= 0.5 and silence <= 10%; failing that the most recall with
-silence <= 10%) is scored on the held-out one; the pooled held-out folds are reported, beside the
-policy chosen on all five (what ships) and the shipped policy's own figures. Latency: memsync's
-search and decision per prompt, in-process with a warm searcher (the hook's own process is timed by
-``scripts/bench_inject_latency.py``).
+(the most recall with at most 5% of the silence train half answered, half the 10% goal; precision
+is reported, not chosen for: no policy reaches 0.5 with useful recall, and asking for it first made
+folds pick one memory for 60% of the questions) is scored on the held-out one; the pooled held-out
+folds are reported, beside the policy chosen on all five (what ships) and the shipped policy's own
+figures. Latency: memsync's search and decision per prompt, in-process with a warm searcher (the
+hook's own process is timed by ``scripts/bench_inject_latency.py``).
 
 ``--claude-mem``: the real claude-mem 13.25.3 beside it (``scripts.bench_quality.real_claude_mem``),
 semantic injection turned on in its ``settings.json``, on a copy of each memory whose projects' dates
@@ -78,10 +79,13 @@ from scripts.real_claude_mem import CLAUDE_MEM_VERSION, ClaudeMemWorker
 
 KS = (5, 8, 10)
 SILENCE = ROOT / "tests" / "data" / "inject"
-GRID = [Policy(q / 100, m, n) for q, m, n in itertools.product(range(30, 76, 3), (0.05, 0.1, 0.2), (1, 2, 3, 5, 8))]
+GRID = [Policy(q / 100, m, n)
+        for q, m, n in itertools.product(range(30, 76, 3), (0.05, 0.1, 0.2, 0.3), (1, 2, 3, 5, 8))]
 BUDGET = Settings.model_fields["inject_budget_tokens"].default  # the shipped budget (600)
-MAX_SILENCE = 0.10
-MIN_PRECISION = 0.5
+MAX_SILENCE = 0.10  # the goal, on the silence set's test half
+# What a policy may answer of the train half to be chosen: half the goal, a margin for prompts unlike the
+# train half's (the loosest threshold under the goal sits at the train half's own p95 and does not carry).
+TUNE_SILENCE = 0.05
 OUT = ROOT / ".bench" / "bench_inject.json"
 
 # claude-mem 13.25.3's per-prompt injection, as a user turns it on (its settings.json) and as its
@@ -224,7 +228,7 @@ def pick(outcomes: dict[Policy, list[tuple[list[str], int]]], asked_: list[Asked
         recall = s.recall / max(1, s.questions)
         precision = s.relevant / s.injected if s.injected else 0.0
         silence = s.silence_fired / max(1, s.silence_prompts)
-        key = (silence <= MAX_SILENCE, precision >= MIN_PRECISION, round(recall, 4), precision)
+        key = (silence <= TUNE_SILENCE, round(recall, 4), precision)
         if best is None or key > best:
             best, chosen = key, policy
     return chosen
