@@ -79,12 +79,15 @@ _UNSPACED = re.compile("[\u2e80-\u2fdf\u3005-\u3007\u3040-\u309f\u30a0-\u30fa\u3
                        "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f\U00020000-\U000323af]+")
 
 
+_WORD = re.compile(r"[^\W_]")  # a letter or a digit: punctuation and emoji beside a run are no word
+
+
 def word_count(text: str) -> int:
     """About how many words ``text`` holds: what spaces separate, and in a Han or Kana run one word
     per ``CHARS_PER_WORD`` characters (``运行测试`` 2, ``为什么上传失败了`` 4, ``run the tests`` 3)."""
     count = 0
     for piece in text.split():
         runs = _UNSPACED.findall(piece)
-        rest = _UNSPACED.sub(" ", piece).split()
+        rest = [w for w in _UNSPACED.sub(" ", piece).split() if _WORD.search(w)]  # not "。", "，", "👍"
         count += sum(-(-len(run) // CHARS_PER_WORD) for run in runs) + len(rest)
     return count

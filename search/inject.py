@@ -116,23 +116,29 @@ def choose(results: Sequence[Candidate], budget_tokens: int, seen: Collection[st
     scored = [(q, c) for c in results if c.ref not in seen and (q := quality(c)) is not None]
     if not scored or budget_tokens <= 0:
         return []
-    best = max(q for q, _ in scored)
+    best, top = max((q, -i) for i, (q, _) in enumerate(scored))
     if best < policy.min_quality:
         return []
-    kept: list[Candidate] = []
-    for q, c in scored:  # the search's order: it ranks better than the similarity alone
-        if q >= best - policy.margin and c.ref not in {k.ref for k in kept}:
-            kept.append(c)
-            if len(kept) == policy.max_memories:
-                break
-    heads = [count(c.heading) for c in kept]
+    # The search's order (it ranks better than the similarity alone) among the results near the best
+    # one; the best one always stays: it alone passed the gate, a cap or a short budget must not
+    # leave only memories below it.
+    near: list[tuple[int, Candidate]] = []
+    for i, (q, c) in enumerate(scored):
+        if q >= best - policy.margin and c.ref not in {k.ref for _, k in near}:
+            near.append((i, c))
+    first = next(i for i, c in near if c.ref == scored[-top][1].ref)  # the best one's place (a ref listed twice: once)
+    keep = [first] + [i for i, _ in near if i != first]
+    heads = {i: count(c.heading) for i, c in near}
+    size = min(len(near), policy.max_memories)
     # Fewer memories rather than stubs: each one kept must have room for its heading and some text.
-    while len(kept) > 1 and budget_tokens // len(kept) < max(heads[:len(kept)]) + MIN_BODY_TOKENS:
-        kept.pop()
+    while size > 1 and budget_tokens // size < max(heads[i] for i in keep[:size]) + MIN_BODY_TOKENS:
+        size -= 1
+    chosen = set(keep[:size])
+    kept = [(i, c) for i, c in near if i in chosen]
     out: list[Chosen] = []
     left = budget_tokens
-    for i, c in enumerate(kept):
-        share = left // (len(kept) - i)  # what is left, shared by the memories still to come
+    for n, (i, c) in enumerate(kept):
+        share = left // (len(kept) - n)  # what is left, shared by the memories still to come
         head = heads[i]
         whole = head + count(c.body)
         if whole <= share:

@@ -92,6 +92,17 @@ class TestFewerBetter:
         assert choose([cand("#3", MIN_QUALITY - 0.01, age=3000)], 600, set()) == []
         assert [c.ref for c in choose([cand("#3", MIN_QUALITY - 0.01, age=0)], 600, set())] == ["#3"]
 
+    def test_the_one_that_opened_the_gate_always_stays(self) -> None:
+        """The cap and a short budget take from the search's order, never the best one: the block
+        must not hold only memories that did not pass the gate."""
+        low = MIN_QUALITY - MARGIN + 0.05
+        results = [cand(f"#{i}", low) for i in range(MAX_MEMORIES)] + [cand("#best", MIN_QUALITY + 0.01)]
+        refs = [c.ref for c in choose(results, 1500, set())]
+        assert len(refs) == MAX_MEMORIES and refs[-1] == "#best" and "#7" not in refs
+        short = [cand("#1", low, body=LONG), cand("#2", low, body=LONG), cand("#3", MIN_QUALITY + 0.01, body=LONG)]
+        assert [c.ref for c in choose(short, 25, set())] == ["#3"]
+        assert [c.ref for c in choose([cand("#1", low), cand("#1", MIN_QUALITY + 0.01)], 600, set())] == ["#1"]
+
     def test_a_small_budget_keeps_the_best_rather_than_stubs_of_each(self) -> None:
         results = [cand("#1", 0.8, body=LONG), cand("#2", 0.79, body=LONG), cand("#3", 0.78, body=LONG)]
         chosen = choose(results, 30, set())

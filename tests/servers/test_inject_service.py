@@ -55,7 +55,9 @@ class TestWords:
         questions = ("为什么上传在几次重试后失败了", "アップロードが失敗した理由は何ですか", "업로드가 왜 실패했나요")
         for prompt in questions:
             assert asked(hook(prompt)) is not None, prompt
-        for prompt in ("继续", "运行测试", "はい", "계속해 주세요", "yes do"):
+        follow_ups = ("继续", "运行测试", "はい", "계속해 주세요", "yes do",
+                      "运行测试。", "「继续」", "好的，继续。", "好的👍继续")
+        for prompt in follow_ups:  # punctuation and emoji beside a run are no word
             assert asked(hook(prompt)) is None, prompt
 
     def test_word_count(self) -> None:
