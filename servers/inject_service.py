@@ -69,7 +69,7 @@ MAX_SESSIONS = 1000
 
 TAG = "memsync-memory"
 HEADER = (f"<{TAG}>\n"
-          "Retrieved by memsync from this project's memory of earlier sessions, for the prompt above. "
+          "Retrieved by memsync from the memory of earlier sessions, for the prompt above. "
           "It may be stale or wrong: check it before relying on it. Each line is one memory: its ref, "
           "date and project, then its text (cut to fit). Open a memory in full with the "
           "get_observations tool, e.g. get_observations(ids=[\"#123\"]) (S12 a summary, P5 a prompt).\n")

@@ -33,6 +33,7 @@ from memsync.config.claude_settings import read_settings
 from memsync.config.errors import one_line
 from memsync.config.formats.database_owner import is_demo
 from memsync.config.formats.worker_status import worker_state
+from memsync.config.settings import Settings
 
 CLAUDE_TIMEOUT = 60  # seconds for one `claude mcp` call (it answers in about a second)
 
@@ -146,7 +147,7 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
     run_claude([claude, "mcp", "add", "--scope", scope, SERVER_NAME, *env, "--", memsync, "mcp", "--profile",
                 "claude-mem"], dry_run)
     settings_step(swap=True, dry_run=dry_run, hook=hook)
-    hook_notes(hook is not None, settings.data_dir, settings.db, shlex.join(worker))
+    hook_notes(hook is not None, settings, shlex.join(worker))
     if dry_run:
         return
     click.echo("Done: start a new Claude Code session; claude-mem's hooks, skill and other tools stay on, its "
@@ -154,9 +155,13 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
                "prompt. Undo: memsync claude-code restore")
 
 
-def hook_notes(installed: bool, data_dir: Path, db: Path, worker: str) -> None:
+def hook_notes(installed: bool, settings: Settings, worker: str) -> None:
     """What the user should know about the per-prompt hook: not on Windows; Claude Code's hooks
-    all turned off; claude-mem's own per-prompt injection on as well; no worker running to answer it."""
+    all turned off; claude-mem's own per-prompt injection on as well; memsync's turned off or not
+    answerable with these settings; no worker running to answer it."""
+    from memsync.servers.inject_listener import unavailable_reason
+
+    data_dir, db = settings.data_dir, settings.db
     if not installed:
         click.echo("memsync: note: no per-prompt memory hook on Windows (it talks to the worker over a unix "
                    "socket); the search tools are swapped all the same", err=True)
@@ -170,6 +175,13 @@ def hook_notes(installed: bool, data_dir: Path, db: Path, worker: str) -> None:
     if where is not None:
         click.echo("memsync: note: claude-mem's own per-prompt injection is on (CLAUDE_MEM_SEMANTIC_INJECT), so "
                    f"both would inject memory into every prompt; to turn claude-mem's off, see {where}", err=True)
+    if not settings.inject:
+        click.echo("memsync: note: inject is off (MEMSYNC_INJECT=false): the hook is installed and injects nothing "
+                   "until it is on", err=True)
+        return
+    if (reason := unavailable_reason(settings)) is not None:
+        click.echo(f"memsync: warning: the worker answers no prompt with these settings: {reason}", err=True)
+        return
     state = worker_state(data_dir, int(time.time() * 1000), db=db)
     if not state["up"]:
         click.echo(f"memsync: warning: no memsync worker is running for {db} (data directory {data_dir}: "

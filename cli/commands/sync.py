@@ -266,9 +266,10 @@ def _injection(settings: Settings, w: dict[str, Any]) -> dict[str, Any]:
     from memsync.servers.inject_listener import unavailable_reason
 
     installed = hook_installed(settings_path(), settings.data_dir)
-    listening = bool(w.get("up")) and socket_path(settings.data_dir).is_socket()
-    counts = served(settings.data_dir, int(time.time() * 1000))
     reason = unavailable_reason(settings)
+    # A killed worker leaves its socket behind: with settings it cannot answer, nothing listens on it.
+    listening = bool(w.get("up")) and reason is None and socket_path(settings.data_dir).is_socket()
+    counts = served(settings.data_dir, int(time.time() * 1000))
     state = ("off (inject = false)" if not settings.inject else "active" if listening else
              "inactive: worker down" if not w.get("up") else
              f"inactive: {reason}" if reason is not None else

@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -57,7 +58,7 @@ from memsync.config.claude_settings import (
 )
 from memsync.config.formats.inject_stats import served
 from memsync.config.formats.worker_status import WorkerStatus
-from memsync.config.inject_channel import Reply
+from memsync.config.inject_channel import Reply, socket_path
 from memsync.config.settings import Settings
 from memsync.main import main
 from memsync.servers.inject_listener import start_listener
@@ -765,6 +766,37 @@ class TestSwapInstallsTheHook:
                      db=str(tmp_path / "claude-mem.db"), heartbeat_ms=int(time.time() * 1000)).write(tmp_path / "data")
         code, _, err, _ = swap_in_process(tmp_path, monkeypatch, "--dry-run")
         assert code == 0 and "no memsync worker" not in err, err
+
+    @pytest.mark.parametrize(("env", "says"), [
+        ({"MEMSYNC_INJECT": "false"}, "inject is off"),
+        ({"MEMSYNC_CHROMA_MODE": "embedded"}, "answers no prompt with these settings: chroma_mode=embedded"),
+        ({"MEMSYNC_EMBEDDING_PROVIDER": "local-multilingual"}, "not calibrated for embedding_provider=local-multi"),
+    ])
+    def test_it_says_when_the_worker_would_answer_no_prompt(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            env: dict[str, str], says: str) -> None:
+        code, _, err, _ = swap_in_process(tmp_path, monkeypatch, "--dry-run", **env)
+        assert code == 0 and says in err, err
+        assert "no memsync worker" not in err  # starting one would not help
+
+    def test_status_says_inactive_and_why_even_beside_a_stale_socket(self, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+        """A worker killed earlier left its socket; the worker now up cannot answer with these settings."""
+        data = tmp_path / "data"
+        data.mkdir()
+        db = tmp_path / "claude-mem.db"
+        make_db(db, mixed_records(1))
+        WorkerStatus(pid=os.getpid(), started_at_ms=int(time.time() * 1000), mode="poll", db=str(db),
+                     heartbeat_ms=int(time.time() * 1000)).write(data)
+        stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stale.bind(str(socket_path(data)))
+        stale.close()  # the socket file stays, nothing listens
+        monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude-config"))
+        monkeypatch.setenv("MEMSYNC_EMBEDDING_PROVIDER", "local-multilingual")
+        result = CliRunner().invoke(main, ["status", "--json", "--db", str(db), "--data-dir", str(data)],
+                                    catch_exceptions=False)
+        injection = json.loads(result.stdout)["injection"]
+        assert injection["active"] is False, injection
+        assert "inactive: the injection decision is not calibrated" in injection["line"], injection
 
     def test_it_says_when_claude_code_runs_no_hooks(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         (tmp_path / "claude-config").mkdir()
