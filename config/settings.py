@@ -286,7 +286,8 @@ class Settings(BaseSettings):
         "nothing (the hook itself stays installed).")
     inject_budget_tokens: int = Field(
         600, ge=1, le=1500, description="Per-prompt memory: the most tokens injected into one prompt (fewer, "
-        "better memories are preferred over a full budget).")
+        "better memories are preferred over a full budget). The frame itself (its header saying how to read and "
+        "open the memories) takes about 115 of them: under about 135, nothing fits.")
     inject_other_projects: bool = Field(
         False, description="Per-prompt memory: search every project's memory, not only the project of the "
         "prompt's folder (by claude-mem's project rule); each line names its project.")
