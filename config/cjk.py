@@ -75,10 +75,9 @@ def query_words(word: str) -> list[str]:
 # Chinese and Japanese are written without spaces (Korean has them between words): a run of Han or
 # Kana counts one word per this many characters, about the length of a word in either language.
 CHARS_PER_WORD = 2
-_UNSPACED = re.compile("[\u2e80-\u2fdf\u3005-\u3007\u3040-\u309f\u30a0-\u30fa\u30fc-\u30ff\u31f0-\u31ff"
-                       "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f\U00020000-\U000323af]+")
-
-
+HANGUL: tuple[tuple[int, int], ...] = ((0x1100, 0x11FF), (0x3130, 0x318F), (0xA960, 0xA97F), (0xAC00, 0xD7AF),
+                                       (0xD7B0, 0xD7FF), (0xFFA0, 0xFFDC))
+_UNSPACED = re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in RANGES if (lo, hi) not in HANGUL) + "]+")
 _WORD = re.compile(r"[^\W_]")  # a letter or a digit: punctuation and emoji beside a run are no word
 
 

@@ -116,30 +116,31 @@ def choose(results: Sequence[Candidate], budget_tokens: int, seen: Collection[st
     scored = [(q, c) for c in results if c.ref not in seen and (q := quality(c)) is not None]
     if not scored or budget_tokens <= 0:
         return []
-    best, top = max((q, -i) for i, (q, _) in enumerate(scored))
+    best, best_ref = max(((q, c.ref) for q, c in scored), key=lambda x: x[0])  # the first of the best
     if best < policy.min_quality:
         return []
     # The search's order (it ranks better than the similarity alone) among the results near the best
     # one; the best one always stays: it alone passed the gate, a cap or a short budget must not
     # leave only memories below it.
-    near: list[tuple[int, Candidate]] = []
-    for i, (q, c) in enumerate(scored):
-        if q >= best - policy.margin and c.ref not in {k.ref for _, k in near}:
-            near.append((i, c))
-    first = next(i for i, c in near if c.ref == scored[-top][1].ref)  # the best one's place (a ref listed twice: once)
-    keep = [first] + [i for i, _ in near if i != first]
-    heads = {i: count(c.heading) for i, c in near}
+    near: list[Candidate] = []
+    refs: set[str] = set()
+    for q, c in scored:
+        if q >= best - policy.margin and c.ref not in refs:
+            refs.add(c.ref)
+            near.append(c)
+    in_line = sorted(near, key=lambda c: c.ref != best_ref)  # the best one first for a place, the rest in order
+    heads = {c.ref: count(c.heading) for c in near}
     size = min(len(near), policy.max_memories)
     # Fewer memories rather than stubs: each one kept must have room for its heading and some text.
-    while size > 1 and budget_tokens // size < max(heads[i] for i in keep[:size]) + MIN_BODY_TOKENS:
+    while size > 1 and budget_tokens // size < max(heads[c.ref] for c in in_line[:size]) + MIN_BODY_TOKENS:
         size -= 1
-    chosen = set(keep[:size])
-    kept = [(i, c) for i, c in near if i in chosen]
+    placed = {c.ref for c in in_line[:size]}
+    kept = [c for c in near if c.ref in placed]
     out: list[Chosen] = []
     left = budget_tokens
-    for n, (i, c) in enumerate(kept):
+    for n, c in enumerate(kept):
         share = left // (len(kept) - n)  # what is left, shared by the memories still to come
-        head = heads[i]
+        head = heads[c.ref]
         whole = head + count(c.body)
         if whole <= share:
             out.append(Chosen(c.ref, c.heading, c.body, whole))
