@@ -82,15 +82,17 @@ PEER_DEPTH = 100  # each list the peers fuse or re-sort: the same candidate dept
 TURN_BAR = 0.77  # hybrid recall@10 with precise links (issue 15)
 
 
-def build(data: Path, work: Path, links: str) -> tuple[Settings, list[Question]]:
-    """The database and synced store in ``work`` (reused when present), and the questions."""
+def build(data: Path, work: Path, links: str, provider: str = "local") -> tuple[Settings, list[Question]]:
+    """The database and synced store in ``work`` (reused when present), embedded by ``provider``,
+    and the questions."""
     recs, questions = load(data, links)
     db = work / "claude-mem.db"
     if not db.exists():
         work.mkdir(parents=True, exist_ok=True)
         init_db(db)
         import_records(db, recs)
-    settings = Settings(db=db, data_dir=work / "data", chroma_mode="embedded", window_days=0)
+    settings = Settings(db=db, data_dir=work / "data", chroma_mode="embedded", window_days=0,
+                        embedding_provider=provider)
     t = time.monotonic()
     result = resync(settings)
     print(f"[{links}] synced: {result.written} documents written in {time.monotonic() - t:.1f} s")

@@ -30,7 +30,7 @@ from memsync.config.claude_mem.schema import Kind
 from memsync.config.embedding import Embedder
 from memsync.config.formats.database_owner import claim
 from memsync.config.settings import Settings
-from memsync.search import fts, hydrate, links
+from memsync.search import fts, hydrate, links, relevance
 from memsync.search.fusion import Ranked, Weights, fuse
 from memsync.search.hydrate import PageEntry
 from memsync.search.lexical import LexicalSide
@@ -122,8 +122,12 @@ class Searcher(Lookups):
             with watch.stage("fuse"):
                 by_relevance = request.order is Order.RELEVANCE
                 entries = self._fuse(lex, sem, linked) if by_relevance else _date_order(rows, lexical, plan, sem)
-                if by_relevance and self.settings.rerank_provider != "none":
-                    entries = rerank(self.settings, rows, plan.query, entries, notes)
+            if by_relevance:
+                with watch.stage("relevance"):
+                    entries = self._rank(rows, entries, lex, sem, linked)
+                if self.settings.rerank_provider != "none":
+                    with watch.stage("rerank"):
+                        entries = rerank(self.settings, rows, plan.query, entries, notes)
             with watch.stage("hydrate"):
                 results = hydrate.results(rows, entries[request.offset:plan.need], sem.similarity, request.format)
             watch.total()
@@ -169,6 +173,44 @@ class Searcher(Lookups):
             lists.append(Ranked([(Kind.PROMPT, v.prompt) for v in votes], weight, semantic,
                                 [v.rank for v in votes], [v.share for v in votes]))
         return [PageEntry(key, score, sem_found, lex_found) for key, score, sem_found, lex_found in fuse(lists, w.k)]
+
+
+    def _rank(self, rows: SourceRows, entries: list[PageEntry], lex: LexicalAnswer, sem: SemanticAnswer,
+              linked: LinkedAnswer) -> list[PageEntry]:
+        """The fused top ``relevance.DEPTH`` re-ranked by the relevance model, each with its
+        confidence (``search.relevance``): the provider's model, or the lexical one when the dense
+        side did not answer."""
+        ing = self._ingredients(rows, entries[:relevance.DEPTH], lex, sem, linked)
+        dense = not sem.unavailable and bool(sem.hits)
+        model = relevance.load(self.settings.embedding_provider if dense else relevance.LEXICAL)
+        return relevance.rank(entries, ing, model)
+
+    def _ingredients(self, rows: SourceRows, head: list[PageEntry], lex: LexicalAnswer, sem: SemanticAnswer,
+                     linked: LinkedAnswer) -> relevance.Matrix:
+        """What the relevance model reads of the candidates ``head`` (``relevance.ingredients``)."""
+        keys = [e.key for e in head]
+        lists: dict[str, dict[Key, int]] = {
+            "lexical": {(k, i): r for k, ids in lex.ranked.items() for r, i in enumerate(ids)},
+            "semantic": {},
+            "context": {(Kind.PROMPT, i): r for r, i in enumerate(sem.context)},
+        }
+        for h in sem.hits:
+            ranks = lists["semantic"]
+            ranks.setdefault((h.kind, h.id), len(ranks))
+        shares: dict[str, dict[Key, float]] = {}
+        for name, votes in (("linked_semantic", linked.semantic), ("linked_lexical", linked.lexical)):
+            lists[name], shares[name] = {}, {}
+            for v in votes:  # strongest first: the first vote of a prompt is the one fusion counted
+                lists[name].setdefault((Kind.PROMPT, v.prompt), v.rank)
+                shares[name].setdefault((Kind.PROMPT, v.prompt), v.share)
+        similarity = {key: hit.similarity for key, hit in sem.similarity.items()}
+        floor = min((h.similarity for h in sem.hits), default=0.0)
+        missing = [k for k in keys if k not in similarity]
+        if missing and sem.copy is not None and sem.query is not None:
+            # Rows only the lexical side found: their cosine from the vector copy (nothing embedded).
+            for key, vecs in sem.copy.row_vectors(missing).items():
+                similarity[key] = float((vecs @ sem.query).max())
+        return relevance.ingredients(keys, lists, shares, similarity, floor, rows.positions(keys))
 
 
 def _lexical(side: LexicalSide, plan: Plan) -> LexicalAnswer:

@@ -20,12 +20,13 @@ TITLE_CHARS = 120
 
 
 class PageEntry(NamedTuple):
-    """One row of a page: its key, score in 0..1, and which sides found it."""
+    """One row of a page: its key, score in 0..1, which sides found it, and its confidence."""
 
     key: Key
     score: float
     semantic: bool
     lexical: bool
+    confidence: float | None = None  # the relevance model's chance that the row is relevant
 
 
 def records(rows: SourceRows, kind: Kind, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
@@ -86,6 +87,7 @@ def _result(entry: PageEntry, row: dict[str, Any], hit: RowHit | None, format: F
     signal = Signal.BOTH if sem and lex else Signal.SEMANTIC if sem else Signal.LEXICAL
     return Result(
         kind=kind, id=int(row["id"]), score=float(entry.score), signals=signal,
+        confidence=entry.confidence,
         similarity=hit.similarity if hit else None,
         created_at_epoch=int(row["created_at_epoch"]) if row.get("created_at_epoch") is not None else None,
         project=row.get("project"), type=row.get("type") if kind is Kind.OBSERVATION else None,

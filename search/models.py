@@ -100,6 +100,7 @@ class Result:
     score: float
     signals: Signal
     similarity: float | None = None  # cosine of the best field document, when semantic found it
+    confidence: float | None = None  # the chance the row is relevant (search.relevance), in relevance order
     created_at_epoch: int | None = None
     project: str | None = None
     type: str | None = None
@@ -120,6 +121,8 @@ class Result:
         out["score"] = round(self.score, 4)
         if self.similarity is not None:
             out["similarity"] = round(self.similarity, 4)
+        if self.confidence is not None:
+            out["confidence"] = round(self.confidence, 4)
         if self.created_at_epoch is not None:
             out["date"] = datetime.fromtimestamp(self.created_at_epoch / 1000).astimezone().isoformat(
                 timespec="seconds")

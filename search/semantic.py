@@ -54,6 +54,7 @@ class SemanticAnswer:
     note: str | None = None  # what the response's reason should say (a damaged vector copy)
     unavailable: str | None = None  # why the vector store could not answer (the search falls back)
     coverage: Coverage | None = None  # the part of the scope a first sync has not embedded yet
+    query: Vector | None = None  # the query's vector (the relevance model's cosines for rows not found here)
 
 
 class SemanticSide:
@@ -87,6 +88,7 @@ class SemanticSide:
             vec = self.store.embed(plan.query)
         hits, copy = self._nearest(rows, plan, vec)
         answer = SemanticAnswer([h for h in hits if h.kind in plan.kinds], {(h.kind, h.id): h for h in hits})
+        answer.query = vec
         with self.watch.stage("coverage"):  # one stat, unless a first sync is under way
             answer.coverage = coverage(self.settings, rows, self.store.collection_name(), plan)
         if plan.evidence_kinds:

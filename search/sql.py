@@ -257,6 +257,26 @@ class SourceRows:
                     out.setdefault((kind, int(r["id"])), (int(r["session"]), int(r["num"])))
         return out
 
+    def positions(self, keys: Sequence[tuple[Kind, int]]) -> dict[tuple[Kind, int], tuple[int, int, int]]:
+        """(session id, prompt number, text length) of each row that has a session and a number:
+        where in its session a row was recorded (the length is the prompt's; 0 for observations
+        and summaries). Rows without both are left out (``search.relevance``: no neighbours)."""
+        out = {key: (session, num, 0) for key, (session, num) in
+               self.recorded_under([k for k in keys if k[0] is not Kind.PROMPT]).items()}
+        ids = [i for k, i in keys if k is Kind.PROMPT]
+        pnum, match = self.col(Kind.PROMPT, "prompt_number"), self.schema.session_match(Kind.PROMPT, ALIAS, "s")
+        text = self.col(Kind.PROMPT, "prompt_text")
+        if not ids or not pnum or match == "0":
+            return out
+        length = f"length({text})" if text else "0"
+        for chunk in chunks(ids):
+            sql = (f"SELECT {ALIAS}.id AS id, s.id AS session, {pnum} AS num, {length} AS chars "
+                   f"FROM user_prompts {ALIAS} JOIN {SESSIONS_TABLE} s ON {match} "
+                   f"WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))}) AND {pnum} IS NOT NULL")
+            for r in self.query(sql, chunk):
+                out.setdefault((Kind.PROMPT, int(r["id"])), (int(r["session"]), int(r["num"]), int(r["chars"] or 0)))
+        return out
+
     def neighbour_prompts(self, ids: Sequence[int]) -> dict[int, list[int]]:
         """prompt id -> the ids of the prompts just before and after it in its session (by prompt
         number; a gap in the numbering, a deleted or unrecorded prompt, is stepped over)."""

@@ -1,0 +1,238 @@
+"""The relevance model's data and its ablation on the LoCoMo dev set, leave-one-conversation-out.
+
+    .venv/bin/python -m scripts.fusion_lab dump [--provider local] [--links turn,session-end,none]
+    .venv/bin/python -m scripts.fusion_lab ablation [--dump FILE] [--out FILE]
+
+``dump`` asks every question of categories 1-4 as ``bench_quality`` asks it (hybrid, its project, all
+time, prompts only), and in the linkings whose links say which turn an observation came from
+(``turn``, and ``none``, which has no observations) once more over every kind, through the shipped
+``Searcher``; it keeps what the relevance model reads of each search's fused top
+``relevance.DEPTH`` (the ingredients, ``search.relevance.features``) and whether each candidate is
+relevant: an evidence turn, an observation recorded under one, a summary of a session holding one.
+No text is written: the dump is committed (``tests/data/relevance/``) and ``make test`` checks that
+the shipped model is what ``memsync.search.relevance.fit`` makes of it.
+
+``ablation`` refits the model once per held-out conversation on the other four (all linkings at
+once), with each idea's features taken out in turn, and reports the pooled held-out recall@10 of the
+prompt searches per linking and category (beside the fused order as shipped before, and the
+whole-set fit), and the reliability of the confidence on the held-out folds (10 bins, the top 10 of
+every search): the table in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memsync.config.claude_mem.schema import Kind
+from memsync.search import Filters, Mode, Searcher, SearchRequest
+from memsync.search.engine import LexicalAnswer, LinkedAnswer
+from memsync.search.hydrate import PageEntry
+from memsync.search.relevance import DEPTH
+from memsync.search.relevance.features import COL, FEATURES, Matrix
+from memsync.search.relevance.fit import L2, feature_matrix, fit
+from memsync.search.semantic import SemanticAnswer
+from memsync.search.sql import SourceRows
+from scripts.bench_quality import CATEGORIES, build, evidence_ids, parse_list
+from scripts.benchlib import ROOT, print_table, write_json
+from scripts.locomo import DEFAULT_DATA, LINKS
+
+MIXED_LINKS = ("turn", "none")  # observations' links name their evidence turn (or there are none)
+TOP = 10
+# Each idea and the features it adds (the ablation takes them out together).
+IDEAS: dict[str, tuple[str, ...]] = {
+    "neighbours in the session": ("near_2", "near_3", "near_2_x_similarity", "near_2_x_fused"),
+    "prompt length": ("prompt_length",),
+    "session support": ("session_support",),
+    "squares": ("fused_squared", "similarity_squared", "near_2_squared"),
+    "cosine and its gap": ("similarity", "similarity_gap", "near_2_x_similarity"),
+    "log ranks": ("lexical_log_rank", "semantic_log_rank"),
+    "fused sum and its gap": ("fused", "fused_gap", "near_2_x_fused"),
+}
+ALL_KINDS = [Kind.PROMPT, Kind.OBSERVATION, Kind.SUMMARY]
+
+
+class DumpSearcher(Searcher):
+    """The shipped searcher in fused order, keeping the relevance model's ingredients of its last search."""
+
+    captured: tuple[list[PageEntry], Matrix] | None = None
+
+    def _rank(self, rows: SourceRows, entries: list[PageEntry], lex: LexicalAnswer, sem: SemanticAnswer,
+              linked: LinkedAnswer) -> list[PageEntry]:
+        head = entries[:DEPTH]
+        self.captured = (head, self._ingredients(rows, head, lex, sem, linked))
+        return entries
+
+
+def dump_linking(links: str, data: Path, work: Path, provider: str, first: int) -> dict[str, list[Any]]:
+    """Every question's searches in one linking: ingredient rows and their labels."""
+    suffix = "" if provider == "local" else f"-{provider}"
+    settings, questions = build(data, work / f"quality-{links}{suffix}", links, provider)
+    s = DumpSearcher(settings)
+    turn_ids = evidence_ids(s)
+    projects = sorted({q.project for q in questions})
+    rows = s._rows()  # noqa: SLF001 - the lab reads the same database
+    try:
+        where = rows.positions([(Kind.PROMPT, i) for i in turn_ids.values()])
+    finally:
+        rows.close()
+    out: dict[str, list[Any]] = {k: [] for k in ("ingredients", "label", "search", "group", "setting",
+                                                 "category", "evidence")}
+    n, t = first, time.monotonic()
+    for q in questions:
+        gold = {turn_ids[(q.project, a, b)] for a, b in q.evidence if (q.project, a, b) in turn_ids}
+        if not gold:
+            continue
+        turns = {where[(Kind.PROMPT, i)][:2] for i in gold if (Kind.PROMPT, i) in where}
+        sessions = {sess for sess, _ in turns}
+        for mixed in (False, True) if links in MIXED_LINKS else (False,):
+            req = SearchRequest(query=q.question, kinds=ALL_KINDS if mixed else [Kind.PROMPT],
+                                filters=Filters(project=q.project), window_days=0, limit=20, mode=Mode.HYBRID)
+            resp = s.search(req)
+            if resp.mode is not Mode.HYBRID:
+                raise SystemExit(f"hybrid answered as {resp.mode.value}: {resp.reason}")
+            assert s.captured is not None
+            head, ing = s.captured
+            for e, row in zip(head, ing, strict=True):
+                kind = e.key[0]
+                place = (int(row[COL["session"]]), int(row[COL["number"]]))
+                label = (e.key[1] in gold if kind is Kind.PROMPT else place in turns if kind is Kind.OBSERVATION
+                         else place[0] in sessions)
+                out["ingredients"].append(row)
+                out["label"].append(float(label))
+            size = len(head)
+            out["search"].extend([n] * size)
+            out["group"].extend([projects.index(q.project)] * size)
+            out["setting"].extend([LINKS.index(links) * 2 + int(mixed)] * size)
+            out["category"].extend([q.category] * size)
+            out["evidence"].extend([len(gold)] * size)
+            n += 1
+        if n % 400 < 2:
+            print(f"[{links}] {n - first} searches, {time.monotonic() - t:.0f} s", flush=True)
+    s.close()
+    print(f"[{links}] {n - first} searches in {time.monotonic() - t:.0f} s", flush=True)
+    return out
+
+
+def dump(args: argparse.Namespace) -> int:
+    parts: dict[str, list[Any]] = {}
+    first = 0
+    for links in parse_list(args.links, LINKS, "links"):
+        got = dump_linking(links, args.data, args.work, args.provider, first)
+        first = max(got["search"]) + 1
+        for k, v in got.items():
+            parts.setdefault(k, []).extend(v)
+    out = args.out or ROOT / "tests" / "data" / "relevance" / f"{args.provider}.npz"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    arrays: dict[str, Any] = {k: np.array(parts[k], dtype=np.int32)
+                              for k in ("search", "group", "setting", "category", "evidence")}
+    arrays["ingredients"] = np.array(parts["ingredients"], dtype=np.float32)
+    arrays["label"] = np.array(parts["label"], dtype=np.int8)
+    np.savez_compressed(out, **arrays)
+    print(f"wrote {out}: {len(parts['label'])} candidates of {first} searches, {out.stat().st_size} bytes")
+    return 0
+
+
+def recall_at(score: np.ndarray, label: np.ndarray, search: np.ndarray, k: int = TOP) -> dict[int, float]:
+    """Per search: the relevant candidates within the top ``k`` by ``score`` (ties: the dump's order,
+    which is the fused order)."""
+    hits: dict[int, float] = {}
+    for s in np.unique(search):
+        rows = np.flatnonzero(search == s)
+        order = rows[np.argsort(-score[rows], kind="stable")]
+        hits[int(s)] = float(label[order[:k]].sum())
+    return hits
+
+
+def held_out(x: Matrix, y: np.ndarray, group: np.ndarray, names: Sequence[str], l2: float = L2) -> np.ndarray:
+    """Each candidate's confidence from the model fitted on the other conversations."""
+    out = np.zeros(len(y))
+    for g in np.unique(group):
+        model = fit(x[group != g], y[group != g], "fold", tuple(names), l2)
+        out[group == g] = model.probability(x[group == g])
+    return out
+
+
+def reliability(p: np.ndarray, y: np.ndarray, bins: int = 10) -> tuple[float, list[dict[str, Any]]]:
+    """Expected calibration error over equal-width bins, and the table."""
+    table: list[dict[str, Any]] = []
+    err = 0.0
+    for b in range(bins):
+        m = (p >= b / bins) & ((p < (b + 1) / bins) if b < bins - 1 else (p <= 1.0))
+        if m.any():
+            err += m.sum() / len(p) * abs(float(p[m].mean()) - float(y[m].mean()))
+            table.append({"bin": f"{b / bins:.1f}-{(b + 1) / bins:.1f}", "n": int(m.sum()),
+                          "confidence": round(float(p[m].mean()), 3), "relevant": round(float(y[m].mean()), 3)})
+    return err, table
+
+
+def ablation(args: argparse.Namespace) -> int:
+    d = np.load(args.dump)
+    ing, y = d["ingredients"].astype(np.float64), d["label"].astype(np.float64)
+    search, group, setting, category, evidence = (d[k] for k in ("search", "group", "setting", "category",
+                                                                  "evidence"))
+    t = time.monotonic()
+    x = feature_matrix(ing, search)
+    print(f"features of {len(y)} candidates in {time.monotonic() - t:.1f} s")
+    prompt_only = setting % 2 == 0
+    first = {int(s): i for i, s in reversed(list(enumerate(search)))}
+    fused_order = -np.arange(len(y), dtype=np.float64)  # the dump keeps each search's fused order
+    variants: dict[str, np.ndarray] = {"fused (before)": fused_order}
+    variants["model, whole set (in-sample)"] = fit(x, y, "all").probability(x)
+    held = held_out(x, y, group, FEATURES)
+    variants["model (held-out)"] = held
+    for idea, names in IDEAS.items():
+        keep = [f for f in FEATURES if f not in names]
+        variants[f"model without {idea} (held-out)"] = held_out(x, y, group, keep)
+    table: list[dict[str, Any]] = []
+    for name, score in variants.items():
+        hits = recall_at(score, y, search)
+        for li, links in enumerate(LINKS):
+            ids = [s for s in hits if setting[first[s]] == li * 2]
+            if not ids:
+                continue
+            row: dict[str, Any] = {"links": links, "ranking": name, "n": len(ids)}
+            rec = {s: hits[s] / evidence[first[s]] for s in ids}
+            row["all"] = round(float(np.mean(list(rec.values()))), 3)
+            for cat, label in CATEGORIES.items():
+                sub = [rec[s] for s in ids if category[first[s]] == cat]
+                row[label] = round(float(np.mean(sub)), 3) if sub else None
+            table.append(row)
+    print_table(table)
+    top = np.zeros(len(y), dtype=bool)
+    for s in np.unique(search):
+        rows = np.flatnonzero(search == s)
+        top[rows[np.argsort(-held[rows], kind="stable")[:TOP]]] = True
+    calib: dict[str, Any] = {}
+    for name, mask in (("prompts", top & prompt_only), ("every kind", top & ~prompt_only), ("all", top)):
+        err, rel = reliability(held[mask], y[mask])
+        calib[name] = {"ece": round(err, 4), "table": rel}
+        print(f"reliability, held-out top {TOP} ({name}): ECE {err:.4f}")
+        print_table(rel)
+    write_json({"dump": str(args.dump), "l2": L2, "table": table, "calibration": calib}, args.out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="what", required=True)
+    d = sub.add_parser("dump", help="the feature dump of the dev set")
+    d.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    d.add_argument("--links", default=",".join(LINKS))
+    d.add_argument("--provider", default="local", choices=("local", "local-multilingual"))
+    d.add_argument("--work", type=Path, default=ROOT / ".bench")
+    d.add_argument("--out", type=Path, help="default tests/data/relevance/PROVIDER.npz")
+    a = sub.add_parser("ablation", help="held-out recall and reliability, each idea on and off")
+    a.add_argument("--dump", type=Path, default=ROOT / "tests" / "data" / "relevance" / "local.npz")
+    a.add_argument("--out", type=Path, default=ROOT / ".bench" / "relevance_ablation.json")
+    args = p.parse_args(argv)
+    return dump(args) if args.what == "dump" else ablation(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
