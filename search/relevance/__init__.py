@@ -18,7 +18,7 @@ import numpy as np
 
 from memsync.search.hydrate import PageEntry
 from memsync.search.models import Key
-from memsync.search.relevance.features import COL, INGREDIENTS, KIND_CODE, Matrix, features
+from memsync.search.relevance.features import COL, INGREDIENTS, KIND_CODE, Matrix, matrix
 from memsync.search.relevance.model import LEXICAL, Model, load
 
 DEPTH = 50  # fused candidates the model re-ranks (where it was measured; the rest keep the fused order)
@@ -55,7 +55,7 @@ def rank(entries: Sequence[PageEntry], ing: Matrix, model: Model) -> list[PageEn
     head = list(entries[:len(ing)])
     if not head:
         return list(entries)
-    conf = model.probability(features(ing))
+    conf = model.probability(matrix(ing))
     order = sorted(range(len(head)), key=lambda i: (-conf[i], i))
     scores = [e.score for e in head]
     ranked = [head[j]._replace(score=scores[n], confidence=float(conf[j])) for n, j in enumerate(order)]

@@ -70,7 +70,7 @@ def _session_support(fused: Matrix, session: Matrix) -> Matrix:
     return np.asarray(np.where(same, fused[None, :], 0.0).sum(axis=1) - own, dtype=np.float64)
 
 
-def features(ing: Matrix, weights: Weights | None = None) -> Matrix:
+def matrix(ing: Matrix, weights: Weights | None = None) -> Matrix:
     """The feature matrix (candidates × ``FEATURES``) of one search's ingredient matrix."""
     w = weights or Weights()
     if ing.shape[0] == 0:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memsync.search.relevance.features import COL, FEATURES, Matrix, features
+from memsync.search.relevance.features import COL, FEATURES, Matrix, matrix
 from memsync.search.relevance.model import LEXICAL, Model, path_for
 
 L2 = 1.0  # the penalty on standardised weights (chosen leave-one-conversation-out; docs/benchmarks.md)
@@ -47,7 +47,7 @@ def feature_matrix(ing: Matrix, search: np.ndarray) -> Matrix:
     out = np.zeros((ing.shape[0], len(FEATURES)))
     for s in np.unique(search):
         rows = np.flatnonzero(search == s)
-        out[rows] = features(ing[rows])
+        out[rows] = matrix(ing[rows])
     return out
 
 
