@@ -1,7 +1,7 @@
 """The relevance model's data and its ablation on the LoCoMo dev set, leave-one-conversation-out.
 
     .venv/bin/python -m scripts.fusion_lab dump [--provider local] [--links turn,session-end,none]
-    .venv/bin/python -m scripts.fusion_lab ablation [--dump FILE] [--out FILE]
+    .venv/bin/python -m scripts.fusion_lab ablation [--dump FILE] [--nested] [--out FILE]
 
 ``dump`` asks every question of categories 1-4 as ``bench_quality`` asks it (hybrid, its project, all
 time, prompts only), and in the linkings whose links say which turn an observation came from
@@ -16,7 +16,9 @@ the shipped model is what ``memsync.search.relevance.fit`` makes of it.
 once), with each idea's features taken out in turn, and reports the pooled held-out recall@10 of the
 prompt searches per linking and category (beside the fused order as shipped before, and the
 whole-set fit), and the reliability of the confidence on the held-out folds (10 bins, the top 10 of
-every search): the table in docs/benchmarks.md.
+every search): the table in docs/benchmarks.md. ``--nested`` adds the honest check of the choices
+made by reading that table (which ideas to keep, the L2 penalty): each made again per held-out
+conversation from the other four alone.
 """
 
 from __future__ import annotations
@@ -158,6 +160,37 @@ def held_out(x: Matrix, y: np.ndarray, group: np.ndarray, names: Sequence[str], 
     return out
 
 
+def prompt_recall(score: np.ndarray, y: np.ndarray, search: np.ndarray, setting: np.ndarray,
+                  evidence: np.ndarray, rows: np.ndarray) -> float:
+    """Mean recall@10 of the prompt searches among ``rows`` (all linkings pooled)."""
+    keep = rows[setting[rows] % 2 == 0]
+    hits = recall_at(score[keep], y[keep], search[keep])
+    first = {int(s): i for i, s in reversed(list(enumerate(search[keep])))}
+    return float(np.mean([h / evidence[keep][first[s]] for s, h in hits.items()]))
+
+
+def nested(x: Matrix, y: np.ndarray, d: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[int, Any]]:
+    """Held-out confidences with the feature set (all, or all but one idea) and the L2 penalty
+    chosen per held-out conversation by a leave-one-conversation-out inside the other four: no
+    choice sees the conversation it is scored on."""
+    group, search, setting, evidence = d["group"], d["search"], d["setting"], d["evidence"]
+    configs = [(name, tuple(f for f in FEATURES if f not in drop), l2)
+               for name, drop in {"all": (), **{f"without {k}": v for k, v in IDEAS.items()}}.items()
+               for l2 in (0.1, 1.0, 10.0)]
+    out = np.zeros(len(y))
+    chosen: dict[int, Any] = {}
+    for g in np.unique(group):
+        train = np.flatnonzero(group != g)
+        best = max(configs, key=lambda c: prompt_recall(held_out(x[train], y[train], group[train], c[1], c[2]),
+                                                         y[train], search[train], setting[train], evidence[train],
+                                                         np.arange(len(train))))
+        chosen[int(g)] = [best[0], best[2]]
+        test = group == g
+        out[test] = fit(x[train], y[train], "fold", best[1], best[2]).probability(x[test])
+        print(f"fold {g}: chose {best[0]}, L2 {best[2]}", flush=True)
+    return out, chosen
+
+
 def reliability(p: np.ndarray, y: np.ndarray, bins: int = 10) -> tuple[float, list[dict[str, Any]]]:
     """Expected calibration error over equal-width bins, and the table."""
     table: list[dict[str, Any]] = []
@@ -189,6 +222,9 @@ def ablation(args: argparse.Namespace) -> int:
     for idea, names in IDEAS.items():
         keep = [f for f in FEATURES if f not in names]
         variants[f"model without {idea} (held-out)"] = held_out(x, y, group, keep)
+    chosen: dict[int, Any] = {}
+    if args.nested:
+        variants["model, features and L2 chosen per fold (nested)"], chosen = nested(x, y, dict(d))
     table: list[dict[str, Any]] = []
     for name, score in variants.items():
         hits = recall_at(score, y, search)
@@ -214,7 +250,8 @@ def ablation(args: argparse.Namespace) -> int:
         calib[name] = {"ece": round(err, 4), "table": rel}
         print(f"reliability, held-out top {TOP} ({name}): ECE {err:.4f}")
         print_table(rel)
-    write_json({"dump": str(args.dump), "l2": L2, "table": table, "calibration": calib}, args.out)
+    write_json({"dump": str(args.dump), "l2": L2, "table": table, "calibration": calib, "nested_choices": chosen},
+               args.out)
     return 0
 
 
@@ -230,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("ablation", help="held-out recall and reliability, each idea on and off")
     a.add_argument("--dump", type=Path, default=ROOT / "tests" / "data" / "relevance" / "local.npz")
     a.add_argument("--out", type=Path, default=ROOT / ".bench" / "relevance_ablation.json")
+    a.add_argument("--nested", action="store_true",
+                   help="also choose the feature set and L2 per fold inside the other four (a few minutes)")
     args = p.parse_args(argv)
     return dump(args) if args.what == "dump" else ablation(args)
 

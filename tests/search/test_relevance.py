@@ -100,17 +100,19 @@ class TestConfidence:
 
 
 class TestModelFiles:
-    @pytest.mark.parametrize("name", ["local", "lexical"])
-    def test_the_shipped_model_is_what_the_fit_makes_of_the_committed_dump(self, name: str) -> None:
-        fresh = fit.fit_dump(DUMPS / "local.npz", name)
+    @pytest.mark.parametrize(("name", "dump"), [("local", "local"), ("lexical", "local"),
+                                                ("local-multilingual", "local-multilingual")])
+    def test_the_shipped_model_is_what_the_fit_makes_of_the_committed_dump(self, name: str, dump: str) -> None:
+        fresh = fit.fit_dump(DUMPS / f"{dump}.npz", name)
         shipped = model.Model.from_json(json.loads(model.path_for(name).read_text(encoding="utf-8")))
         assert shipped.features == fresh.features
         for part in ("mean", "scale", "weights"):
             assert np.allclose(getattr(shipped, part), getattr(fresh, part), atol=1e-4), part
         assert shipped.intercept == pytest.approx(fresh.intercept, abs=1e-4)
 
-    def test_the_dump_holds_no_text(self) -> None:
-        with np.load(DUMPS / "local.npz") as d:
+    @pytest.mark.parametrize("dump", ["local", "local-multilingual"])
+    def test_the_dump_holds_no_text(self, dump: str) -> None:
+        with np.load(DUMPS / f"{dump}.npz") as d:
             assert {k: d[k].dtype.kind for k in d.files} == {
                 "ingredients": "f", "label": "i", "search": "i", "group": "i", "setting": "i", "category": "i",
                 "evidence": "i"}
