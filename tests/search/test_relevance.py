@@ -82,6 +82,20 @@ class TestSignals:
         assert order_of(keys, ing) == [2, 1] and conf[1] > conf[0]
 
 
+    def test_a_turn_whose_session_the_query_also_found_elsewhere_gains(self) -> None:
+        # Prompts 4 and 5 match too, far from prompt 3 (not its neighbours): in prompt 3's session or
+        # in another one. Evidence spread over a session is the multi-hop case.
+        def confidence_of_3(session_of_4_and_5: int) -> float:
+            cands = [{"lexical": 0, "semantic": 0, "sim": 0.6, "session": 9, "number": 1},
+                     {"lexical": 1, "semantic": 2, "sim": 0.5, "session": 1, "number": 10},
+                     {"lexical": 2, "semantic": 1, "sim": 0.5, "session": 2, "number": 10},
+                     {"lexical": 3, "semantic": 3, "sim": 0.45, "session": session_of_4_and_5, "number": 20},
+                     {"lexical": 4, "semantic": 4, "sim": 0.45, "session": session_of_4_and_5, "number": 30}]
+            return float(LOCAL.probability(matrix(search_of(cands)[1]))[2])
+
+        assert confidence_of_3(2) > 1.2 * confidence_of_3(7)
+
+
 class TestConfidence:
     def test_a_row_found_only_by_meaning_and_far_from_the_query_is_not_confident(self) -> None:
         # The old fused score gave such a row 1.000 (one list, first place).
