@@ -46,6 +46,7 @@ way. Its first run backfills its Chroma store (about half an hour), kept beside 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import re
@@ -56,7 +57,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +79,12 @@ from scripts.real_claude_mem import CLAUDE_MEM_VERSION, ClaudeMemWorker
 
 KS = (5, 8, 10)
 SILENCE = ROOT / "tests" / "data" / "inject"
-GRID = [Policy(q / 100, m, n)
-        for q, m, n in itertools.product(range(30, 76, 3), (0.05, 0.1, 0.2, 0.3), (1, 2, 3, 5, 8))]
+# The gates (the best similarity; the best confidence, 0: no such gate), then which further memories
+# (a confidence floor, a share of the best one's), how many, and whether a words-only result may go in.
+GRID = [Policy(s / 100, g, f, r, n, w)
+        for s, g, f, r, n, w in itertools.product(range(30, 49, 3), (0.0, 0.3, 0.4, 0.5),
+                                                  (0.0, 0.05, 0.1, 0.2, 0.3, 0.5), (0.0, 0.5), (1, 2, 3, 5, 8),
+                                                  (True, False))]
 BUDGET = Settings.model_fields["inject_budget_tokens"].default  # the shipped budget (600)
 MAX_SILENCE = 0.10  # the goal, on the silence set's test half
 # What a policy may answer of the train half to be chosen: half the goal, a margin for prompts unlike the
@@ -136,7 +140,7 @@ def silence_prompts(half: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def ask_all(searcher: Searcher, prompts: Sequence[tuple[str, str, frozenset[Unit], str]], now: datetime,
+def ask_all(searcher: Searcher, prompts: Sequence[tuple[str, str, frozenset[Unit], str]],
             gate: bool = True) -> list[Asked]:
     """Each (group, prompt, evidence, project) searched as the service searches it (a prompt the
     service never searches, e.g. under 3 words, gets no candidates; without ``gate`` every prompt
@@ -149,7 +153,7 @@ def ask_all(searcher: Searcher, prompts: Sequence[tuple[str, str, frozenset[Unit
             continue
         t = time.perf_counter()
         results = searcher.search(request_of(prompt, project)).results
-        found = candidates(results, now)
+        found = candidates(results)
         out.append(Asked(group, evidence, found, results, prompt, project, (time.perf_counter() - t) * 1000))
     return out
 
@@ -206,14 +210,18 @@ def timed_decision(a: Asked) -> float | None:
     if a.search_ms is None:
         return None
     t = time.perf_counter()
-    decide(a, SHIPPED)
+    choose(a.found, BUDGET - frame_tokens(), frozenset())  # every token counted, as the service counts them
     return a.search_ms + (time.perf_counter() - t) * 1000
+
+
+# The grid asks the same texts again and again: their tokens counted once (the decision is unchanged).
+_count = functools.lru_cache(maxsize=None)(count_tokens)
 
 
 def decide(a: Asked, policy: Policy) -> tuple[list[str], int]:
     """The decision's injection of one prompt."""
-    chosen = choose(a.found, BUDGET - frame_tokens(), frozenset(), policy=policy)
-    return ([c.ref for c in chosen], count_tokens(render(chosen))) if chosen else ([], 0)
+    chosen = choose(a.found, BUDGET - frame_tokens(), frozenset(), count=_count, policy=policy)
+    return ([c.ref for c in chosen], _count(render(chosen))) if chosen else ([], 0)
 
 
 def pick(outcomes: dict[Policy, list[tuple[list[str], int]]], asked_: list[Asked], keep: set[int],
@@ -254,10 +262,14 @@ def frontier(outcomes: dict[Policy, list[tuple[list[str], int]]], asked_: list[A
 
 
 def spread(prompts: list[Asked], name: str) -> list[dict[str, Any]]:
-    """The best similarity's quantiles over ``prompts`` (a prompt without one counts 0)."""
-    best = sorted(max((c.similarity or 0.0 for c in a.found), default=0.0) for a in prompts)
-    at = {f"p{q}": round(best[min(len(best) - 1, int(len(best) * q / 100))], 3) for q in (5, 25, 50, 75, 95)}
-    return [{"injector": f"best similarity, {name}", "n": len(best), **at, "max": round(best[-1], 3)}]
+    """The best similarity's and the best confidence's quantiles over ``prompts`` (a prompt without
+    one counts 0)."""
+    rows = []
+    for field in ("similarity", "confidence"):
+        best = sorted(max((getattr(c, field) or 0.0 for c in a.found), default=0.0) for a in prompts)
+        at = {f"p{q}": round(best[min(len(best) - 1, int(len(best) * q / 100))], 3) for q in (5, 25, 50, 75, 95)}
+        rows.append({"injector": f"best {field}, {name}", "n": len(best), **at, "max": round(best[-1], 3)})
+    return rows
 
 
 def dev_memory(work: Path) -> tuple[Settings, list[Question]]:
@@ -480,7 +492,6 @@ def multilingual_main(work: Path, out: Path) -> int:
     from scripts import multilingual
 
     memories, queries = multilingual.load()
-    now = datetime.now(UTC)
     table: list[dict[str, Any]] = []
     spreads: list[dict[str, Any]] = []
     projects = sorted({m["project"] for m in memories})
@@ -492,8 +503,8 @@ def multilingual_main(work: Path, out: Path) -> int:
         for model in multilingual.MODELS:
             searcher = Searcher(multilingual.build(work, memories, language, model))
             try:
-                gated, every = ask_all(searcher, prompts, now), ask_all(searcher, prompts, now, gate=False)
-                silence = ask_all(searcher, quiet, now)
+                gated, every = ask_all(searcher, prompts), ask_all(searcher, prompts, gate=False)
+                silence = ask_all(searcher, quiet)
             finally:
                 searcher.close()
             gated, every = gated + silence, every + silence
@@ -544,7 +555,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.dataset == "multilingual":
         return multilingual_main(args.work / "inject-multilingual", args.out.with_name("bench_inject_multilingual.json")
                                  if args.out == OUT else args.out)
-    now = datetime.now(UTC)
 
     dev, questions = dev_memory(args.work)
     projects = sorted({q.project for q in questions})
@@ -556,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
             searcher.search(request_of("warm up the query model", project))  # as the worker warms up
         t = time.perf_counter()
         asked_ = ask_all(dev_searcher, [(q.project, q.question, frozenset((q.project, *turn) for turn in q.evidence),
-                                         q.project) for q in questions], now)
+                                         q.project) for q in questions])
         n_questions = len(asked_)
 
         def silence_of(half: str) -> list[Asked]:
@@ -564,9 +574,9 @@ def main(argv: list[str] | None = None) -> int:
             dev_rows = [r for r in rows if r["memory"] == "dev"]
             demo_rows = [r for r in rows if r["memory"] == "demo"]
             return (ask_all(dev_searcher, [("silence", r["prompt"], frozenset(), projects[i % len(projects)])
-                                           for i, r in enumerate(dev_rows)], now)
+                                           for i, r in enumerate(dev_rows)])
                     + ask_all(demo_searcher, [("silence", r["prompt"], frozenset(), PROJECTS[i % len(PROJECTS)].name)
-                                              for i, r in enumerate(demo_rows)], now))
+                                              for i, r in enumerate(demo_rows)]))
 
         train = silence_of("train")
         asked_ += train

@@ -14,9 +14,8 @@ much of each is :func:`memsync.search.inject.choose`.
 - The query: that text's first 2,000 characters and its last 500.
 - The project: from ``cwd`` by claude-mem's own rule (``project_for_cwd``; the hook's
   ``CLAUDE_PROJECT_DIR`` first, when the client forwards it as ``claude_project_dir``); the project's whole
-  memory is searched, every kind, no recency window (recency is a prior in the decision). Every
-  project's memory only when ``inject_other_projects`` is on; a payload without a ``cwd`` gets
-  nothing either way.
+  memory is searched, every kind, no recency window. Every project's memory only when
+  ``inject_other_projects`` is on; a payload without a ``cwd`` gets nothing either way.
 - Rows of the current session are already in the conversation: left out, matched by ``session_id``
   = ``sdk_sessions.content_session_id`` (prompts carry it; observations and summaries through
   their session's ``memory_session_id``).
@@ -151,7 +150,7 @@ def frame_tokens() -> int:
 
 
 def answer(payload: Mapping[str, Any], searcher: Searcher, settings: Settings,
-           sessions: SessionMemory, now: datetime | None = None) -> InjectAnswer:
+           sessions: SessionMemory) -> InjectAnswer:
     """The injection for one hook payload (see the module docstring); NOTHING when nothing fits.
     Its refs count as injected in the session only once the hook has them (:func:`delivered`): an
     answer the hook gave up on reached no prompt."""
@@ -170,7 +169,7 @@ def answer(payload: Mapping[str, Any], searcher: Searcher, settings: Settings,
     if session is not None:
         results = _outside_session(results, searcher.settings, session)
     seen = sessions.seen(session) if session is not None else frozenset()
-    found = candidates(results, now or datetime.now(UTC))
+    found = candidates(results)
     chosen = choose(found, settings.inject_budget_tokens - frame_tokens(), seen)
     if not chosen:
         log.debug("inject_none", candidates=len(found), ms=round((time.perf_counter() - started) * 1000, 1))
@@ -215,20 +214,20 @@ def request_of(prompt: str, project: str | None) -> SearchRequest:
                          limit=CANDIDATES, format=Format.FULL)
 
 
-def candidates(results: list[Result], now: datetime) -> list[Candidate]:
+def candidates(results: list[Result]) -> list[Candidate]:
     """The results as the decision sees them (``search.inject.Candidate``), in their order."""
-    return [_candidate(r, now) for r in results]
+    return [_candidate(r) for r in results]
 
 
-def _candidate(r: Result, now: datetime) -> Candidate:
-    """A result as the decision sees it: ref, signals, and its line's heading and text, made safe."""
+def _candidate(r: Result) -> Candidate:
+    """A result as the decision sees it: ref, confidence (the relevance model's), signals, and its
+    line's heading and text, made safe."""
     ref = format_ref(r.kind, r.id)
-    date, age = "", None
+    date = ""
     if r.created_at_epoch is not None:
-        created = datetime.fromtimestamp(r.created_at_epoch / 1000, UTC)
-        date, age = created.date().isoformat(), (now - created).total_seconds() / 86400
+        date = datetime.fromtimestamp(r.created_at_epoch / 1000, UTC).date().isoformat()
     heading = "- " + " ".join(x for x in (ref, date, safe(r.project or "")) if x) + ":"
-    return Candidate(ref, r.similarity, r.signals, heading, safe(_text(r)), age)
+    return Candidate(ref, r.similarity, r.confidence, r.signals, heading, safe(_text(r)))
 
 
 def _text(r: Result) -> str:

@@ -1,39 +1,97 @@
-"""The injection decision (search.inject.choose): silence when nothing fits, the budget kept, fewer
-better memories, no ref twice in a session."""
+"""The injection decision (search.inject.choose): silence when nothing fits (the best similarity's
+gate, the best confidence's), which further memories go in (the confidence's floor and share of the
+best, the cap, the search's order, the best always kept), words-only results, the budget kept,
+fewer better memories, no ref twice in a session."""
 
 from __future__ import annotations
 
 from memsync.config.tokens import count_tokens
-from memsync.search.inject import MARGIN, MAX_MEMORIES, MIN_QUALITY, Candidate, choose, cut, quality
+from memsync.search.inject import MAX_MEMORIES, MIN_SIMILARITY, SHIPPED, Candidate, Policy, choose, cut
 from memsync.search.models import Signal
 
 LONG = " ".join(f"word{i} about the upload retry budget" for i in range(200))
-
-
 SHORT = "the retry budget for flaky uploads was raised to five after the ledger duplicated rows"
+NEAR = MIN_SIMILARITY + 0.1  # a similarity that opens the similarity gate
+FAR = MIN_SIMILARITY - 0.05  # one that does not
 
 
-def cand(ref: str, similarity: float | None, signals: Signal = Signal.SEMANTIC, body: str = SHORT,
-         age: float | None = None) -> Candidate:
-    return Candidate(ref, similarity, signals, f"{ref} 2026-11-01 alpha", body, age)
+def cand(ref: str, confidence: float | None, similarity: float | None = NEAR, signals: Signal = Signal.BOTH,
+         body: str = SHORT) -> Candidate:
+    return Candidate(ref, similarity, confidence, signals, f"{ref} 2026-11-01 alpha", body)
+
+
+def refs(results: list[Candidate], budget: int = 600, seen: frozenset[str] = frozenset(),
+         policy: Policy = SHIPPED) -> list[str]:
+    return [c.ref for c in choose(results, budget, seen, policy=policy)]
 
 
 class TestSilence:
     def test_nothing_when_no_result(self) -> None:
         assert choose([], 600, set()) == []
 
-    def test_nothing_below_the_threshold_whatever_the_rank(self) -> None:
-        """A result found only by meaning has fused score 1.0; its similarity decides."""
-        assert choose([cand("#1", MIN_QUALITY - 0.1), cand("#2", 0.2)], 600, set()) == []
+    def test_nothing_when_no_result_is_near_enough_whatever_its_confidence(self) -> None:
+        """The confidence is a chance within one search: an unrelated prompt's search has confident
+        rows too, so only the best similarity says whether the memory holds anything."""
+        assert refs([cand("#1", 0.95, FAR), cand("#2", 0.9, FAR - 0.1)]) == []
+        assert refs([cand("#1", 0.95, FAR), cand("#2", 0.05, NEAR)]) == ["#1", "#2"]
 
-    def test_words_only_is_never_injected(self) -> None:
-        """No similarity (found by words only): a stack trace shares words with many memories."""
-        assert quality(cand("#1", None, Signal.LEXICAL)) is None
-        assert choose([cand("#1", None, Signal.LEXICAL)], 600, set()) == []
+    def test_the_confidence_gate_when_a_policy_asks_for_one(self) -> None:
+        policy = Policy(min_confidence=0.5)
+        assert refs([cand("#1", 0.45), cand("#2", 0.3)], policy=policy) == []
+        assert refs([cand("#1", 0.3), cand("#2", 0.55)], policy=policy)[-1] == "#2"
+
+    def test_a_result_without_a_confidence_is_never_injected(self) -> None:
+        """Rows past the re-ranked depth carry none: nothing says how likely they are."""
+        assert refs([cand("#1", None)]) == []
+        assert refs([cand("#1", None), cand("#2", 0.4)]) == ["#2"]
 
     def test_nothing_when_the_budget_cannot_hold_one_memory(self) -> None:
         assert choose([cand("#1", 0.8)], 5, set()) == []
         assert choose([cand("#1", 0.8)], 0, set()) == []
+
+
+class TestWordsOnly:
+    def test_a_words_only_result_cannot_open_the_gate(self) -> None:
+        """No similarity: a pasted stack trace shares words with many memories and means none of them."""
+        assert refs([cand("#1", 0.9, None, Signal.LEXICAL)]) == []
+
+    def test_it_goes_in_beside_a_result_that_opened_the_gate(self) -> None:
+        results = [cand("#1", 0.6, None, Signal.LEXICAL), cand("#2", 0.5)]
+        assert refs(results) == ["#1", "#2"]
+        assert refs(results, policy=Policy(words_only=False)) == ["#2"]
+
+
+class TestWhichMemories:
+    def test_further_memories_at_least_the_floor(self) -> None:
+        policy = Policy(floor=0.2)
+        assert refs([cand("#1", 0.6), cand("#2", 0.21), cand("#3", 0.19)], policy=policy) == ["#1", "#2"]
+
+    def test_further_memories_at_least_a_share_of_the_best_one(self) -> None:
+        policy = Policy(floor=0.0, ratio=0.5)
+        assert refs([cand("#1", 0.6), cand("#2", 0.31), cand("#3", 0.29)], policy=policy) == ["#1", "#2"]
+
+    def test_at_most_max_memories_even_with_budget_left(self) -> None:
+        chosen = choose([cand(f"#{i}", 0.8 - i * 0.01) for i in range(10)], 1500, set())
+        assert len(chosen) == MAX_MEMORIES
+        assert sum(c.tokens for c in chosen) < 1500 / 2
+
+    def test_the_search_order_is_kept(self) -> None:
+        """The search ranks (by the same confidence, among other things); the decision does not reorder."""
+        assert refs([cand("#P2", 0.5), cand("#1", 0.8), cand("#S3", 0.7)]) == ["#P2", "#1", "#S3"]
+
+    def test_the_most_confident_always_stays(self) -> None:
+        """The cap, the floor and a short budget take from the search's order, never the best one."""
+        results = [cand(f"#{i}", 0.3) for i in range(MAX_MEMORIES)] + [cand("#best", 0.7)]
+        got = refs(results, 1500)
+        assert len(got) == MAX_MEMORIES and got[-1] == "#best" and "#7" not in got
+        assert refs([cand("#1", 0.05), cand("#2", 0.06)], policy=Policy(floor=0.5)) == ["#2"]
+        short = [cand("#1", 0.3, body=LONG), cand("#2", 0.3, body=LONG), cand("#3", 0.7, body=LONG)]
+        assert refs(short, 25) == ["#3"]
+        assert refs([cand("#1", 0.3), cand("#1", 0.7)], policy=Policy(floor=0.5)) == ["#1"]
+
+    def test_a_small_budget_keeps_the_best_rather_than_stubs_of_each(self) -> None:
+        results = [cand("#1", 0.8, body=LONG), cand("#2", 0.79, body=LONG), cand("#3", 0.78, body=LONG)]
+        assert refs(results, 30) == ["#1"]
 
 
 class TestBudget:
@@ -53,67 +111,21 @@ class TestBudget:
 
     def test_a_short_memory_is_whole(self) -> None:
         (only,) = choose([cand("#1", 0.8)], 600, set())
-        assert only.body == cand("#1", 0.8).body
+        assert only.body == SHORT
 
     def test_cut_refuses_a_stub(self) -> None:
         assert cut(LONG, 3) is None
         assert cut("short text", 50) == "short text"
 
 
-class TestFewerBetter:
-    def test_only_memories_near_the_best_one(self) -> None:
-        chosen = choose([cand("#1", 0.85), cand("#2", 0.84 - MARGIN), cand("#3", 0.8 - MARGIN)], 600, set())
-        assert [c.ref for c in chosen] == ["#1"]
-
-    def test_at_most_max_memories_even_with_budget_left(self) -> None:
-        results = [cand(f"#{i}", 0.8 - i * 0.001) for i in range(10)]
-        chosen = choose(results, 1500, set())
-        assert len(chosen) == MAX_MEMORIES
-        assert sum(c.tokens for c in chosen) < 1500 / 2
-
-    def test_the_search_order_is_kept(self) -> None:
-        """The search ranks; the similarity only says whether a memory is near enough to the best."""
-        chosen = choose([cand("#P2", 0.62, Signal.BOTH), cand("#1", 0.80), cand("#S3", 0.70)], 600, set())
-        assert [c.ref for c in chosen] == ["#P2", "#1", "#S3"]
-
-    def test_the_best_quality_opens_the_gate_wherever_it_ranks(self) -> None:
-        results = [cand("#1", MIN_QUALITY - 0.1), cand("#2", MIN_QUALITY + 0.05)]
-        assert [c.ref for c in choose(results, 600, set())] == ["#1", "#2"]
-        assert choose(results[:1], 600, set()) == []
-
-    def test_both_sides_agreeing_tip_the_margin(self) -> None:
-        best, near = cand("#1", 0.80), cand("#2", 0.80 - MARGIN - 0.01)
-        assert [c.ref for c in choose([best, near], 600, set())] == ["#1"]
-        agreeing = cand("#2", 0.80 - MARGIN - 0.01, Signal.BOTH)
-        assert [c.ref for c in choose([best, agreeing], 600, set())] == ["#1", "#2"]
-
-    def test_recency_tips_the_gate_only(self) -> None:
-        assert choose([cand("#3", MIN_QUALITY - 0.03, age=0)], 600, set()) == []
-        assert choose([cand("#3", MIN_QUALITY - 0.01, age=3000)], 600, set()) == []
-        assert [c.ref for c in choose([cand("#3", MIN_QUALITY - 0.01, age=0)], 600, set())] == ["#3"]
-
-    def test_the_one_that_opened_the_gate_always_stays(self) -> None:
-        """The cap and a short budget take from the search's order, never the best one: the block
-        must not hold only memories that did not pass the gate."""
-        low = MIN_QUALITY - MARGIN + 0.05
-        results = [cand(f"#{i}", low) for i in range(MAX_MEMORIES)] + [cand("#best", MIN_QUALITY + 0.01)]
-        refs = [c.ref for c in choose(results, 1500, set())]
-        assert len(refs) == MAX_MEMORIES and refs[-1] == "#best" and "#7" not in refs
-        short = [cand("#1", low, body=LONG), cand("#2", low, body=LONG), cand("#3", MIN_QUALITY + 0.01, body=LONG)]
-        assert [c.ref for c in choose(short, 25, set())] == ["#3"]
-        assert [c.ref for c in choose([cand("#1", low), cand("#1", MIN_QUALITY + 0.01)], 600, set())] == ["#1"]
-
-    def test_a_small_budget_keeps_the_best_rather_than_stubs_of_each(self) -> None:
-        results = [cand("#1", 0.8, body=LONG), cand("#2", 0.79, body=LONG), cand("#3", 0.78, body=LONG)]
-        chosen = choose(results, 30, set())
-        assert [c.ref for c in chosen] == ["#1"]
-
-
 class TestSeen:
     def test_seen_refs_are_not_repeated(self) -> None:
-        results = [cand("#1", 0.8), cand("#S2", 0.79), cand("#P3", 0.78 - MARGIN)]
-        assert [c.ref for c in choose(results, 600, {"#1"})] == ["#S2"]
-        assert choose(results, 600, {"#1", "#S2", "#P3"}) == []
+        results = [cand("#1", 0.8), cand("#S2", 0.6), cand("#P3", 0.5, FAR)]
+        assert refs(results, seen=frozenset({"#1"})) == ["#S2", "#P3"]
+        assert refs(results, seen=frozenset({"#1", "#S2", "#P3"})) == []
+
+    def test_a_seen_ref_cannot_open_the_gate(self) -> None:
+        assert refs([cand("#1", 0.8), cand("#2", 0.6, FAR)], seen=frozenset({"#1"})) == []
 
     def test_a_ref_listed_twice_is_chosen_once(self) -> None:
-        assert [c.ref for c in choose([cand("#1", 0.8), cand("#1", 0.8)], 600, set())] == ["#1"]
+        assert refs([cand("#1", 0.8), cand("#1", 0.8)]) == ["#1"]

@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 
 from memsync.config.cjk import word_count
+from memsync.config.claude_mem.schema import Kind
 from memsync.config.settings import Settings
 from memsync.config.tokens import count_tokens
 from memsync.search import Searcher
 from memsync.search.inject import Chosen
+from memsync.search.models import Result, Signal
 from memsync.servers.inject_service import (
     FOOTER,
     HEADER,
@@ -21,11 +23,23 @@ from memsync.servers.inject_service import (
     SessionMemory,
     answer,
     asked,
+    candidates,
     delivered,
     query_of,
     render,
     safe,
 )
+
+
+class TestCandidates:
+    def test_each_result_brings_its_similarity_confidence_and_signals_in_order(self) -> None:
+        results = [Result(Kind.OBSERVATION, 7, 1.0, Signal.LEXICAL, None, 0.62, 1_793_000_000_000, "alpha",
+                          record={"title": "Retry budget", "narrative": "raised to five"}),
+                   Result(Kind.PROMPT, 3, 0.5, Signal.BOTH, 0.71, None, None, "alpha", record={"prompt_text": "hi"})]
+        first, second = candidates(results)
+        assert (first.ref, first.similarity, first.confidence, first.signals) == ("#7", None, 0.62, Signal.LEXICAL)
+        assert first.heading.startswith("- #7 2026-") and first.body == "Retry budget. raised to five"
+        assert (second.ref, second.similarity, second.confidence, second.body) == ("#P3", 0.71, None, "hi")
 
 
 class TestFrame:
