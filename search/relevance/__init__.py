@@ -48,15 +48,15 @@ def ingredients(keys: Sequence[Key], lists: Mapping[str, Mapping[Key, int]],
     return out
 
 
-def rank(entries: Sequence[PageEntry], ing: Matrix, model: Model) -> list[PageEntry]:
+def rank(entries: Sequence[PageEntry], ing: Matrix, model: Model, reorder: bool = True) -> list[PageEntry]:
     """The first ``len(ing)`` entries ordered by the model's confidence (ties keep the fused order),
     each carrying it; the fused scores re-dealt in the new order so they still fall down the page;
-    the rest after them, unchanged."""
+    the rest after them, unchanged. ``reorder`` False: the fused order kept, confidences added."""
     head = list(entries[:len(ing)])
     if not head:
         return list(entries)
     conf = model.probability(matrix(ing))
-    order = sorted(range(len(head)), key=lambda i: (-conf[i], i))
+    order = sorted(range(len(head)), key=lambda i: (-conf[i], i)) if reorder else list(range(len(head)))
     scores = [e.score for e in head]
     ranked = [head[j]._replace(score=scores[n], confidence=float(conf[j])) for n, j in enumerate(order)]
     return ranked + list(entries[len(head):])

@@ -165,7 +165,8 @@ def test_the_search_answers_in_the_models_order_with_each_confidence(tmp_path: P
     settings = build(tmp_path, records)
     engine = Searcher(settings)
     try:
-        resp = engine.search(SearchRequest(query="why did the deploy fail registry token", window_days=0))
+        resp = engine.search(SearchRequest(query="why did the deploy fail registry token", window_days=0,
+                                           kinds=[Kind.PROMPT]))
         assert resp.mode is Mode.HYBRID and "relevance" in resp.timings_ms
         conf = [r.confidence for r in resp.results]
         assert all(c is not None and 0 <= c <= 1 for c in conf)
@@ -174,6 +175,24 @@ def test_the_search_answers_in_the_models_order_with_each_confidence(tmp_path: P
         assert resp.results[0].to_json()["confidence"] == round(conf[0], 4)  # type: ignore[arg-type]
     finally:
         engine.close()
+
+
+def test_a_search_over_every_kind_keeps_the_fused_order_and_gains_confidences(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    records = [p("the deploy failed because the registry token expired", 2, number=4),
+               p("so we rotated the token and pinned the registry mirror", 2, number=5),
+               o("Registry token expiry broke the deploy pipeline", 2, prompt_number=4)]
+    settings = build(tmp_path, records)
+    engine = Searcher(settings)
+    req = SearchRequest(query="why did the deploy fail registry token", window_days=0)
+    try:
+        got = engine.search(req)
+        monkeypatch.setattr(relevance, "rank", lambda entries, ing, model, reorder=True: list(entries))
+        fused = engine.search(req)
+    finally:
+        engine.close()
+    assert [r.key for r in got.results] == [r.key for r in fused.results]
+    assert all(r.confidence is not None for r in got.results) and all(r.confidence is None for r in fused.results)
 
 
 def test_the_lexical_fallback_reads_the_lexical_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
