@@ -65,7 +65,7 @@ class DumpSearcher(Searcher):
     captured: tuple[list[PageEntry], Matrix] | None = None
 
     def _rank(self, rows: SourceRows, entries: list[PageEntry], lex: LexicalAnswer, sem: SemanticAnswer,
-              linked: LinkedAnswer, plan_kinds: Sequence[Kind] = (Kind.PROMPT,)) -> list[PageEntry]:
+              linked: LinkedAnswer, reorder: bool = True) -> list[PageEntry]:
         head = entries[:DEPTH]
         self.captured = (head, self._ingredients(rows, head, lex, sem, linked))
         return entries

@@ -24,7 +24,6 @@ The lookups (find_by_*, get, timeline, recent context, similar) are in ``search.
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from memsync.config.claude_mem.schema import Kind
@@ -125,7 +124,19 @@ class Searcher(Lookups):
                 entries = self._fuse(lex, sem, linked) if by_relevance else _date_order(rows, lexical, plan, sem)
             if by_relevance:
                 with watch.stage("relevance"):
-                    entries = self._rank(rows, entries, lex, sem, linked, plan.kinds)
+                    # The order changes only for prompt searches with words in them, the shape the
+                    # model was measured on (LoCoMo's questions): on the multilingual set's coding
+                    # memory, asked over every kind, re-ranking cost hybrid recall@10 0.969 -> 0.956 in
+                    # English and more in Chinese, Japanese and Korean (docs/benchmarks.md); a search
+                    # by meaning alone keeps the dense order it asked for. Elsewhere the fused order
+                    # stays and each result only gains its confidence.
+                    reorder = set(plan.kinds) == {Kind.PROMPT} and mode is not Mode.SEMANTIC
+                    try:
+                        entries = self._rank(rows, entries, lex, sem, linked, reorder)
+                    except (QueryTimeout, IndexError, ValueError, OSError) as exc:
+                        # A slow database, a vector copy damaged in place, an unreadable model file:
+                        # the fused order answers, and says so.
+                        notes.append(f"relevance model skipped, fused order kept: {exc}")
                 if self.settings.rerank_provider != "none":
                     with watch.stage("rerank"):
                         entries = rerank(self.settings, rows, plan.query, entries, notes)
@@ -177,18 +188,14 @@ class Searcher(Lookups):
 
 
     def _rank(self, rows: SourceRows, entries: list[PageEntry], lex: LexicalAnswer, sem: SemanticAnswer,
-              linked: LinkedAnswer, plan_kinds: Sequence[Kind] = (Kind.PROMPT,)) -> list[PageEntry]:
-        """The fused top ``relevance.DEPTH`` re-ranked by the relevance model, each with its
-        confidence (``search.relevance``): the provider's model, or the lexical one when the dense
-        side did not answer."""
+              linked: LinkedAnswer, reorder: bool = True) -> list[PageEntry]:
+        """The fused top ``relevance.DEPTH`` re-ranked by the relevance model (``reorder`` False: in
+        fused order), each with its confidence (``search.relevance``): the provider's model, or the
+        lexical one when the dense side did not answer."""
         ing = self._ingredients(rows, entries[:relevance.DEPTH], lex, sem, linked)
         dense = not sem.unavailable and bool(sem.hits)
         model = relevance.load(self.settings.embedding_provider if dense else relevance.LEXICAL)
-        # The order changes only for prompt searches, the shape the model was measured on (LoCoMo's
-        # questions). On the multilingual set's coding memory, asked over every kind, re-ranking cost
-        # hybrid recall@10 0.969 -> 0.956 in English and more in Chinese, Japanese and Korean
-        # (docs/benchmarks.md): there the fused order stays and each result only gains its confidence.
-        return relevance.rank(entries, ing, model, reorder=set(plan_kinds) == {Kind.PROMPT})
+        return relevance.rank(entries, ing, model, reorder)
 
     def _ingredients(self, rows: SourceRows, head: list[PageEntry], lex: LexicalAnswer, sem: SemanticAnswer,
                      linked: LinkedAnswer) -> relevance.Matrix:
@@ -212,7 +219,8 @@ class Searcher(Lookups):
         floor = min((h.similarity for h in sem.hits), default=0.0)
         missing = [k for k in keys if k not in similarity]
         if missing and sem.copy is not None and sem.query is not None:
-            # Rows only the lexical side found: their cosine from the vector copy (nothing embedded).
+            # Rows only the lexical side found: their cosine from the vector copy the semantic side
+            # opened (prompt searches with a complete copy; elsewhere the floor, as in the fit).
             for key, vecs in sem.copy.row_vectors(missing).items():
                 similarity[key] = float((vecs @ sem.query).max())
         return relevance.ingredients(keys, lists, shares, similarity, floor, rows.positions(keys))

@@ -15,7 +15,7 @@ keeps the fused order (it re-orders prompt searches only). Two questions, two si
   to 5% of the train half keeps 0.43 of the evidence; the best similarity has p5 0.59 against p95
   0.33 (max 0.40), and its gate keeps 0.67. A confidence gate beside it (``min_confidence``) is in
   the benchmark's grid and was never chosen: it only took recall.
-- **Which memories go in** is the search's order, the most confident one first, at most
+- **Which memories go in** is the search's order (the most confident one always kept), at most
   ``max_memories``, each at least ``floor`` and ``ratio`` of the best one's confidence. Measured: a
   floor trades recall for precision (floor 0.1 in the relevance order: recall 0.63, precision 0.20,
   against 0.67 and 0.16 with none); under the benchmark's rule (the most recall with at most 5% of

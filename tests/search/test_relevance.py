@@ -207,3 +207,35 @@ def test_the_lexical_fallback_reads_the_lexical_model(tmp_path: Path, monkeypatc
         engine.close()
     assert loaded == [relevance.LEXICAL] and resp.results and resp.results[0].confidence is not None
 
+
+
+def test_a_relevance_stage_that_fails_leaves_the_fused_order_and_says_so(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = build(tmp_path, [p("the deploy failed because the registry token expired", 2, number=4),
+                                p("so we rotated the token", 2, number=5)])
+    engine = Searcher(settings)
+    req = SearchRequest(query="registry token deploy", window_days=0, kinds=[Kind.PROMPT])
+
+    def broken(name: str) -> relevance.Model:
+        raise OSError("model file unreadable")
+
+    try:
+        monkeypatch.setattr(relevance, "load", broken)
+        resp = engine.search(req)
+    finally:
+        engine.close()
+    assert resp.results and all(r.confidence is None for r in resp.results)
+    assert resp.reason and "relevance model skipped" in resp.reason
+
+
+def test_a_search_by_meaning_alone_keeps_the_dense_order(tmp_path: Path) -> None:
+    settings = build(tmp_path, [p("the deploy failed because the registry token expired", 2, number=4),
+                                p("so we rotated the token", 2, number=5), p("ok", 2, number=6)])
+    engine = Searcher(settings)
+    try:
+        resp = engine.search(SearchRequest(query="registry token deploy", window_days=0, kinds=[Kind.PROMPT],
+                                           mode=Mode.SEMANTIC))
+    finally:
+        engine.close()
+    sims = [r.similarity for r in resp.results]
+    assert sims == sorted(sims, reverse=True) and all(r.confidence is not None for r in resp.results)  # type: ignore[type-var]
