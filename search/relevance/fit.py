@@ -29,7 +29,7 @@ DIGITS = 6
 DENSE_ONLY = ("semantic_rank", "context_rank", "linked_semantic_rank")
 LEXICAL_FEATURES = tuple(f for f in FEATURES if f not in (
     "semantic", "context", "linked_semantic", "semantic_log_rank", "similarity", "similarity_gap", "both_sides",
-    "near_2_x_similarity"))
+    "near_2_x_similarity", "similarity_squared"))
 
 
 def without_dense(ing: Matrix) -> Matrix:
