@@ -146,7 +146,7 @@ class Runner:
     def _search(self, q: Question, mode: Mode, limit: int, searcher: Searcher | None = None) -> list[Result]:
         resp = (searcher or self.searcher).search(SearchRequest(
             query=q.question, kinds=[Kind.PROMPT], filters=Filters(project=q.project), window_days=0, limit=limit,
-            mode=mode))
+            mode=mode, show_all=True))  # the ranking is measured, not the lists' cutoff
         if resp.mode is not mode:
             raise SystemExit(f"{mode.value} answered as {resp.mode.value}: {resp.reason}")
         return resp.results

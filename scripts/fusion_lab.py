@@ -2,6 +2,7 @@
 
     .venv/bin/python -m scripts.fusion_lab dump [--provider local] [--links turn,session-end,none]
     .venv/bin/python -m scripts.fusion_lab ablation [--dump FILE] [--nested] [--out FILE]
+    .venv/bin/python -m scripts.fusion_lab cutoff [--dump FILE] [--out FILE]
 
 ``dump`` asks every question of categories 1-4 as ``bench_quality`` asks it (hybrid, its project, all
 time, prompts only), and in the linkings whose links say which turn an observation came from
@@ -19,6 +20,11 @@ whole-set fit), and the reliability of the confidence on the held-out folds (10 
 every search): the table in docs/benchmarks.md. ``--nested`` adds the honest check of the choices
 made by reading that table (which ideas to keep, the L2 penalty): each made again per held-out
 conversation from the other four alone.
+
+``cutoff`` chooses the lists' ``min_confidence`` the same way: per held-out conversation, the
+largest threshold that keeps ``KEEP`` of the evidence the top 10 holds on the other four (held-out
+confidences there too), then reports on the held-out one what share of the evidence its top 10
+keeps, what share of the rest it hides, and how many results a list shows.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ from scripts.locomo import DEFAULT_DATA, LINKS
 
 MIXED_LINKS = ("turn", "none")  # observations' links name their evidence turn (or there are none)
 TOP = 10
+KEEP = 0.95  # a list hides a result a person would have read at most once in twenty: --all shows the rest
+THRESHOLDS = tuple(round(0.005 * i, 3) for i in range(1, 61))  # 0.005 .. 0.3
 # Each idea and the features it adds (the ablation takes them out together).
 IDEAS: dict[str, tuple[str, ...]] = {
     "neighbours in the session": ("near_2", "near_3", "near_2_x_similarity", "near_2_x_fused"),
@@ -94,7 +102,8 @@ def dump_linking(links: str, data: Path, work: Path, provider: str, first: int) 
         sessions = {sess for sess, _ in turns}
         for mixed in (False, True) if links in MIXED_LINKS else (False,):
             req = SearchRequest(query=q.question, kinds=ALL_KINDS if mixed else [Kind.PROMPT],
-                                filters=Filters(project=q.project), window_days=0, limit=20, mode=Mode.HYBRID)
+                                filters=Filters(project=q.project), window_days=0, limit=20, mode=Mode.HYBRID,
+                                show_all=True)
             resp = s.search(req)
             if resp.mode is not Mode.HYBRID:
                 raise SystemExit(f"hybrid answered as {resp.mode.value}: {resp.reason}")
@@ -281,6 +290,64 @@ def ablation(args: argparse.Namespace) -> int:
     return 0
 
 
+def shown_top(held: np.ndarray, search: np.ndarray, setting: np.ndarray) -> np.ndarray:
+    """The candidates a list's first page holds: the top 10 of each search in the order the engine
+    gives it (prompt searches by confidence, searches over every kind in fused order)."""
+    top = np.zeros(len(held), dtype=bool)
+    for s in np.unique(search):
+        rows = np.flatnonzero(search == s)
+        order = rows[np.argsort(-held[rows], kind="stable")] if setting[rows[0]] % 2 == 0 else rows
+        top[order[:TOP]] = True
+    return top
+
+
+def cutoff_effect(held: np.ndarray, y: np.ndarray, search: np.ndarray, top: np.ndarray,
+                  t: float | np.ndarray) -> dict[str, Any]:
+    """What a threshold (one, or one per candidate) does to the first pages ``top``: the share of
+    their evidence kept, the share of the rest hidden, results shown per list, empty lists."""
+    t = np.broadcast_to(np.asarray(t, dtype=np.float64), held.shape)
+    rel, non = top & (y == 1), top & (y == 0)
+    ids = np.unique(search[top])
+    shown = np.bincount(search[top & (held >= t)], minlength=int(search.max()) + 1)[ids]
+    return {"evidence kept": round(float((held[rel] >= t[rel]).mean()), 3),
+            "others hidden": round(float((held[non] < t[non]).mean()), 3),
+            "mean shown": round(float(shown.mean()), 2), "empty lists": round(float((shown == 0).mean()), 3)}
+
+
+def largest_keeping(conf: np.ndarray, y: np.ndarray, top: np.ndarray) -> float:
+    """The largest threshold of ``THRESHOLDS`` that keeps ``KEEP`` of the evidence the first pages hold."""
+    kept = conf[top & (y == 1)]
+    return max((t for t in THRESHOLDS if (kept >= t).mean() >= KEEP), default=THRESHOLDS[0])
+
+
+def cutoff(args: argparse.Namespace) -> int:
+    d = np.load(args.dump)
+    ing, y = d["ingredients"].astype(np.float64), d["label"].astype(np.float64)
+    search, group, setting = d["search"], d["group"], d["setting"]
+    x = feature_matrix(ing, search)
+    held, chosen = np.zeros(len(y)), np.zeros(len(y))
+    for g in np.unique(group):
+        train, test = np.flatnonzero(group != g), group == g
+        inner = held_out(x[train], y[train], group[train], FEATURES)  # the choice sees no held-out confidence
+        chosen[test] = largest_keeping(inner, y[train], shown_top(inner, search[train], setting[train]))
+        held[test] = fit(x[train], y[train], "fold").probability(x[test])
+        print(f"fold {g}: chose {chosen[test][0]}", flush=True)
+    top = shown_top(held, search, setting)
+    rows = [{"held out": int(g), "min_confidence": float(chosen[group == g][0]),
+             **cutoff_effect(held, y, search, top & (group == g), chosen)} for g in np.unique(group)]
+    rows.append({"held out": "pooled", "min_confidence": "per fold", **cutoff_effect(held, y, search, top, chosen)})
+    grid = [{"min_confidence": t, **cutoff_effect(held, y, search, top, t)}
+            for t in (0.01, 0.02, 0.03, 0.035, 0.05, 0.1, 0.2)]
+    whole = fit(x, y, "all").probability(x)
+    ship = largest_keeping(whole, y, shown_top(whole, search, setting))
+    print_table(rows)
+    print("each threshold on the held-out confidences:")
+    print_table(grid)
+    print(f"the same rule on the whole set (what ships): {ship}")
+    write_json({"dump": str(args.dump), "keep": KEEP, "folds": rows, "grid": grid, "whole set": ship}, args.out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
@@ -295,8 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--out", type=Path, default=ROOT / ".bench" / "relevance_ablation.json")
     a.add_argument("--nested", action="store_true",
                    help="also choose the feature set and L2 per fold inside the other four (a few minutes)")
+    c = sub.add_parser("cutoff", help="the lists' min_confidence, chosen leave-one-conversation-out")
+    c.add_argument("--dump", type=Path, default=ROOT / "tests" / "data" / "relevance" / "local.npz")
+    c.add_argument("--out", type=Path, default=ROOT / ".bench" / "relevance_cutoff.json")
     args = p.parse_args(argv)
-    return dump(args) if args.what == "dump" else ablation(args)
+    return {"dump": dump, "ablation": ablation, "cutoff": cutoff}[args.what](args)
 
 
 if __name__ == "__main__":

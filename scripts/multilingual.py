@@ -157,7 +157,7 @@ def fts5(db: Path, query: str, limit: int) -> list[Key]:
 def ranked(searcher: Searcher, query: str, mode: Mode, limit: int) -> tuple[list[Key], float]:
     """memsync's ranking (kind, id) for one query over all kinds and all time, and its ms."""
     t = time.perf_counter()
-    resp = searcher.search(SearchRequest(query=query, window_days=0, limit=limit, mode=mode))
+    resp = searcher.search(SearchRequest(query=query, window_days=0, limit=limit, mode=mode, show_all=True))
     ms = (time.perf_counter() - t) * 1000
     if resp.mode is not mode:
         raise SystemExit(f"{mode.value} answered as {resp.mode.value}: {resp.reason}")

@@ -122,6 +122,7 @@ class Searcher(Lookups):
             with watch.stage("fuse"):
                 by_relevance = request.order is Order.RELEVANCE
                 entries = self._fuse(lex, sem, linked) if by_relevance else _date_order(rows, lexical, plan, sem)
+            ranked, below = False, 0
             if by_relevance:
                 with watch.stage("relevance"):
                     # The order changes only for prompt searches with words in them, the shape the
@@ -132,7 +133,7 @@ class Searcher(Lookups):
                     # stays and each result only gains its confidence.
                     reorder = set(plan.kinds) == {Kind.PROMPT} and mode is not Mode.SEMANTIC
                     try:
-                        entries = self._rank(rows, entries, lex, sem, linked, reorder)
+                        entries, ranked = self._rank(rows, entries, lex, sem, linked, reorder), True
                     except (QueryTimeout, IndexError, ValueError, OSError) as exc:
                         # A slow database, a vector copy damaged in place, an unreadable model file:
                         # the fused order answers, and says so.
@@ -140,13 +141,22 @@ class Searcher(Lookups):
                 if self.settings.rerank_provider != "none":
                     with watch.stage("rerank"):
                         entries = rerank(self.settings, rows, plan.query, entries, notes)
+            cutoff = self.settings.min_confidence if ranked and not request.show_all else None
+            cutoff = cutoff or None  # 0: no cutoff, every match listed
+            if cutoff is not None:
+                # One threshold for lists (the injection decision has its own): a row past the depth
+                # the model reads has no confidence, and is left out with those below it.
+                kept = [e for e in entries if e.confidence is not None and e.confidence >= cutoff]
+                below, entries = len(entries) - len(kept), kept
             with watch.stage("hydrate"):
-                results = hydrate.results(rows, entries[request.offset:plan.need], sem.similarity, request.format)
+                results = hydrate.results(rows, entries[request.offset:plan.need], sem.similarity, request.format,
+                                          fused=by_relevance)
             watch.total()
             if index := lexical.index_note():  # e.g. prompts (claude-mem dropped user_prompts_fts), CJK words
                 notes.append(index)
             return Response(Mode.LEXICAL_FALLBACK if sem.unavailable else mode, results, plan.window, excluded,
-                            "; ".join(notes) or None, len(entries), watch.timings, plan.query, sem.coverage)
+                            "; ".join(notes) or None, len(entries), watch.timings, plan.query, sem.coverage,
+                            below, cutoff)
         except QueryTimeout as exc:
             raise SearchError(f"the database did not answer in time ({exc}); try again") from exc
         finally:
@@ -284,7 +294,7 @@ def _listing(rows: SourceRows, plan: Plan) -> Response:
         dated.extend((e, (kind, i)) for i, e in rows.recent(kind, plan.scope, plan.need, 0, newest))
     dated.sort(key=lambda x: (x[0], x[1][1]), reverse=newest)
     page = [PageEntry(k, 1.0, False, True) for _, k in dated[request.offset:plan.need]]
-    results = hydrate.results(rows, page, {}, request.format)
+    results = hydrate.results(rows, page, {}, request.format, fused=False)
     watch.total()
     total = sum(rows.count(kind, plan.filters, plan.window) for kind in plan.kinds)
     return Response(Mode.LEXICAL, results, plan.window, 0, "no words in the query: newest records listed",

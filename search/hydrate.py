@@ -20,13 +20,15 @@ TITLE_CHARS = 120
 
 
 class PageEntry(NamedTuple):
-    """One row of a page: its key, score in 0..1, which sides found it, and its confidence."""
+    """One row of a page: its key, its fused score (or, in date order, its cosine), which sides found
+    it, its confidence, and the raw signals the relevance model read."""
 
     key: Key
     score: float
     semantic: bool
     lexical: bool
     confidence: float | None = None  # the relevance model's chance that the row is relevant
+    explain: Mapping[str, float] | None = None  # the model's ingredients (``relevance.explain``)
 
 
 def records(rows: SourceRows, kind: Kind, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
@@ -54,9 +56,10 @@ def records(rows: SourceRows, kind: Kind, ids: Sequence[int]) -> dict[int, dict[
 
 
 def results(rows: SourceRows, page: Sequence[PageEntry], similarity: Mapping[Key, RowHit],
-            format: Format) -> list[Result]:
+            format: Format, fused: bool = True) -> list[Result]:
     """The page's rows as results, in page order; ``similarity`` holds the semantic hits (cosine
-    and best field) of the rows the vector side found."""
+    and best field) of the rows the vector side found; ``fused``: the entries' scores are fused
+    RRF values (relevance order), kept as each result's ``fused`` signal."""
     by_kind: dict[Kind, list[int]] = {}
     for (kind, i), *_ in page:
         by_kind.setdefault(kind, []).append(i)
@@ -66,7 +69,7 @@ def results(rows: SourceRows, page: Sequence[PageEntry], similarity: Mapping[Key
         row = found.get(entry.key[0], {}).get(entry.key[1])
         if row is None:
             continue  # deleted since it was indexed
-        out.append(_result(entry, row, similarity.get(entry.key), format))
+        out.append(_result(entry, row, similarity.get(entry.key), format, fused))
     return out
 
 
@@ -82,12 +85,12 @@ def title_of(kind: Kind, row: dict[str, Any]) -> str:
     return line if len(line) <= TITLE_CHARS else line[:TITLE_CHARS - 3] + "..."
 
 
-def _result(entry: PageEntry, row: dict[str, Any], hit: RowHit | None, format: Format) -> Result:
+def _result(entry: PageEntry, row: dict[str, Any], hit: RowHit | None, format: Format, fused: bool) -> Result:
     kind, sem, lex = entry.key[0], entry.semantic, entry.lexical
     signal = Signal.BOTH if sem and lex else Signal.SEMANTIC if sem else Signal.LEXICAL
     return Result(
-        kind=kind, id=int(row["id"]), score=float(entry.score), signals=signal,
-        confidence=entry.confidence,
+        kind=kind, id=int(row["id"]), score=entry.confidence, signals=signal,
+        fused=float(entry.score) if fused else None, explain=entry.explain,
         similarity=hit.similarity if hit else None,
         created_at_epoch=int(row["created_at_epoch"]) if row.get("created_at_epoch") is not None else None,
         project=row.get("project"), type=row.get("type") if kind is Kind.OBSERVATION else None,

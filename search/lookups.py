@@ -139,7 +139,7 @@ class Lookups(ABC):
                 return [], (Kind.OBSERVATION, 0)
             pos = ordered.index(key)
             page = [PageEntry(k, 1.0, False, False) for k in ordered[max(0, pos - depth_before):pos + depth_after + 1]]
-            results = hydrate.results(rows, page, {}, format)
+            results = hydrate.results(rows, page, {}, format, fused=False)
             for r in results:
                 r.signals = Signal.LEXICAL
                 if r.key == key:
@@ -200,7 +200,8 @@ class Lookups(ABC):
             mean /= float(np.linalg.norm(mean)) or 1.0
             hits = self.vector.nearest(mean.astype(np.float32), self.settings.candidates)
         except VectorUnavailable as exc:
-            resp = self.search(SearchRequest(query=text, window_days=window_days, limit=limit + 1, mode=Mode.LEXICAL))
+            resp = self.search(SearchRequest(query=text, window_days=window_days, limit=limit + 1, mode=Mode.LEXICAL,
+                                               show_all=True))
             results = [r for r in resp.results if r.key != (Kind.OBSERVATION, observation_id)][:limit]
             return results, Mode.LEXICAL_FALLBACK, str(exc)
         hits = [h for h in hits if (h.kind, h.id) != (Kind.OBSERVATION, observation_id)]
@@ -210,7 +211,7 @@ class Lookups(ABC):
             if window.start_ms is not None:
                 hits = passing_hits(rows, hits, set(KINDS), Scope(Filters(), window))
             page = [PageEntry((h.kind, h.id), h.similarity, True, False) for h in hits[:limit]]
-            results = hydrate.results(rows, page, {(h.kind, h.id): h for h in hits}, Format.INDEX)
+            results = hydrate.results(rows, page, {(h.kind, h.id): h for h in hits}, Format.INDEX, fused=False)
         finally:
             rows.close()
         for r in results:

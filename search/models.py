@@ -1,12 +1,15 @@
 """The search library's types: what a caller asks (filters, window, order) and what it gets back.
 
-Every result names its kind and id together (ids are unique only within a kind), a score in 0..1
-and the signals that found it; every response names the mode that answered and why, the window
-applied, how many matches the window excluded, and per-stage timings.
+Every result names its kind and id together (ids are unique only within a kind), its score (the
+relevance model's confidence: the calibrated chance that it is relevant, ``search.relevance``) and
+the signals that found it; every response names the mode that answered and why, the window
+applied, how many matches the window excluded, how many the confidence cutoff left out, and
+per-stage timings.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -93,14 +96,16 @@ class Scope:
 
 @dataclass(slots=True)
 class Result:
-    """One row found."""
+    """One row found. ``score`` is its confidence, the chance that it is relevant (relevance order,
+    within the fused top ``relevance.DEPTH``); None in date order, in a listing, or past that depth."""
 
     kind: Kind
     id: int
-    score: float
-    signals: Signal
+    score: float | None
+    signals: Signal  # which sides found it
     similarity: float | None = None  # cosine of the best field document, when semantic found it
-    confidence: float | None = None  # the chance the row is relevant (search.relevance), in relevance order
+    fused: float | None = None  # the fused RRF value (relevance order): the order before the relevance model
+    explain: Mapping[str, float] | None = None  # the raw signals the relevance model read (``relevance.explain``)
     created_at_epoch: int | None = None
     project: str | None = None
     type: str | None = None
@@ -113,16 +118,32 @@ class Result:
         """(kind, id): the identity of a row outside SQLite."""
         return (self.kind, self.id)
 
-    def to_json(self) -> dict[str, Any]:
-        """The stable JSON shape of a result (see docs/search.md, "The --json contract")."""
-        out = {k: v for k, v in asdict(self).items() if v is not None or k in ("score", "similarity")}
-        out["kind"] = self.kind.value
-        out["signals"] = self.signals.value
-        out["score"] = round(self.score, 4)
+    @property
+    def confidence(self) -> float | None:
+        """The chance that the result is relevant: its score."""
+        return self.score
+
+    def signals_json(self) -> dict[str, Any]:
+        """The raw signals: which sides found it, the fused value, the cosine, and the relevance
+        model's ingredients (ranks are 1-based)."""
+        out: dict[str, Any] = {"found_by": self.signals.value}
+        if self.fused is not None:
+            out["fused"] = round(self.fused, 4)
         if self.similarity is not None:
             out["similarity"] = round(self.similarity, 4)
-        if self.confidence is not None:
-            out["confidence"] = round(self.confidence, 4)
+        for name, value in (self.explain or {}).items():
+            out.setdefault(name, round(value, 4) if isinstance(value, float) else value)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable JSON shape of a result (see docs/search.md, "The --json contract")."""
+        out = {k: v for k, v in asdict(self).items()
+               if (v is not None or k in ("score", "similarity")) and k not in ("fused", "explain")}
+        out["kind"] = self.kind.value
+        out["signals"] = self.signals_json()
+        out["score"] = None if self.score is None else round(self.score, 4)
+        if self.similarity is not None:
+            out["similarity"] = round(self.similarity, 4)
         if self.created_at_epoch is not None:
             out["date"] = datetime.fromtimestamp(self.created_at_epoch / 1000).astimezone().isoformat(
                 timespec="seconds")
@@ -171,10 +192,19 @@ class Response:
     window: Window
     excluded_by_window: int = 0
     reason: str | None = None  # why the mode is degraded (lexical_fallback), or what stood in for a damaged index
-    total: int | None = None  # matches known before offset/limit (a lower bound for relevance order)
+    total: int | None = None  # matches that passed the cutoff, before offset/limit (relevance order: a lower bound)
     timings_ms: dict[str, float] = field(default_factory=dict)
     query: str = ""
     coverage: Coverage | None = None  # what the semantic side could not see yet (a first sync); None: all
+    below_cutoff: int = 0  # matches left out for a confidence under ``min_confidence`` (0 with show_all)
+    min_confidence: float | None = None  # the cutoff applied; None when none was (show_all, date order, no model)
+
+    def below_note(self, how: str) -> str | None:
+        """What an answer says of the results the cutoff left out (``how``: the front end's way to
+        list them, ``--all`` or ``all=true``); None when it left none out."""
+        if not self.below_cutoff:
+            return None
+        return f"{self.below_cutoff} below the cutoff (confidence < {self.min_confidence:g}); {how} to show"
 
     def to_json(self) -> dict[str, Any]:
         """The stable JSON contract: ``{"mode", "results": [...], ...}``."""
@@ -187,6 +217,7 @@ class Response:
             "excluded_by_window": self.excluded_by_window,
             "coverage": None if self.coverage is None else self.coverage.to_json(),
             "total": self.total,
+            "cutoff": {"min_confidence": self.min_confidence, "below": self.below_cutoff},
             "results": [r.to_json() for r in self.results],
             "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
         }

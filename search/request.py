@@ -59,6 +59,7 @@ class SearchRequest:
     order: Order = Order.RELEVANCE
     format: Format = Format.INDEX
     mode: Mode = Mode.HYBRID
+    show_all: bool = False  # list the results below the min_confidence cutoff too
 
 
 class SearchFields(TypedDict, total=False):
@@ -74,6 +75,7 @@ class SearchFields(TypedDict, total=False):
     limit: int
     offset: int
     full: bool
+    all: bool  # the results below the min_confidence cutoff too
 
 
 def bounded(value: object, name: str, low: int, high: int) -> int:
@@ -141,7 +143,8 @@ class RequestParser:
         window_days = self.window(fields.get("window_days"))
         limit, offset = self.page(fields.get("limit", DEFAULT_LIMIT), fields.get("offset", 0))
         return SearchRequest(query=query, kinds=kinds, filters=filters, window_days=window_days, order=order,
-                             limit=limit, offset=offset, format=Format.FULL if fields.get("full") else Format.INDEX)
+                             limit=limit, offset=offset, format=Format.FULL if fields.get("full") else Format.INDEX,
+                             show_all=bool(fields.get("all")))
 
     def query(self, text: object, name: str = "query") -> str:
         """The query string, refused when longer than the configured limit."""

@@ -2,8 +2,8 @@
 ``/rerank`` endpoint (``rerank_provider=openai``; the client is ``config.embedding.remote``).
 
 The best ``rerank_top_n`` fused candidates are read from SQLite (one ``IN`` query per kind), sent
-with the query, and put in the reranker's order; the rest follow in fused order. Scores keep the
-fused values, re-dealt in the new order, so they still fall down the page. Any failure (endpoint
+with the query, and put in the reranker's order; the rest follow in fused order. Each row keeps its
+own fused value and confidence (the relevance model's, read before reranking). Any failure (endpoint
 down, slow past the search deadline, refusing, an odd answer) keeps the fused order and says so in
 the response's reason: a reranker can improve a page, never cost one.
 """
@@ -57,6 +57,4 @@ def rerank(settings: Settings, rows: SourceRows, query: str, fused: Sequence[Pag
         return list(fused)
     picked = [i for i, _ in order]
     picked += [i for i in range(len(head)) if i not in set(picked)]  # any the reranker left out, as fused
-    scores = [e.score for e in head]
-    reordered = [head[j]._replace(score=scores[n]) for n, j in enumerate(picked)]
-    return reordered + list(fused[len(head):])
+    return [head[j] for j in picked] + list(fused[len(head):])

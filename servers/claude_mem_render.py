@@ -24,7 +24,7 @@ from typing import Any
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.records import format_ref
 from memsync.search import Response, Result
-from memsync.servers.render import cell, excluded_text, mode_text, window_text
+from memsync.servers.render import cell, cutoff_text, excluded_text, mode_text, window_text
 
 # claude-mem's code mode: observation type -> icon (ModeManager.getTypeIcon; '📝' for any other).
 TYPE_ICONS = {"bugfix": "●", "feature": "◆", "refactor": "↻", "change": "✓", "discovery": "○", "decision": "⚖",
@@ -142,6 +142,8 @@ def how_answered(resp: Response) -> str:
     parts = [f"memsync {mode_text(resp)}", f"window: {window_text(resp)}"]
     if resp.excluded_by_window:
         parts.append(excluded_text(resp, "a dateStart before them includes them"))
+    if resp.below_cutoff:
+        parts.append(cutoff_text(resp, "all=true"))
     return "_" + " · ".join(parts) + "_"
 
 

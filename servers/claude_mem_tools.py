@@ -70,7 +70,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         dateStart=("string", "From this date: ISO, YYYY-MM-DD or epoch ms (replaces the recency window)"),
         dateEnd=("string", "Up to this date, inclusive: ISO, YYYY-MM-DD or epoch ms"),
         offset=("number", "Results to skip, for the next page"),
-        orderBy=("string", "relevance (default with a query), date_desc (default without) or date_asc"))},
+        orderBy=("string", "relevance (default with a query), date_desc (default without) or date_asc"),
+        all=("boolean", "Also list the results below memsync's confidence cutoff (min_confidence)"))},
     "timeline": {"type": "object", "additionalProperties": True, "properties": _props(
         anchor=("number", "Observation id to center the timeline around"),
         query=("string", "Instead of an anchor: the best match of this query is the anchor"),
@@ -85,7 +86,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 DESCRIPTIONS = {
     "search": "Step 1: Search memory by meaning and words. Returns an index with IDs (#123 observation, "
               "#S12 session summary, #P5 user prompt). Params: query, limit, project, platformSource, type, "
-              "obs_type, dateStart, dateEnd, offset, orderBy",
+              "obs_type, dateStart, dateEnd, offset, orderBy, all",
     "timeline": "Step 2: Get context around results. Params: anchor (observation ID) OR query (finds anchor "
                 "automatically), depth_before, depth_after, project",
     "get_observations": "Step 3: Fetch full details for filtered IDs. Params: ids (array of observation IDs, "
@@ -184,7 +185,8 @@ def build_profile_server(settings: Settings, searcher: Searcher | None = None) -
     @tool
     def search(query: str | None = None, limit: Any = None, project: str | None = None,
                platformSource: str | None = None, type: str | None = None, obs_type: str | list[str] | None = None,
-               dateStart: Any = None, dateEnd: Any = None, offset: Any = None, orderBy: str | None = None) -> str:
+               dateStart: Any = None, dateEnd: Any = None, offset: Any = None, orderBy: str | None = None,
+               all: Any = None) -> str:  # noqa: A002 - the parameter's public name
         """Step 1: search memory."""
         with answers(settings):
             text = requests.parser.query(query)
@@ -208,7 +210,7 @@ def build_profile_server(settings: Settings, searcher: Searcher | None = None) -
                         f'{", ".join(types)}; this database has: {", ".join(sorted(known)) or "(no observations)"}_\n')
             filters["types"] = [t for t in types if t in known] or None
             fields = SearchFields(query=text, kind=kind or "all", filters=filters, order=order,
-                                  limit=page[0], offset=page[1], full=True)
+                                  limit=page[0], offset=page[1], full=True, all=all is True)
             return show.search_text(requests.search(fields), text, by_date=order != "relevance")
 
     @tool

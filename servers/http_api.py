@@ -245,10 +245,12 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 10,
         offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
         full: Annotated[bool, Query(description="Include each full record.")] = False,
+        all: Annotated[bool, Query(description="Also list the results below the confidence cutoff "  # noqa: A002
+                                               "(min_confidence).")] = False,
         **filters: Any,
     ) -> dict[str, Any]:
         resp = requests.search(SearchFields(query=q, kind=kind, filters=filter_fields(filters), window_days=window_days,
-                                            order=order, limit=limit, offset=offset, full=full))
+                                            order=order, limit=limit, offset=offset, full=full, all=all))
         metrics.modes.labels(resp.mode.value).inc()
         return {**resp.to_json(), "reason": public(resp.reason, settings), "limit": limit, "offset": offset}
 

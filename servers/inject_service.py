@@ -211,7 +211,7 @@ def request_of(prompt: str, project: str | None) -> SearchRequest:
     """The search of a prompt: its query, the project's whole memory (every kind, all time; None:
     every project's), the full rows (their text is rendered), ``CANDIDATES`` of them."""
     return SearchRequest(query=query_of(prompt), kinds=KINDS, filters=Filters(project=project), window_days=0,
-                         limit=CANDIDATES, format=Format.FULL)
+                         limit=CANDIDATES, format=Format.FULL, show_all=True)  # the decision has its own gate
 
 
 def candidates(results: list[Result]) -> list[Candidate]:

@@ -108,6 +108,7 @@ Offset = Annotated[int, A_COUNT, Field(description="Results to skip, for the nex
 FormatArg = Annotated[Literal["index", "full"], Field(
     description="index: one line per result (cheap); full: whole records (use get_observations instead).")]
 KindArg = Annotated[KindFilter, Field(description="Which records.")]
+AllArg = Annotated[bool, Field(description="Also list the results below the confidence cutoff (min_confidence).")]
 
 
 
@@ -264,24 +265,24 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
     @offering_filters(filter_arg, KINDS)
     def search(query: Query = "", kind: KindArg = "all", window_days: WindowDays = None,
                order: OrderArg = "relevance", limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index",
-               **filters: Any) -> SearchAnswer:
+               all: AllArg = False, **filters: Any) -> SearchAnswer:  # noqa: A002 - the parameter's public name
         """Search all memory (observations, summaries, prompts) by meaning and words.
         Use first when you need anything from past sessions. Each result line has an id (#123,
         #S12, #P5), type, date, score and which signals found it."""
         return run_search(SearchFields(query=query, kind=kind, filters=filter_fields(filters),
                                        window_days=window_days, order=order, limit=limit, offset=offset,
-                                       full=format == "full"))
+                                       full=format == "full", all=all))
 
     @tool("Search observations")
     @offering_filters(filter_arg, [Kind.OBSERVATION])
     def search_observations(query: Query = "", window_days: WindowDays = None, order: OrderArg = "relevance",
                             limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index",
-                            **filters: Any) -> SearchAnswer:
+                            all: AllArg = False, **filters: Any) -> SearchAnswer:  # noqa: A002
         """Search observations only: what was done, found or decided in past work (bugfixes,
         features, decisions, discoveries), with their files and concepts."""
         return run_search(SearchFields(query=query, kind=plural(Kind.OBSERVATION), filters=filter_fields(filters),
                                        window_days=window_days, order=order, limit=limit, offset=offset,
-                                       full=format == "full"))
+                                       full=format == "full", all=all))
 
     # search_sessions and search_user_prompts keep their names from before issue 28 made the words
     # "summary" and "prompt": agents' permission lists and prompts name the tools
@@ -291,22 +292,22 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
     @offering_filters(filter_arg, [Kind.SUMMARY])
     def search_sessions(query: Query = "", window_days: WindowDays = None, order: OrderArg = "relevance",
                         limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index",
-                        **filters: Any) -> SearchAnswer:
+                        all: AllArg = False, **filters: Any) -> SearchAnswer:  # noqa: A002
         """Search summaries: what each past session asked for, learned, completed and left
         as next steps. Good for "where did we leave X"."""
         return run_search(SearchFields(query=query, kind=plural(Kind.SUMMARY), filters=filter_fields(filters),
                                        window_days=window_days, order=order, limit=limit, offset=offset,
-                                       full=format == "full"))
+                                       full=format == "full", all=all))
 
     @tool("Search prompts")
     @offering_filters(filter_arg, [Kind.PROMPT])
     def search_user_prompts(query: Query = "", window_days: WindowDays = None, order: OrderArg = "relevance",
                             limit: Limit = 10, offset: Offset = 0, format: FormatArg = "index",
-                            **filters: Any) -> SearchAnswer:
+                            all: AllArg = False, **filters: Any) -> SearchAnswer:  # noqa: A002
         """Search what the user asked in past sessions (their prompts, verbatim)."""
         return run_search(SearchFields(query=query, kind=plural(Kind.PROMPT), filters=filter_fields(filters),
                                        window_days=window_days, order=order, limit=limit, offset=offset,
-                                       full=format == "full"))
+                                       full=format == "full", all=all))
 
     @tool("Find observations by concept")
     def find_by_concept(concept: Annotated[str, Field(description="A concept tag, e.g. 'how-it-works'.")],

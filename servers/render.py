@@ -93,23 +93,47 @@ def excluded_text(resp: Response, hint: str) -> str:
     return f"{n} older matches outside the window ({hint})" if n else ""
 
 
+def score_text(r: Result, digits: int = 2) -> str:
+    """A result's score as shown: its confidence; a row without one (date order, past the depth the
+    relevance model reads, a listing) shows its cosine as ``cos 0.61``, or ``-``."""
+    if r.score is not None:
+        return f"{r.score:.{digits}f}"
+    return f"cos {r.similarity:.2f}" if r.similarity is not None else "-"
+
+
+def cutoff_text(resp: Response, how: str) -> str:
+    """How many results the confidence cutoff left out, and how to list them; empty when none."""
+    return resp.below_note(how) or ""
+
+
 # -- plain text (the memsync command) ------------------------------------------------------------
 def result_line(r: Result) -> str:
-    """One result as a line: score, signals, id, date, project, type, title."""
+    """One result as a line: score (the confidence), signals, id, date, project, type, title."""
     mark = _TEXT_MARKS.get(r.field or "", "")
-    return (f"{r.score:.3f} {r.signals.value:<8} {format_ref(r.kind, r.id):<8} {when(r.created_at_epoch)}  "
+    return (f"{score_text(r, 3):>5} {r.signals.value:<8} {format_ref(r.kind, r.id):<8} {when(r.created_at_epoch)}  "
             f"[{r.project or ''}] {type_label(r.kind, r.type)}: {one_line(r.title)}{mark}")
 
 
-def response_text(resp: Response) -> str:
-    """A response for people: a header with mode, window and exclusions, then one line per result
-    (and, with full records, each record as a JSON line)."""
+def explain_lines(r: Result) -> list[str]:
+    """The raw signals behind a result's score (``search --explain``), one indented line."""
+    signals = r.signals_json()
+    return ["      " + " ".join(f"{k}={v}" for k, v in signals.items())]
+
+
+def response_text(resp: Response, explain: bool = False) -> str:
+    """A response for people: a header with mode, window, exclusions and the cutoff, then one line
+    per result (``explain``: each followed by its raw signals; with full records, each record as a
+    JSON line)."""
     head = f"mode {mode_text(resp)} · {window_text(resp)}"
     if resp.excluded_by_window:
         head += " · " + excluded_text(resp, "--window-days 0 shows them")
+    if resp.below_cutoff:
+        head += " · " + cutoff_text(resp, "--all")
     if not resp.results:
         return head + "\n(no results)"
-    lines = [head, *(result_line(r) for r in resp.results)]
+    lines = [head]
+    for r in resp.results:
+        lines += [result_line(r), *(explain_lines(r) if explain else [])]
     if resp.results[0].record is not None:
         lines += ["", *(json.dumps(r.record, default=str, ensure_ascii=False) for r in resp.results)]
     return "\n".join(lines)
@@ -124,6 +148,8 @@ def header(resp: Response, offset: int) -> str:
         parts.append(f"results {offset + 1}-{offset + len(resp.results)}{total}")
     if resp.excluded_by_window:
         parts.append(excluded_text(resp, "window_days=0 includes them"))
+    if resp.below_cutoff:
+        parts.append(cutoff_text(resp, "all=true"))
     return " · ".join(parts)
 
 
@@ -134,7 +160,9 @@ def table(results: Sequence[Result], scored: bool = True) -> list[str]:
     for r in results:
         mark = _MARKDOWN_MARKS.get(r.field or "", "")
         if scored:
-            score = f"{r.score:.2f}" if r.similarity is None else f"{r.score:.2f} (cos {r.similarity:.2f})"
+            score = score_text(r)
+            if r.score is not None and r.similarity is not None:
+                score += f" (cos {r.similarity:.2f})"
             cells = f"{score} | {r.signals.value}"
         else:
             cells = cell(r.project, 40)
@@ -147,6 +175,8 @@ def search_markdown(resp: Response, offset: int, full: bool) -> str:
     """A search response for an agent."""
     head = header(resp, offset)
     if not resp.results:
+        if resp.below_cutoff:
+            return f"{head}\n\nNo results above the cutoff: all=true lists the weaker ones."
         return f"{head}\n\nNo results. Try fewer or other words, another kind, or window_days=0."
     if full:
         return "\n\n".join([head, *(record_markdown(r.record or {}, r) for r in resp.results)])
@@ -176,7 +206,7 @@ def record_markdown(record: dict[str, Any], result: Result | None = None) -> str
     head = (f"## {format_ref(kind, int(record.get('id', 0)))} · {type_label(kind, record.get('type'))} · "
             f"{when(record.get('created_at_epoch'))}")
     if result is not None:
-        head += f" · score {result.score:.2f} ({result.signals.value})"
+        head += f" · score {score_text(result)} ({result.signals.value})"
     keys = [k for k in _FIRST if k in record] + [k for k in record if k not in _FIRST and k not in _SKIP]
     lines = [head]
     for key in keys:

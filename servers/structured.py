@@ -49,7 +49,9 @@ class Hit(Structured):
     type: str = Field(description="The observation's type, else the kind.")
     date: str | None = Field(None, description="When it was recorded, ISO 8601 with offset.")
     project: str | None = None
-    score: float | None = Field(None, description="Searches: relevance in 0..1 (4 decimals).")
+    score: float | None = Field(None, description="Searches: the confidence, the calibrated chance in 0..1 that "
+                                "the result is relevant (4 decimals); absent in date order.")
+    fused: float | None = Field(None, description="Searches: the fused rank score the order started from.")
     found_by: Signal | None = Field(None, description="Searches: which signals found it.")
     similarity: float | None = Field(None, description="Cosine of the best matching field, when semantic found it.")
     title: str = Field(description=f"One line, cut at {TITLE_CHARS} characters as in the text.")
@@ -84,7 +86,10 @@ class SearchOutput(Structured):
     excluded_by_window: int = Field(description="Matches older than the window (window_days=0 includes them).")
     coverage: Coverage | None = Field(None, description="Absent unless a first sync has not yet embedded part "
                                                         "of what was searched (full-text search covers it).")
-    total: int | None = Field(None, description="Matches known before paging; absent when unknown.")
+    total: int | None = Field(None, description="Matches that passed the confidence cutoff, before paging; "
+                              "absent when unknown.")
+    below_cutoff: int = Field(0, description="Matches left out for a confidence under min_confidence "
+                              "(all=true lists them).")
     offset: int
     next_offset: int | None = Field(None, description="The offset of the next page; absent on the last one.")
     results: list[Hit]
@@ -139,7 +144,9 @@ def hit(r: Result, scored: bool = True) -> Hit:
     """One result; ``scored`` as in ``render.table`` (searches, not listings)."""
     return Hit(ref=format_ref(r.kind, r.id), kind=r.kind, type=type_label(r.kind, r.type),
                date=iso(r.created_at_epoch), project=r.project or None,
-               score=round(r.score, 4) if scored else None, found_by=r.signals if scored else None,
+               score=round(r.score, 4) if scored and r.score is not None else None,
+               fused=round(r.fused, 4) if scored and r.fused is not None else None,
+               found_by=r.signals if scored else None,
                similarity=round(r.similarity, 4) if scored and r.similarity is not None else None,
                title=one_line(r.title, TITLE_CHARS),
                mark=cast(Mark, r.field) if r.field in ("anchor", "near_duplicate") else None, record=r.record)
@@ -154,7 +161,7 @@ def search_output(resp: Response, offset: int) -> SearchOutput:
     return SearchOutput(mode=resp.mode, reason=resp.reason, window=window,
                         excluded_by_window=resp.excluded_by_window,
                         coverage=None if resp.coverage is None else Coverage(**resp.coverage.to_json()),
-                        total=resp.total, offset=offset,
+                        total=resp.total, below_cutoff=resp.below_cutoff, offset=offset,
                         next_offset=offset + n if more else None, results=[hit(r) for r in resp.results])
 
 

@@ -34,14 +34,19 @@ if TYPE_CHECKING:  # the search library loads when a command runs, not with `mem
 F = TypeVar("F", bound=Callable[..., Any])
 FILTER_FIELDS = frozenset(p.field for p in FILTER_PARAMS)
 BATCH_KEYS = ", ".join(f'"{k}"' for k in ("query", "kind", *(p.field for p in FILTER_PARAMS), "window_days", "order",
-                                          "limit", "offset", "full"))
+                                          "limit", "offset", "full", "all"))
 WINDOW = setting_default("window_days")
+CUTOFF = setting_default("min_confidence")
 SEARCH_HELP = f"""Search memory by meaning and by words (hybrid), newest {WINDOW} days by default.
 
-Results are observations (#id), summaries (#S id) and prompts (#P id), each with a
-score in 0..1 and the signals that found it. When the vector store is not reachable the answer
-comes from full-text search and says so (mode lexical_fallback). With --json the output is the
-documented contract: {{"mode", "results": [{{"kind", "id", "score", ...}}], ...}}.
+Results are observations (#id), summaries (#S id) and prompts (#P id), each with its
+score, the confidence: the relevance model's calibrated chance in 0..1 that the result is
+relevant (0.30 means about 3 in 10 results so scored are what you were looking for). Results
+under the min_confidence cutoff ({CUTOFF}) are left out and counted in the
+header; --all lists them. --explain shows the raw signals behind each score. When the vector
+store is not reachable the answer comes from full-text search and says so (mode
+lexical_fallback). With --json the output is the documented contract: {{"mode", "results":
+[{{"kind", "id", "score", "signals": {{"found_by", "fused", ...}}, ...}}], "cutoff", ...}}.
 """
 
 
@@ -116,6 +121,11 @@ def _refused_exits(settings: Settings) -> None:
               help=f"Recency window in days; 0 = all time {settings_note('window_days')}.")
 @click.option("--order", type=click.Choice(["relevance", "newest", "oldest"]), default="relevance", show_default=True)
 @click.option("--full", is_flag=True, help="Include each full record.")
+@click.option("--all", "show_all", is_flag=True,
+              help="Also list the results below the confidence cutoff (min_confidence).")
+@click.option("--explain", is_flag=True,
+              help="Under each result, the raw signals behind its score: which sides found it, the fused value, "
+                   "each list's rank, the cosine (in --json they are always in each result's signals).")
 # JSON lines are UTF-8; a byte that is not becomes U+FFFD, so a bad line is still searched and
 # answered rather than ending the whole batch with a decode error (stdin and a file alike).
 @click.option("--batch", type=click.File("r", encoding="utf-8", errors="replace"), default=None,
@@ -123,7 +133,7 @@ def _refused_exits(settings: Settings) -> None:
                    'as the options (an empty field takes --kind, --limit, --window-days or the filter options); one '
                    'JSON response per line, in order.')
 def search(as_json: bool, query: str, kind: str, limit: int, offset: int, window_days: int | None, order: str,
-           full: bool, batch: IO[str] | None, **kwargs: Any) -> None:
+           full: bool, show_all: bool, explain: bool, batch: IO[str] | None, **kwargs: Any) -> None:
     """``memsync search``: its help is SEARCH_HELP (the window's default read from the settings)."""
     filters = {p.field: kwargs.pop(p.field) for p in FILTER_PARAMS}
     settings = settings_from(kwargs).settings
@@ -143,15 +153,15 @@ def search(as_json: bool, query: str, kind: str, limit: int, offset: int, window
                 # option is refused once, by its name, before any line (exit 2).
                 by_option.filters(filters)
                 defaults = SearchFields(kind=None if kind == "all" else kind, limit=limit, window_days=window_days,
-                                        filters={k: v for k, v in filters.items() if v})
+                                        filters={k: v for k, v in filters.items() if v}, all=show_all)
                 for line in batch:
                     if line.strip():
                         click.echo(json.dumps(_batch_line(searcher, parser, line, defaults), default=str))
                 return
             fields = SearchFields(query=query, kind=kind, filters=filters, window_days=window_days, order=order,
-                                  limit=limit, offset=offset, full=full)
+                                  limit=limit, offset=offset, full=full, all=show_all)
             resp = searcher.search(by_option.request(fields))  # a refused value: errors_as_exit, exit 2
-            emit(resp.to_json(), as_json, response_text(resp))
+            emit(resp.to_json(), as_json, response_text(resp, explain))
     finally:
         searcher.close()
 

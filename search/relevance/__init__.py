@@ -23,7 +23,7 @@ from memsync.search.relevance.model import LEXICAL, Model, load
 
 DEPTH = 50  # fused candidates the model re-ranks (where it was measured; the rest keep the fused order)
 
-__all__ = ["DEPTH", "LEXICAL", "Matrix", "Model", "ingredients", "load", "rank"]
+__all__ = ["DEPTH", "LEXICAL", "Matrix", "Model", "explain", "ingredients", "load", "rank"]
 
 
 def ingredients(keys: Sequence[Key], lists: Mapping[str, Mapping[Key, int]],
@@ -48,16 +48,29 @@ def ingredients(keys: Sequence[Key], lists: Mapping[str, Mapping[Key, int]],
     return out
 
 
+def explain(row: Matrix) -> dict[str, float]:
+    """A candidate's raw signals as a person reads them: each list's rank (1-based) where the list
+    held it, the linked evidence's shares, and the cosine the model read."""
+    out: dict[str, float] = {}
+    for name in ("lexical", "semantic", "context", "linked_semantic", "linked_lexical"):
+        if row[COL[f"{name}_rank"]] >= 0:
+            out[f"{name}_rank"] = int(row[COL[f"{name}_rank"]]) + 1
+    for name in ("linked_semantic_share", "linked_lexical_share"):
+        if row[COL[name]] > 0:
+            out[name] = float(row[COL[name]])
+    out["cosine"] = float(row[COL["similarity"]])
+    return out
+
+
 def rank(entries: Sequence[PageEntry], ing: Matrix, model: Model, reorder: bool = True) -> list[PageEntry]:
     """The first ``len(ing)`` entries ordered by the model's confidence (ties keep the fused order),
-    each carrying it; the fused scores re-dealt in the new order so they still fall down the page;
-    the rest after them, unchanged. ``reorder`` False: the fused order kept, confidences added."""
+    each carrying it and its raw signals (``explain``), its own fused score kept; the rest after
+    them, unchanged. ``reorder`` False: the fused order kept, confidences added."""
     head = list(entries[:len(ing)])
     if not head:
         return list(entries)
     conf = model.probability(matrix(ing))
     order = sorted(range(len(head)), key=lambda i: (-conf[i], i)) if reorder else list(range(len(head)))
-    scores = [e.score for e in head]
-    ranked = [head[j]._replace(score=scores[n], confidence=float(conf[j])) for n, j in enumerate(order)]
+    ranked = [head[j]._replace(confidence=float(conf[j]), explain=explain(ing[j])) for j in order]
     return ranked + list(entries[len(head):])
 

@@ -31,10 +31,13 @@ def test_search_json_contract(opts: list[str]) -> None:
     code, out, _ = run("search", "upload retries", *opts, "--json", "--window-days", "0")
     data = json.loads(out)
     assert code == 0 and data["mode"] == "hybrid"
-    assert {"mode", "results", "window", "excluded_by_window", "timings_ms", "reason"} <= set(data)
+    assert {"mode", "results", "window", "excluded_by_window", "timings_ms", "reason", "cutoff"} <= set(data)
     first = data["results"][0]
     assert first["kind"] in ("observation", "summary", "prompt") and isinstance(first["id"], int)
-    assert 0 <= first["score"] <= 1 and first["signals"] in ("semantic", "lexical", "both")
+    # score: the confidence, at or above the cutoff; the raw signals under signals, the fused value among them
+    assert data["cutoff"]["min_confidence"] <= first["score"] <= 1
+    assert first["signals"]["found_by"] in ("semantic", "lexical", "both") and first["signals"]["fused"] > 0
+    assert "semantic_rank" in first["signals"] or "lexical_rank" in first["signals"]
 
 
 def test_search_kind_and_project(opts: list[str]) -> None:

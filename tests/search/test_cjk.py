@@ -26,7 +26,7 @@ KO = "로그인 화면에 비밀번호를 재설정하는 기능 추가"  # adde
 
 
 def _settings(tmp_path: Path) -> Settings:
-    return Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http",
+    return Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http", min_confidence=0,
                     chroma_port=9)  # nothing listens: searches answer lexically
 
 

@@ -33,7 +33,8 @@ def records() -> list[dict[str, object]]:
 def build(tmp: Path, fts: bool = True, text_index: bool = False, feedback: bool = False,
           extra: list[dict[str, object]] | None = None) -> Settings:
     # Feedback off unless asked: these tests are about which index answers the query's own words.
-    s = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", text_index=text_index, lexical_feedback=feedback)
+    s = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", text_index=text_index, lexical_feedback=feedback,
+                 min_confidence=0)  # what retrieval finds, not the lists' cutoff (tested on its own)
     make_db(s.db, records() + (extra or []), fts=fts)
     if text_index:
         sync = TextSync(s)

@@ -52,7 +52,7 @@ CURSOR_PROMPT = {"kind": "prompt", "project": "alpha", "session": "cursor-p", "p
 def searcher(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("platform")
     settings = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", chroma_mode="embedded", candidates=5,
-                        text_index=request.param, vector_copy=request.param)
+                        min_confidence=0, text_index=request.param, vector_copy=request.param)
     make_db(settings.db, [*CLAUDE, CODEX, CURSOR_PROMPT])
     resync(settings)
     engine = Searcher(settings)
@@ -91,7 +91,8 @@ def test_chroma_metadata_holds_the_normalised_platform(searcher: Searcher) -> No
 
 
 def test_a_file_without_platforms_is_all_claude(tmp_path: Path) -> None:
-    settings = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="embedded")
+    settings = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="embedded",
+                        min_confidence=0)
     make_db(settings.db, [obs(1, "connection pool timeout", "codex", 1)], era=Era.LEGACY)
     resync(settings)
     engine = Searcher(settings)
@@ -107,7 +108,8 @@ def test_a_prompt_without_a_session_is_kept_without_a_project(tmp_path: Path) ->
     # Upstream's sync joins prompts to their session and so never indexes one whose session_db_id is
     # NULL (or whose session was deleted). memsync keeps them: the user's words are memory too. With
     # no session they have no project (a project filter leaves them out) and count as claude's.
-    settings = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="embedded")
+    settings = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="embedded",
+                        min_confidence=0)
     make_db(settings.db, [{**CURSOR_PROMPT, "prompt_text": "rotate the signing keys before the release"}])
     conn = sqlite3.connect(settings.db)
     with conn:

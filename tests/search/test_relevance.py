@@ -172,7 +172,9 @@ def test_the_search_answers_in_the_models_order_with_each_confidence(tmp_path: P
         assert all(c is not None and 0 <= c <= 1 for c in conf)
         assert conf == sorted(conf, reverse=True)  # type: ignore[type-var]
         assert [r.score for r in resp.results] == sorted((r.score for r in resp.results), reverse=True)
-        assert resp.results[0].to_json()["confidence"] == round(conf[0], 4)  # type: ignore[arg-type]
+        out = resp.results[0].to_json()
+        assert out["score"] == round(conf[0], 4) and "confidence" not in out  # type: ignore[arg-type]
+        assert out["signals"]["fused"] == round(resp.results[0].fused, 4)  # type: ignore[arg-type]
     finally:
         engine.close()
 
@@ -184,7 +186,7 @@ def test_a_search_over_every_kind_keeps_the_fused_order_and_gains_confidences(tm
                o("Registry token expiry broke the deploy pipeline", 2, prompt_number=4)]
     settings = build(tmp_path, records)
     engine = Searcher(settings)
-    req = SearchRequest(query="why did the deploy fail registry token", window_days=0)
+    req = SearchRequest(query="why did the deploy fail registry token", window_days=0, show_all=True)
     try:
         got = engine.search(req)
         monkeypatch.setattr(relevance, "rank", lambda entries, ing, model, reorder=True: list(entries))

@@ -61,7 +61,9 @@ def corpus() -> list[dict[str, Any]]:
 
 
 def build(tmp: Path, records: list[dict[str, Any]], **kw: Any) -> Settings:
-    settings = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", **{"chroma_mode": "embedded", **kw})
+    # What retrieval finds, not the lists' cutoff (tested on its own).
+    settings = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data",
+                        **{"chroma_mode": "embedded", "min_confidence": 0, **kw})
     make_db(settings.db, records)
     resync(settings)
     return settings
@@ -268,7 +270,8 @@ def test_recent_context_newest_first(searcher: Searcher) -> None:
 
 
 def test_database_without_fts_uses_own_index(tmp_path: Path) -> None:
-    settings = Settings(db=tmp_path / "legacy.db", data_dir=tmp_path / "data", chroma_mode="embedded")
+    settings = Settings(db=tmp_path / "legacy.db", data_dir=tmp_path / "data", chroma_mode="embedded",
+                        min_confidence=0)
     make_db(settings.db, [o("legacy zebra crossing note", 1), p("legacy okapi prompt", 1)], era=Era.LEGACY,
             fts=False)
     engine = Searcher(settings)
@@ -299,7 +302,10 @@ def test_any_query_string_lexical_and_hybrid(searcher: Searcher, text: str) -> N
     for mode in (Mode.LEXICAL, Mode.HYBRID):
         resp = searcher.search(SearchRequest(query=text, mode=mode, window_days=0, limit=5))
         assert resp.mode in (mode, Mode.LEXICAL)  # LEXICAL: no words, newest rows listed
-        assert all(0.0 <= r.score <= 1.0 for r in resp.results)
+        # A score is a confidence in 0..1, or None where none was asked for (a listing: no words).
+        assert all(r.score is None or 0.0 <= r.score <= 1.0 for r in resp.results)
+        listing = resp.reason == "no words in the query: newest records listed"
+        assert listing or all(r.score is not None for r in resp.results)
 
 
 @pytest.mark.parametrize("text", ["", '"', "AND OR NOT", "NEAR(a b)", "title:x", "a*", "^x", "(((", "\x00",
@@ -312,7 +318,8 @@ def test_hostile_queries_hybrid(searcher: Searcher, text: str) -> None:
 def test_hybrid_on_a_legacy_database(tmp_path: Path) -> None:
     records = [p("legacy question about the okapi migration", 1, project="old"),
                o("the okapi migration finished", 1, project="old")]
-    settings = Settings(db=tmp_path / "legacy.db", data_dir=tmp_path / "data", chroma_mode="embedded")
+    settings = Settings(db=tmp_path / "legacy.db", data_dir=tmp_path / "data", chroma_mode="embedded",
+                        min_confidence=0)
     make_db(settings.db, records, era=Era.LEGACY, fts=False)
     resync(settings)
     engine = Searcher(settings)

@@ -39,7 +39,8 @@ def synced(tmp_path_factory: pytest.TempPathFactory) -> Settings:
                 o("The pool of workers timed out on the billing database", 5, type="bugfix", project="beta"),
                 o("Dark mode colours in the dashboard", 2, type="feature"),
                 o("Bumped the linter version", 1)]
-    s = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", chroma_mode="embedded", candidates=2)
+    s = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", chroma_mode="embedded", candidates=2,
+                 min_confidence=0)  # what retrieval finds, not the lists' cutoff (tested on its own)
     make_db(s.db, records)
     resync(s)
     return s

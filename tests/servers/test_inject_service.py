@@ -33,9 +33,11 @@ from memsync.servers.inject_service import (
 
 class TestCandidates:
     def test_each_result_brings_its_similarity_confidence_and_signals_in_order(self) -> None:
-        results = [Result(Kind.OBSERVATION, 7, 1.0, Signal.LEXICAL, None, 0.62, 1_793_000_000_000, "alpha",
+        results = [Result(Kind.OBSERVATION, 7, 0.62, Signal.LEXICAL, None, fused=1.0,
+                          created_at_epoch=1_793_000_000_000, project="alpha",
                           record={"title": "Retry budget", "narrative": "raised to five"}),
-                   Result(Kind.PROMPT, 3, 0.5, Signal.BOTH, 0.71, None, None, "alpha", record={"prompt_text": "hi"})]
+                   Result(Kind.PROMPT, 3, None, Signal.BOTH, 0.71, fused=0.5, project="alpha",
+                          record={"prompt_text": "hi"})]
         first, second = candidates(results)
         assert (first.ref, first.similarity, first.confidence, first.signals) == ("#7", None, 0.62, Signal.LEXICAL)
         assert first.heading.startswith("- #7 2026-") and first.body == "Retry budget. raised to five"

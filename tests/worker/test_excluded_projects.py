@@ -33,7 +33,8 @@ def records() -> list[dict[str, Any]]:
 
 
 def settings_for(tmp_path: Path, **kw: Any) -> Settings:
-    return Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="embedded", **kw)
+    return Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="embedded",
+                    **{"min_confidence": 0, **kw})  # what retrieval finds, not the lists' cutoff (tested on its own)
 
 
 def stored_projects(settings: Settings) -> set[str]:

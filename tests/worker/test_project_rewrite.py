@@ -53,7 +53,7 @@ def _projects(client: Any, settings: Settings, embedder: FakeEmbedder, project: 
 
 def test_a_project_rewritten_in_place_reaches_every_index(tmp_path: Path, fake_embedder: FakeEmbedder) -> None:
     settings = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="embedded",
-                        text_index=True, vector_copy=True)
+                        min_confidence=0, text_index=True, vector_copy=True)
     make_db(settings.db, mixed_records(12))
     resync(settings, embedder=fake_embedder)
     with stores.connect(settings) as handle:
@@ -103,7 +103,7 @@ def test_a_merge_reaches_the_text_index_too(tmp_path: Path, fake_embedder: FakeE
     """merged_into_project is a filter cell of the text index as well: a merge written in place
     (WorktreeAdoption's UPDATE) is found by the next full pass's fingerprint."""
     settings = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="embedded",
-                        text_index=True)
+                        min_confidence=0, text_index=True)
     make_db(settings.db, mixed_records(12))
     resync(settings, embedder=fake_embedder)
     conn = sqlite3.connect(settings.db)
