@@ -124,3 +124,16 @@ def test_timeline_cli(opts: list[str]) -> None:
     assert code == 0 and data["anchor"] == {"kind": "prompt", "id": 1}
     code, _, err = run("timeline", "S42", *opts)
     assert code == 2 and "no summary with id 42" in err
+
+
+def test_search_explain_and_all(opts: list[str]) -> None:
+    """--explain puts each result's raw signals under it; the default list leaves out what the
+    cutoff does and says so; --all lists it."""
+    code, out, _ = run("search", "upload retries", *opts, "--window-days", "0", "--explain")
+    lines = out.splitlines()
+    assert code == 0 and lines[2].lstrip().startswith("found_by=") and "fused=" in lines[2]
+    assert "below the cutoff" in lines[0] and lines[0].endswith("--all to show")
+    shown = sum(1 for line in lines[1:] if not line.startswith(" "))
+    code, everything, _ = run("search", "upload retries", *opts, "--window-days", "0", "--all")
+    assert code == 0 and "below the cutoff" not in everything
+    assert len(everything.splitlines()) - 1 > shown

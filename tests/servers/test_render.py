@@ -105,3 +105,41 @@ def test_find_by_requests_call_the_searchers_find_by() -> None:
 def test_find_by_refusals(by: Any, value: Any, args: FindArgs, message: str) -> None:
     with pytest.raises(BadRequest, match=message):
         Requests(FakeSearcher()).find_by(by, value, args)  # type: ignore[arg-type]
+
+
+class TestCutoffAndScore:
+    """The score shown is the confidence; the answers say how many results the cutoff left out."""
+
+    def test_each_answer_counts_what_the_cutoff_left_out(self) -> None:
+        from memsync.servers import claude_mem_render, structured
+
+        resp = response(result(), total=1, below_cutoff=39, min_confidence=0.035)
+        assert "39 below the cutoff (confidence < 0.035); --all to show" in render.response_text(resp).splitlines()[0]
+        assert "results 1-1 of 1 · 39 below the cutoff (confidence < 0.035); all=true to show" \
+            in render.header(resp, 0)
+        assert "39 below the cutoff" in claude_mem_render.how_answered(resp)
+        out = structured.search_output(resp, 0)
+        assert out.total == 1 and out.below_cutoff == 39 and out.next_offset is None
+
+    def test_nothing_above_the_cutoff_says_how_to_list_the_rest(self) -> None:
+        resp = response(total=0, below_cutoff=5, min_confidence=0.035)
+        assert "No results above the cutoff: all=true lists the weaker ones." in render.search_markdown(resp, 0, False)
+
+    def test_no_cutoff_no_words_about_it(self) -> None:
+        resp = response(result(), total=1)
+        assert "cutoff" not in render.response_text(resp) and "cutoff" not in render.header(resp, 0)
+
+    def test_a_row_without_a_confidence_shows_its_cosine_or_a_dash(self) -> None:
+        assert render.score_text(result(score=None, similarity=0.61)) == "cos 0.61"
+        assert render.score_text(result(score=None)) == "-"
+        assert render.result_line(result(score=None)).startswith("    - both")
+        assert render.table([result(score=0.42, similarity=0.61)])[2].split(" | ")[3] == "0.42 (cos 0.61)"
+
+    def test_explain_shows_the_raw_signals(self) -> None:
+        r = result(score=0.42, similarity=0.61, fused=0.0312, explain={"lexical_rank": 2, "semantic_rank": 1})
+        text = render.response_text(response(r), explain=True).splitlines()
+        assert text[1].startswith("0.420 both")
+        assert text[2].split() == ["found_by=both", "fused=0.0312", "similarity=0.61", "lexical_rank=2",
+                                   "semantic_rank=1"]
+        assert r.to_json()["signals"] == {"found_by": "both", "fused": 0.0312, "similarity": 0.61,
+                                          "lexical_rank": 2, "semantic_rank": 1}
