@@ -70,8 +70,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         dateStart=("string", "From this date: ISO, YYYY-MM-DD or epoch ms (replaces the recency window)"),
         dateEnd=("string", "Up to this date, inclusive: ISO, YYYY-MM-DD or epoch ms"),
         offset=("number", "Results to skip, for the next page"),
-        orderBy=("string", "relevance (default with a query), date_desc (default without) or date_asc"),
-        all=("boolean", "Also list the results below memsync's confidence cutoff (min_confidence)"))},
+        orderBy=("string", "relevance (default with a query), date_desc (default without) or date_asc"))},
     "timeline": {"type": "object", "additionalProperties": True, "properties": _props(
         anchor=("number", "Observation id to center the timeline around"),
         query=("string", "Instead of an anchor: the best match of this query is the anchor"),
@@ -86,7 +85,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 DESCRIPTIONS = {
     "search": "Step 1: Search memory by meaning and words. Returns an index with IDs (#123 observation, "
               "#S12 session summary, #P5 user prompt). Params: query, limit, project, platformSource, type, "
-              "obs_type, dateStart, dateEnd, offset, orderBy, all",
+              "obs_type, dateStart, dateEnd, offset, orderBy",
     "timeline": "Step 2: Get context around results. Params: anchor (observation ID) OR query (finds anchor "
                 "automatically), depth_before, depth_after, project",
     "get_observations": "Step 3: Fetch full details for filtered IDs. Params: ids (array of observation IDs, "
@@ -186,7 +185,7 @@ def build_profile_server(settings: Settings, searcher: Searcher | None = None) -
     def search(query: str | None = None, limit: Any = None, project: str | None = None,
                platformSource: str | None = None, type: str | None = None, obs_type: str | list[str] | None = None,
                dateStart: Any = None, dateEnd: Any = None, offset: Any = None, orderBy: str | None = None,
-               all: Any = None) -> str:  # noqa: A002 - the parameter's public name
+               all: Any = None) -> str:  # noqa: A002 - memsync's own, outside claude-mem's listed schema
         """Step 1: search memory."""
         with answers(settings):
             text = requests.parser.query(query)

@@ -65,13 +65,19 @@ def test_every_tool_against_a_real_database(served: Settings) -> None:
         out["search_all_time"] = await call(client, "search", query="billing exports nightly", window_days=0)
         out["search_window"] = await call(client, "search", query="billing exports nightly")
         out["search_full"] = await call(client, "search", query="retry budget", limit=1, format="full")
-        out["search_claude"] = await call(client, "search", query="upload retries", platform="Claude Code", limit=3)
+        # The platform filter's tests list past the cutoff: a filter changes the candidates, and so
+        # the confidences the model reads.
+        out["search_claude"] = await call(client, "search", query="upload retries", platform="Claude Code", limit=3,
+                                          all=True)
+        out["search_everything"] = await call(client, "search", query="upload retries", limit=5, all=True)
         out["search_codex"] = await call(client, "search", query="upload retries", platform="codex")
         out["obs"] = await call(client, "search_observations", query="uploads", project="alpha")
         out["sessions"] = await call(client, "search_sessions", query="uploads session")
         out["prompts"] = await call(client, "search_user_prompts", query="uploads fail")
         out["obs_codex"] = await call(client, "search_observations", query="uploads", platform="codex")
-        out["sessions_claude"] = await call(client, "search_sessions", query="uploads session", platform="claude")
+        out["sessions_claude"] = await call(client, "search_sessions", query="uploads session", platform="claude",
+                                            all=True)
+        out["sessions_all"] = await call(client, "search_sessions", query="uploads session", all=True)
         out["prompts_codex"] = await call(client, "search_user_prompts", query="uploads fail", platform="codex")
         out["concept"] = await call(client, "find_by_concept", concept="pattern")
         out["file"] = await call(client, "find_by_file", path="uploads/retry.py")
@@ -101,14 +107,18 @@ def test_every_tool_against_a_real_database(served: Settings) -> None:
     assert "#5" not in refs(got["search_window"][1]) and "outside the window" in got["search_window"][1]
     assert "**narrative**: The retry budget" in got["search_full"][1]
     # Every session here was recorded by claude ("Claude Code" is the same platform, normalised).
-    assert refs(got["search_claude"][1]) == refs(got["search"][1])[:3] and not refs(got["search_codex"][1])
+    assert refs(got["search_claude"][1]) == refs(got["search_everything"][1])[:3]
+    assert not refs(got["search_codex"][1])
+    # all=true lists what the cutoff leaves out of the default list, which says how many.
+    below = re.search(r"(\d+) below the cutoff \(confidence < [\d.]+\); all=true to show", got["search"][1])
+    assert below is not None and len(refs(got["search_everything"][1])) > len(refs(got["search"][1]))
     assert refs(got["obs"][1]) and all(r[1].isdigit() for r in refs(got["obs"][1]))
     assert "#2" not in refs(got["obs"][1])  # project beta filtered out
     assert refs(got["sessions"][1])[0] == "#S1" and all(r.startswith("#S") for r in refs(got["sessions"][1]))
     assert refs(got["prompts"][1])[0] == "#P1" and all(r.startswith("#P") for r in refs(got["prompts"][1]))
     # The narrower search tools take the platform too.
     assert not refs(got["obs_codex"][1]) and not refs(got["prompts_codex"][1])
-    assert refs(got["sessions_claude"][1]) == refs(got["sessions"][1])
+    assert refs(got["sessions_claude"][1]) == refs(got["sessions_all"][1])
     assert refs(got["concept"][1]) == ["#2"]
     assert refs(got["file"][1]) == ["#1"]
     assert refs(got["type"][1]) == ["#3"]
@@ -137,8 +147,11 @@ def agrees(hits: list[dict[str, Any]], text: str, scored: bool) -> None:
     for h, row in zip(hits, rows, strict=True):
         assert row[1] == h["type"]
         assert row[2] == h["date"][:16].replace("T", " ")  # local time, the text to the minute
-        if scored:
+        if scored and "score" in h:  # the confidence
             assert float(row[3].split()[0]) == pytest.approx(h["score"], abs=0.0051)
+            assert row[4] == h["found_by"]
+        elif scored:  # no confidence (a filter's listing, find_similar): the cosine, or a dash
+            assert row[3] == (f"cos {h['similarity']:.2f}" if "similarity" in h else "-")
             assert row[4] == h["found_by"]
         else:
             assert row[3] == h["project"]
