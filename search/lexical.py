@@ -28,6 +28,7 @@ from memsync.config.claude_mem.schema import FTS_TABLES, KINDS, Kind
 from memsync.config.formats.text_index import TextIndexDamaged, text_columns
 from memsync.config.kinds import plural
 from memsync.config.settings import Settings
+from memsync.search import fts
 from memsync.search.app_fts import AppFts
 from memsync.search.lexical_index import LexicalIndex
 from memsync.search.models import Filters, Key, Order, Scope, Window
@@ -92,7 +93,17 @@ class _Connection:
         expr = self.expression(kind)
         if not expr:
             return []
-        return [i for i, _ in self.fts(kind).ranked(kind, expr, scope, limit, order)]
+        ids = [i for i, _ in self.fts(kind).ranked(kind, expr, scope, limit, order)]
+        return self.strong(kind, ids) if order is Order.RELEVANCE else ids
+
+    def strong(self, kind: Kind, ids: list[int]) -> list[int]:
+        """``ids`` without the rows holding only words of the query common in English, as the text
+        index leaves them out (``TextIndex.weak``), read from the rows' text."""
+        rare = fts.rarer(fts.tokens(self.text))
+        if not rare or not ids:
+            return ids
+        texts = self.rows.texts(kind, ids, text_columns(kind))
+        return [i for i in ids if fts.holds(texts.get(i, ""), rare)]
 
     def count(self, kind: Kind, scope: Scope, cap: int) -> int:
         expr = self.expression(kind)
@@ -202,6 +213,8 @@ class LexicalSide:
                                                        lambda ids: conn.rows.texts(kind, ids, columns))]
             else:
                 ranked = [i for i, _ in index.search(kind, self.text, scope, depth)]
+                weak = index.weak(kind, self.text, ranked)
+                ranked = [i for i in ranked if i not in weak]
         except TextIndexDamaged as exc:  # a damaged segment: tantivy failed or panicked reading it
             self._unreadable(str(exc), opened=True)
             return conn.ranked(kind, scope, depth)

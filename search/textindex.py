@@ -203,11 +203,32 @@ class TextIndex:
             rows = self._searcher.fast_field_values("row", [addr for _, addr in hits])  # no stored-doc reads
         return [(int(r), float(score)) for (score, _), r in zip(hits, rows, strict=True) if r is not None]
 
+    def weak(self, kind: Kind, text: str, rows: Sequence[int]) -> set[int]:
+        """The ``rows`` of ``kind`` that hold only words of the query common in English
+        (``fts.common``: "people", "two", "time"), none of its rarer ones: left to the dense side,
+        which knows what they mean. None when the query has only common words or only rarer ones
+        (nothing to tell its matches apart by)."""
+        rare = [t for w in fts.rarer(fts.tokens(text)) for t in terms(w)]
+        if not rows or not rare:
+            return set()
+        Q, Occur = tantivy.Query, tantivy.Occur
+        query = Q.boolean_query([
+            (Occur.Must, Q.boolean_query([(Occur.Should, Q.term_query(self._schema, "body", t)) for t in rare])),
+            (Occur.Must, Q.term_query(self._schema, "kind", KIND_TERM[kind])),
+            (Occur.Must, Q.term_set_query(self._schema, "row", list(rows)))])
+        with reading():
+            hits = self._searcher.search(query, len(rows), count=False).hits
+            held = self._searcher.fast_field_values("row", [addr for _, addr in hits])
+        return set(rows) - {int(r) for r in held if r is not None}
+
     def expanded(self, kind: Kind, text: str, scope: Scope, limit: int,
                  texts: Callable[[list[int]], Mapping[int, str]]) -> list[tuple[int, float]]:
         """``search`` with pseudo-relevance feedback (see the module docstring); ``texts`` gives the
-        indexed text of rows by id (the index stores none). The plain ranking when nothing is added."""
+        indexed text of rows by id (the index stores none). The plain ranking when nothing is added.
+        Weak matches (``weak``) are left out, and give no feedback words."""
         first = self.search(kind, text, scope, limit)
+        weak = self.weak(kind, text, [row for row, _ in first])
+        first = [hit for hit in first if hit[0] not in weak]
         top = first[:FEEDBACK_DOCS]
         if not top or top[0][1] <= 0:
             return first
@@ -224,7 +245,9 @@ class TextIndex:
                 weight[term] = weight[term] * math.log(n_docs / (1 + df)) if df <= FEEDBACK_MAX_DF * n_docs else 0.0
         best = sorted((w, t) for t, w in weight.items() if w > 0)[::-1][:FEEDBACK_TERMS]
         extra = {t: FEEDBACK_WEIGHT for _, t in best}
-        return self.search(kind, text, scope, limit, extra) if extra else first
+        if not extra:
+            return first
+        return [hit for hit in self.search(kind, text, scope, limit, extra) if hit[0] not in weak]
 
     def count(self, kind: Kind, text: str, scope: Scope) -> int:
         """How many indexed rows match within the scope's filters and window (e.g. outside the window)."""
