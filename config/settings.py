@@ -270,9 +270,10 @@ class Settings(BaseSettings):
     )
     min_confidence: float = Field(
         0.035, ge=0.0, le=1.0, description="Search lists: results whose confidence (the relevance model's "
-        "calibrated chance that a result is relevant) is below this are not listed; each answer says how many were "
-        "left out (`--all` / `all=true` lists them; 0 turns the cutoff off). 0.035 keeps 95 % of the evidence a first page holds on the "
-        "dev set (chosen leave-one-conversation-out: docs/search.md). The injection decision has its own gate.")
+        "calibrated chance that a result is relevant) is below this are not listed; each answer says how many "
+        "were left out (`--all` / `all=true` lists them; 0 turns the cutoff off). 0.035 keeps 95 % of the evidence "
+        "a first page holds on the dev set (chosen leave-one-conversation-out: docs/search.md). The injection "
+        "decision has its own gate.")
     max_query_chars: int = Field(4000, ge=16, le=1_000_000,
                                  description="Longest query accepted (servers, `memsync search`, --batch lines).")
     mcp_structured: bool = Field(
