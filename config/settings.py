@@ -269,9 +269,9 @@ class Settings(BaseSettings):
         None, description="Reranker key (`Authorization: Bearer`); unset: embedding_api_key. Never printed.",
     )
     min_confidence: float = Field(
-        0.035, ge=0.0, le=1.0, description="Search lists: results whose confidence (the relevance model's "
+        0.015, ge=0.0, le=1.0, description="Search lists: results whose confidence (the relevance model's "
         "calibrated chance that a result is relevant) is below this are not listed; each answer says how many "
-        "were left out (`--all` / `all=true` lists them; 0 turns the cutoff off). 0.035 keeps 95 % of the evidence "
+        "were left out (`--all` / `all=true` lists them; 0 turns the cutoff off). 0.015 keeps 99 % of the evidence "
         "a first page holds on the dev set (chosen leave-one-conversation-out: docs/search.md). The injection "
         "decision has its own gate.")
     max_query_chars: int = Field(4000, ge=16, le=1_000_000,

@@ -52,7 +52,7 @@ from scripts.locomo import DEFAULT_DATA, LINKS
 
 MIXED_LINKS = ("turn", "none")  # observations' links name their evidence turn (or there are none)
 TOP = 10
-KEEP = 0.95  # a list hides a result a person would have read at most once in twenty: --all shows the rest
+KEEP = 0.99  # a list hides at most one in a hundred of the results a person would have read: --all shows the rest
 THRESHOLDS = tuple(round(0.005 * i, 3) for i in range(1, 61))  # 0.005 .. 0.3
 # Each idea and the features it adds (the ablation takes them out together).
 IDEAS: dict[str, tuple[str, ...]] = {

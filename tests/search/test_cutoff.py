@@ -59,9 +59,10 @@ def test_show_all_lists_everything_with_its_score(small: Searcher) -> None:
     assert all(r.fused is not None and r.fused > 0 for r in shown.results)  # the fused value is kept as a signal
 
 
-def test_a_question_memory_does_not_answer_lists_nothing(small: Searcher) -> None:
+def test_a_question_memory_does_not_answer_lists_little_and_weak(small: Searcher) -> None:
     resp = small.search(SearchRequest(query="kubernetes pod eviction", window_days=0))
-    assert resp.results == [] and resp.total == 0 and resp.below_cutoff == len(RECORDS)
+    assert len(resp.results) <= 2 and all(r.score is not None and r.score < 0.05 for r in resp.results)
+    assert resp.total == len(resp.results) and resp.below_cutoff == len(RECORDS) - len(resp.results)
 
 
 def test_a_cutoff_of_zero_lists_every_match(tmp_path: Path) -> None:

@@ -73,9 +73,9 @@ class Database:
 
     def __init__(self, tmp: Path, rows: list[dict[str, Any]]) -> None:
         assert len(rows) <= 100
-        # The ranking is tested, not a confidence cutoff of the list (where the settings have one).
-        cutoff = {"min_confidence": 0.0} if "min_confidence" in Settings.model_fields else {}
-        self.settings = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", chroma_mode="embedded", **cutoff)
+        # The ranking is tested, not the lists' confidence cutoff (tests/search/test_cutoff.py).
+        self.settings = Settings(db=tmp / "claude-mem.db", data_dir=tmp / "data", chroma_mode="embedded",
+                                 min_confidence=0)
         make_db(self.settings.db, _records(rows))
         resync(self.settings)
         self.keys = _keys(self.settings.db, rows)
