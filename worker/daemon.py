@@ -42,6 +42,7 @@ import signal
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from memsync.config.chroma.server import PORT_ATTEMPTS
@@ -75,6 +76,7 @@ from memsync.worker.tail import SourceTail
 from memsync.worker.target import SyncTarget, store_counts
 from memsync.worker.textsync import TextSync
 
+Searchable = Callable[[int, str], None]  # (documents synced, what is searchable) once search is usable
 CONNECT_CALLS = 6  # Chroma calls of a connection: heartbeat, pointer, generation, its update, upstream store (2)
 
 
@@ -82,8 +84,13 @@ class Worker:
     """The daemon. ``run()`` blocks until stopped; ``once()`` does one full pass and returns."""
 
     def __init__(self, settings: Settings, metrics_port: int | None = None,
-                 stop: threading.Event | None = None) -> None:
+                 stop: threading.Event | None = None, on_searchable: Searchable | None = None) -> None:
+        """``on_searchable``: told once, with the documents synced and what is searchable, when
+        search is first usable (the first full pass is through, or a first sync's default window
+        is covered); the command prints it for the person who started the worker."""
         self.s = settings
+        self._on_searchable = on_searchable
+        self._started_at = time.monotonic()
         self.metrics_port = metrics_port
         self.stop = stop or threading.Event()  # `once` shares the command's Ctrl-C event
         self.wake = threading.Event()
@@ -498,12 +505,30 @@ class Worker:
     def _pass_ended(self, full: bool, result: SyncResult) -> None:
         state, sink = self._state, self._target.sink
         assert state is not None and sink is not None
+        if self._on_searchable is not None:
+            self._announce(state, sink.name, full, result)
         if full and self.health.status.store_differs_since_ms is not None:
             # After a repair's pass: the counts as they are now (the next health check would too).
             self.health.store_checked(store_counts(state, sink))
         if result.updated or result.deleted:
             self._compaction.churned()  # new churn: look at it at the next idle step
         self._update_lag()
+
+    def _announce(self, state: SyncState, collection: str, full: bool, result: SyncResult) -> None:
+        """Tell ``on_searchable`` once: after the first full pass that went through, or when a
+        first sync (newest first) has covered the default window."""
+        if full and not result.interrupted and result.resume is None:
+            what = f"in step with the database after {time.monotonic() - self._started_at:.0f} s"
+        elif self.health.first_sync is not None and self.s.window_days and (reader := self._tail.reader) is not None:
+            left = self.health.first_sync[0].snapshot(reader)["window_rows_left"]
+            if left:
+                return
+            what = f"the last {self.s.window_days} days by meaning, older memory follows"
+        else:
+            return
+        assert self._on_searchable is not None
+        on_searchable, self._on_searchable = self._on_searchable, None  # once per start
+        on_searchable(sum(n for _, _, n, _ in state.doc_counts(collection)), what)
 
     def _upstream_behind(self, state: SyncState, collection: str) -> bool:
         """The upstream-readable store's records end below memsync's own (its last pass failed or

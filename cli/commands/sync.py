@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shlex
 import signal
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -399,6 +401,24 @@ def _copy_line(state: dict[str, Any]) -> str:
     return f"{state['documents']} documents, {done}"
 
 
+def _searchable_line(settings: Settings) -> Callable[[int, str], None]:
+    """The one line the worker prints for a person once search is usable (logs stay as they are,
+    on stderr): how many documents are searchable, and the next command to try."""
+    from memsync.commands.db import DEMO_QUERIES
+    from memsync.config.formats.database_owner import is_demo
+
+    # The command as it was started (`make run` starts .venv/bin/memsync), so the line can be pasted.
+    me = sys.argv[0] if "/" in sys.argv[0] and not os.path.isabs(sys.argv[0]) else "memsync"
+    query = DEMO_QUERIES[0] if is_demo(settings) else "what did we decide about"
+
+    def say(documents: int, what: str) -> None:
+        click.echo(f"memsync: search is ready: {documents:,} documents searchable, {what}. "
+                   f"Try: {me} search {shlex.quote(query)} (and {me} status)")
+        sys.stdout.flush()
+
+    return say
+
+
 @click.command()
 @common_options
 @click.option("--once", is_flag=True, help="One full reconcile pass, then exit (for cron and scripts).")
@@ -438,7 +458,7 @@ def worker(once: bool, poll_interval: float | None, reconcile_interval: float | 
                 result = Worker(settings, metrics_port=metrics_port, stop=stop).once()
             click.echo(f"{result.line()} ({result.rows} rows, {result.seconds:.1f}s)" + _upstream_result(result))
             sys.exit(EXIT_FAIL if result.interrupted else EXIT_OK)
-        daemon = Worker(settings, metrics_port=metrics_port)
+        daemon = Worker(settings, metrics_port=metrics_port, on_searchable=_searchable_line(settings))
         daemon.install_signals()
         # Claude Code's per-prompt hook is answered by this process (a thread; it never stops the sync).
         from memsync.config.formats.database_owner import claim
