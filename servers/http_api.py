@@ -39,8 +39,11 @@ from memsync.config.kinds import KIND_BY_NAME, KIND_NAMES, KindFilter, choice_fo
 from memsync.config.limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
 from memsync.config.records import MAX_ROW_ID, format_ref
 from memsync.config.settings import Settings
-from memsync.search import QueryTimeout, Searcher, SearchError, VectorUnavailable
+from memsync.search import QueryTimeout, Searcher, SearchError, VectorUnavailable, snippets
+from memsync.search.models import Result
+from memsync.search.projects import project_counts
 from memsync.search.request import SearchFields
+from memsync.search.sql import SourceRows
 from memsync.servers.hosts import TOKEN_REFUSAL, HostGuard, HostRule, bearer_ok, check_binding
 from memsync.servers.params import MAX_DEPTH, Requests, filter_fields, offering_filters
 from memsync.servers.redact import public
@@ -157,6 +160,16 @@ def page_html(settings: Settings) -> str:
             .replace("{kind_choices}", json.dumps({name: choice_for(name) for name in KIND_BY_NAME})))
 
 
+def with_snippet(result: Result, shown: dict[str, Any], query: str, full: bool) -> dict[str, Any]:
+    """A result's JSON with its ``snippet`` (None when the record has no text); its full record
+    only when ``full`` asked for it."""
+    snip = snippets.of_result(result, query)
+    out = {**shown, "snippet": None if snip is None else snip.to_json()}
+    if not full:
+        out.pop("record", None)
+    return out
+
+
 def filter_query(param: FilterParam) -> Any:
     """A filter's query parameter: one value, or (for a list filter) repeated (``type=a&type=b``)."""
     kind = list[str] | None if param.shape == "list" else str | None
@@ -247,12 +260,28 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         full: Annotated[bool, Query(description="Include each full record.")] = False,
         all: Annotated[bool, Query(description="Also list the results below the confidence cutoff "  # noqa: A002
                                                "(min_confidence).")] = False,
+        snippets: Annotated[bool, Query(description="Give each result a `snippet`: a short piece of its best "
+                                                    "field with the query's words marked "
+                                                    "(`{text, highlights: [[start, end], ...], field}`).")] = False,
         **filters: Any,
     ) -> dict[str, Any]:
+        # Snippets read the full rows the page's hydration fetches anyway (one query per kind).
         resp = requests.search(SearchFields(query=q, kind=kind, filters=filter_fields(filters), window_days=window_days,
-                                            order=order, limit=limit, offset=offset, full=full, all=all))
+                                            order=order, limit=limit, offset=offset, full=full or snippets, all=all))
         metrics.modes.labels(resp.mode.value).inc()
-        return {**resp.to_json(), "reason": public(resp.reason, settings), "limit": limit, "offset": offset}
+        body = {**resp.to_json(), "reason": public(resp.reason, settings), "limit": limit, "offset": offset}
+        if snippets:
+            body["results"] = [with_snippet(r, shown, q, full) for r, shown in zip(resp.results, body["results"],
+                                                                                   strict=True)]
+        return body
+
+    @app.get("/api/projects", dependencies=guarded, summary="Projects with their row counts, most rows first")
+    def api_projects() -> list[dict[str, Any]]:
+        rows = SourceRows.open(settings)
+        try:
+            return [c.to_json() for c in project_counts(rows)]
+        finally:
+            rows.close()
 
     @app.get("/api/timeline", dependencies=guarded, summary="Records around an anchor, oldest first")
     def api_timeline(

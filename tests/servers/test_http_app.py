@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from memsync.config.settings import Settings
 from memsync.main import main
-from tests.conftest import make_db, mixed_records
+from tests.conftest import make_db, mixed_records, obs
 from tests.servers.conftest import ask
 
 MAX_LAG = "100000000"  # the rows' age is not what these states are about
@@ -70,3 +70,35 @@ def test_the_page_offers_the_servers_window_as_its_default(settings: Settings, w
     make_db(settings.db, mixed_records(1))
     page = ask(settings.model_copy(update={"window_days": window_days}), "/").text
     assert f'<option value="">{label} (default)</option>' in page and "{window_default}" not in page
+
+
+def test_search_with_snippets_marks_the_query_words_and_keeps_records_out(settings: Settings) -> None:
+    make_db(settings.db, [*mixed_records(3), obs(9, narrative="<img src=x onerror=alert(1)> upload stalled")])
+    body = ask(settings, "/api/search", q="upload", snippets="true", window_days="0").json()
+    hit = next(r for r in body["results"] if "onerror" in r["snippet"]["text"])
+    snip = hit["snippet"]
+    assert snip["text"] == "<img src=x onerror=alert(1)> upload stalled" and snip["field"] == "narrative"
+    assert [snip["text"][a:b] for a, b in snip["highlights"]] == ["upload"]
+    assert all("record" not in r for r in body["results"])  # full was not asked for
+
+
+def test_snippets_of_the_newest_records_show_their_first_field(settings: Settings) -> None:
+    make_db(settings.db, mixed_records(2))
+    body = ask(settings, "/api/search", q="", snippets="true", full="true", window_days="0").json()
+    assert body["results"] and all(r["snippet"]["text"] and r["snippet"]["highlights"] == [] for r in body["results"])
+    assert all("record" in r for r in body["results"])
+    plain = ask(settings, "/api/search", q="", window_days="0").json()
+    assert all("snippet" not in r for r in plain["results"])
+
+
+def test_projects_lists_each_project_with_its_rows_most_first(settings: Settings) -> None:
+    """Counted per kind from the database; a prompt counts under its session's project."""
+    make_db(settings.db, [*mixed_records(3), obs(7, project="gamma")])
+    body = ask(settings, "/api/projects").json()
+    assert body == [
+        {"project": "alpha", "count": 6, "kinds": {"observations": 2, "summaries": 2, "prompts": 2}},
+        {"project": "beta", "count": 3, "kinds": {"observations": 1, "summaries": 1, "prompts": 1}},
+        {"project": "gamma", "count": 1, "kinds": {"observations": 1, "summaries": 0, "prompts": 0}},
+    ]
+    hidden = ask(settings.model_copy(update={"excluded_projects": "gam*"}), "/api/projects").json()
+    assert [p["project"] for p in hidden] == ["alpha", "beta"]
