@@ -26,6 +26,7 @@ it and say so.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -158,3 +159,72 @@ def deny_claude_mem_search(path: Path) -> bool:
 def allow_claude_mem_search(path: Path) -> bool:
     """Restore's edit, written; False when nothing had to change."""
     return apply_change(plan_restore(path))
+
+
+# -- memsync registered already: Claude Code's MCP scopes ------------------------------------------
+# Claude Code's order when one name is registered at several scopes: local, then project, then user
+# (its MCP documentation; checked with the real CLI's `claude mcp get`, which names the one it uses).
+SCOPES = ("local", "project", "user")
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """One ``claude mcp add`` registration of a server: its scope, the file holding it, its command."""
+
+    scope: str
+    file: Path
+    command: str
+
+
+def claude_json_path(env: Mapping[str, str] | None = None) -> Path:
+    """Where Claude Code keeps user and local registrations: ``.claude.json`` in ``CLAUDE_CONFIG_DIR``,
+    else in HOME (beside ``~/.claude``, not in it)."""
+    env = os.environ if env is None else env
+    value = env.get("CLAUDE_CONFIG_DIR", "").strip()
+    return (Path(value).expanduser() if value else Path(env.get("HOME") or Path.home())) / ".claude.json"
+
+
+def project_dir(cwd: Path) -> Path:
+    """The project a local or project registration belongs to: the git work tree holding ``cwd``
+    (what the real CLI keys ``projects`` by), else ``cwd``."""
+    for folder in (cwd, *cwd.parents):
+        if (folder / ".git").exists():
+            return folder
+    return cwd
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # no file, or one Claude Code itself could not read: no registration in it
+    return data if isinstance(data, dict) else {}
+
+
+def _server(holder: Any, name: str) -> str | None:
+    servers = holder.get("mcpServers") if isinstance(holder, dict) else None
+    entry = servers.get(name) if isinstance(servers, dict) else None
+    if not isinstance(entry, dict):
+        return None
+    args = entry.get("args")
+    return " ".join(str(part) for part in [entry.get("command") or entry.get("url") or "?",
+                                           *(args if isinstance(args, list) else [])])
+
+
+def registrations(name: str, cwd: Path, env: Mapping[str, str] | None = None) -> list[Registration]:
+    """Where ``name`` is registered for a Claude Code session started in ``cwd``, winner first
+    (:data:`SCOPES`): local (``projects[<project>].mcpServers`` in :func:`claude_json_path`),
+    project (``.mcp.json`` in the project) and user (the top-level ``mcpServers``)."""
+    project = project_dir(cwd)
+    home_file = claude_json_path(env)
+    data = _json_object(home_file)
+    projects = data.get("projects")
+    found = {"local": (home_file, _server(projects.get(str(project)) if isinstance(projects, dict) else None, name)),
+             "project": (project / ".mcp.json", _server(_json_object(project / ".mcp.json"), name)),
+             "user": (home_file, _server(data, name))}
+    return [Registration(scope, file, command) for scope, (file, command) in found.items() if command is not None]
+
+
+def winning_scope(existing: list[Registration], scope: str) -> str:
+    """The scope whose registration Claude Code uses once ``scope`` holds one too."""
+    return min({scope, *(r.scope for r in existing)}, key=SCOPES.index)

@@ -3,11 +3,13 @@ Claude Code, in one command, and back (:mod:`memsync.config.claude_code` owns Cl
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +20,12 @@ from memsync.config.claude_code import (
     SERVER_NAME,
     SettingsChange,
     apply_change,
+    config_dir,
     plan_restore,
     plan_swap,
+    registrations,
     settings_path,
+    winning_scope,
 )
 from memsync.config.claude_hook import (
     InjectTarget,
@@ -29,7 +34,9 @@ from memsync.config.claude_hook import (
     hook_supported,
     inject_command,
 )
-from memsync.config.claude_settings import read_settings
+from memsync.config.claude_mem.user_settings import data_dir_choice
+from memsync.config.claude_mem.version import installed_version
+from memsync.config.claude_settings import ClaudeSettingsError, read_settings
 from memsync.config.errors import one_line
 from memsync.config.formats.database_owner import is_demo
 from memsync.config.formats.worker_status import worker_state
@@ -47,11 +54,42 @@ def claude_option(func: Any) -> Any:
                         help="Claude Code's command (a name on PATH or a path).")(func)
 
 
-def find_claude(name: str) -> str:
-    """The ``claude`` executable's path, or exit 2 saying how to get it."""
+def known_locations(env: Mapping[str, str] | None = None) -> list[Path]:
+    """Where Claude Code's installers put ``claude`` when it may not be on PATH: the native
+    installer's ``~/.local/bin/claude`` and the older local install's ``~/.claude/local/claude``
+    (reached through a shell alias, which a subprocess does not see)."""
+    env = os.environ if env is None else env
+    home = Path(env.get("HOME") or Path.home())
+    return [home / ".local" / "bin" / "claude", home / ".claude" / "local" / "claude"]
+
+
+def locate_claude(name: str) -> tuple[str | None, str]:
+    """``claude``'s path (the default name is also looked for where the installers put it), or
+    None and a sentence saying where it was looked for and how to get it."""
     found = shutil.which(name)
+    if found is not None:
+        return found, ""
+    if name == "claude":
+        for path in known_locations():
+            if path.is_file() and os.access(path, os.X_OK):
+                click.echo(f"memsync: note: Claude Code's command is not on PATH; using {path}", err=True)
+                return str(path), ""
+    if os.sep in name:
+        where = "no executable file there"
+    else:
+        dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+        where = f"not on PATH ({', '.join(dirs) or 'empty'})"
+        if name == "claude":
+            where += f" nor at {', '.join(str(p) for p in known_locations())}"
+    return None, (f"Claude Code's command {name!r} was not found: {where}; install Claude Code, or pass "
+                  "--claude PATH")
+
+
+def find_claude(name: str) -> str:
+    """The ``claude`` executable's path, or exit 2 saying where it looked and how to get it."""
+    found, why = locate_claude(name)
     if found is None:
-        fail(f"Claude Code's command {name!r} was not found: install Claude Code, or pass --claude PATH", EXIT_USAGE)
+        fail(why, EXIT_USAGE)
     return found
 
 
@@ -115,10 +153,16 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
     """memsync answers claude-mem's search tools and injects memories into each prompt.
 
     In Claude Code, memsync answers claude-mem's search, timeline and get_observations, and a
-    UserPromptSubmit hook puts the memories that fit in front of each prompt."""
+    UserPromptSubmit hook puts the memories that fit in front of each prompt. --dry-run prints the
+    whole plan, then each refusal the real run would stop at, and exits as it would."""
     loaded = settings_from(kwargs)
     settings = loaded.settings
-    claude = find_claude(claude_cmd)
+    refusals: list[str] = []  # what stops the real run, in its order (a dry run goes on to list them all)
+    claude, why = locate_claude(claude_cmd)
+    if claude is None:
+        if not dry_run:
+            fail(why, EXIT_USAGE)
+        refusals.append(why)
     memsync = str(Path(sys.executable).parent / "memsync")
     # The server and the hook find the same database and data directory as this command did: what
     # was set explicitly (or the demo database) is passed on; claude-mem's own rule needs nothing.
@@ -127,7 +171,14 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
     if hook_supported():
         hook = hook_entry(inject_command(Path(memsync), InjectTarget(
             settings.data_dir, settings.db if pass_db else None, loaded.config_file)))
-    plan_settings(swap=True, hook=hook)  # a settings file it cannot edit stops it before `claude mcp add`
+    unplanned = False  # the settings file cannot be edited: it stops the real run before `claude mcp add`
+    try:
+        plan_swap(settings_path(), hook)
+    except ClaudeSettingsError as exc:
+        if not dry_run:
+            fail(str(exc), EXIT_USAGE)
+        refusals.append(str(exc))
+        unplanned = True
     passed: list[tuple[str, str, Path]] = []  # (variable, option, value) the server is given
     if pass_db:
         passed.append(("MEMSYNC_DB", "--db", settings.db))
@@ -140,19 +191,63 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
     if not settings.db.exists():
         click.echo(f"memsync: note: the database {settings.db} does not exist yet; the server will refuse "
                    "to start until it does", err=True)
+    scope_notes(scope)
+    command = claude or claude_cmd  # a dry run without Claude Code shows the name it was given
     # A registration under the same name (memsync's own profile, an earlier swap) is replaced.
-    run_claude([claude, "mcp", "remove", "--scope", scope, SERVER_NAME], dry_run, check=False)
+    run_claude([command, "mcp", "remove", "--scope", scope, SERVER_NAME], dry_run, check=False)
     # The name before the -e options: -e takes every value up to the next option (the real CLI
     # read the name as a malformed variable).
-    run_claude([claude, "mcp", "add", "--scope", scope, SERVER_NAME, *env, "--", memsync, "mcp", "--profile",
+    run_claude([command, "mcp", "add", "--scope", scope, SERVER_NAME, *env, "--", memsync, "mcp", "--profile",
                 "claude-mem"], dry_run)
-    settings_step(swap=True, dry_run=dry_run, hook=hook)
-    hook_notes(hook is not None, settings, shlex.join(worker))
+    if unplanned:
+        click.echo(f"{settings_path()}: cannot plan its edit (below)")
+    else:
+        settings_step(swap=True, dry_run=dry_run, hook=hook)
     if dry_run:
+        click.echo(claude_mem_line())
+    if not unplanned:
+        hook_notes(hook is not None, settings, shlex.join(worker))
+    if dry_run:
+        for refusal in refusals:
+            click.echo(f"memsync: {one_line(refusal)}", err=True)
+        if refusals:
+            sys.exit(EXIT_USAGE)  # what the real run exits with at the first of them
         return
     click.echo("Done: start a new Claude Code session; claude-mem's hooks, skill and other tools stay on, its "
                "search tools are answered by memsync, and memsync puts the memories that fit in front of each "
                "prompt. Undo: memsync claude-code restore")
+
+
+def scope_notes(scope: str) -> None:
+    """What the user should know about memsync registered at other scopes: which registration
+    Claude Code will use once swap registered at ``scope`` (local > project > user)."""
+    others = [r for r in registrations(SERVER_NAME, Path.cwd()) if r.scope != scope]
+    if not others:
+        return
+    for other in others:
+        click.echo(f"memsync: note: {SERVER_NAME!r} is registered at {other.scope} scope too ({other.file}: "
+                   f"{other.command})", err=True)
+    winner = winning_scope(others, scope)
+    if winner == scope:
+        click.echo(f"memsync: note: Claude Code uses this {scope} registration (local > project > user); the "
+                   f"{' and '.join(r.scope for r in others)} one stays, unused here", err=True)
+        return
+    click.echo(f"memsync: warning: Claude Code uses the {winner} registration, not this {scope} one (local > "
+               f"project > user): remove it (`claude mcp remove --scope {winner} {SERVER_NAME}`) or swap with "
+               f"--scope {winner}", err=True)
+
+
+def claude_mem_line() -> str:
+    """Whether claude-mem is installed, found by its own rule (the plugin in Claude Code's
+    directory), and its database (its data directory's rule)."""
+    installed = installed_version()
+    plugins = config_dir() / "plugins"
+    choice = data_dir_choice()
+    db = f"its database {choice.db} ({choice.rule}) {'exists' if choice.db.exists() else 'does not exist'}"
+    if installed is None:
+        return (f"claude-mem: not installed (no plugin in {plugins / 'cache' / 'thedotmack' / 'claude-mem'} or "
+                f"{plugins / 'marketplaces' / 'thedotmack'}): the deny rules wait for it; {db}")
+    return f"claude-mem: {installed.version} installed ({installed.source}); {db}"
 
 
 def hook_notes(installed: bool, settings: Settings, worker: str) -> None:

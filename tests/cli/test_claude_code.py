@@ -29,12 +29,15 @@ from memsync.config.claude_code import (
     CLAUDE_MEM_SERVER,
     DENY_RULES,
     SEARCH_TOOLS,
+    Registration,
     allow_claude_mem_search,
     apply_change,
     deny_claude_mem_search,
     plan_restore,
     plan_swap,
+    registrations,
     settings_path,
+    winning_scope,
 )
 from memsync.config.claude_hook import (
     HOOK_AT,
@@ -518,9 +521,10 @@ def test_a_dry_run_prints_the_steps_and_changes_nothing(tmp_path: Path) -> None:
     assert lines[1].startswith(f"$ {sys.executable} mcp add --scope user memsync -e MEMSYNC_DB={db} -- ")
     assert lines[1].endswith(" mcp --profile claude-mem")
     hook = hook_entry(inject_command(Path(MEMSYNC), InjectTarget(home / ".memsync", db)))  # the default data dir
-    assert lines[2:] == [*(f'{settings}: would add to permissions.deny: "{rule}"' for rule in DENY_RULES),
-                         f"{settings}: would add to hooks.UserPromptSubmit: {json.dumps(hook)}",  # the hook entry
-                         f"{settings}: would record what it adds in {RECORD_KEY}"]
+    assert lines[2:-1] == [*(f'{settings}: would add to permissions.deny: "{rule}"' for rule in DENY_RULES),
+                           f"{settings}: would add to hooks.UserPromptSubmit: {json.dumps(hook)}",  # the hook entry
+                           f"{settings}: would record what it adds in {RECORD_KEY}"]
+    assert lines[-1].startswith(f"claude-mem: not installed (no plugin in {home}/.claude/plugins/cache/")
     assert settings.read_text() == '{"enabledPlugins": {"claude-mem@thedotmack": true}}'
 
 
@@ -553,7 +557,9 @@ def test_a_dry_run_refuses_as_the_real_run_does(tmp_path: Path, case: str, comma
         for done in answers:
             assert done.returncode == 2, done.stderr
             assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"memsync: {settings} "), done.stderr
-            assert done.stdout == ""
+        assert answers[0].stdout == ""
+        if command[0] == "swap":  # a dry run prints the rest of the plan first
+            assert f"{settings}: cannot plan its edit (below)" in answers[1].stdout.splitlines()
         assert answers[0].stderr == answers[1].stderr
     assert not calls.exists()
     assert settings.read_text() == text
@@ -582,8 +588,167 @@ def test_without_claude_code_it_says_how_to_get_it(tmp_path: Path) -> None:
                           env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2
-    assert "'no-such-claude' was not found: install Claude Code, or pass --claude PATH" in done.stderr
+    assert "'no-such-claude' was not found: not on PATH (/usr/bin, /bin); install Claude Code, or pass --claude " \
+        "PATH" in done.stderr
     assert not (tmp_path / ".claude").exists()
+
+
+class TestADryRunWithoutClaudeCode:
+    """``swap --dry-run`` where no ``claude`` is found: the whole plan on stdout, then the refusal
+    the real run stops at (where it looked), and the real run's exit code; nothing written."""
+
+    def run(self, home: Path, cwd: Path, *args: str, path: str = "/usr/bin:/bin") -> subprocess.CompletedProcess[str]:
+        return subprocess.run([MEMSYNC, "claude-code", "swap", *args], env={"HOME": str(home), "PATH": path},
+                              cwd=cwd, capture_output=True, text=True, timeout=60)
+
+    def test_the_plan_then_the_refusal_and_the_real_exit_code(self, tmp_path: Path) -> None:
+        home = tmp_path / "home"
+        home.mkdir()
+        db = make_db(tmp_path / "claude-mem.db", mixed_records(1))
+        dry, real = (self.run(home, tmp_path, "--db", str(db), *extra) for extra in (["--dry-run"], []))
+        assert dry.returncode == real.returncode == 2
+        settings = home / ".claude" / "settings.json"
+        lines = dry.stdout.splitlines()
+        assert lines[0] == "$ claude mcp remove --scope user memsync"  # the name it was given
+        assert lines[1].startswith(f"$ claude mcp add --scope user memsync -e MEMSYNC_DB={db} -- {MEMSYNC} mcp")
+        assert [line.split(": would ")[0] for line in lines[2:7]] == [str(settings)] * 5  # rules, hook, record
+        assert lines[7] == (f"claude-mem: not installed (no plugin in {home}/.claude/plugins/cache/thedotmack/"
+                            f"claude-mem or {home}/.claude/plugins/marketplaces/thedotmack): the deny rules wait "
+                            f"for it; its database {home}/.claude-mem/claude-mem.db (claude-mem's default directory "
+                            "(~/.claude-mem)) does not exist")
+        refusal = (f"memsync: Claude Code's command 'claude' was not found: not on PATH (/usr/bin, /bin) nor at "
+                   f"{home}/.local/bin/claude, {home}/.claude/local/claude; install Claude Code, or pass --claude "
+                   "PATH\n")
+        assert dry.stderr.endswith(refusal) and real.stderr == refusal and real.stdout == ""
+        assert not (home / ".claude").exists()
+
+    def test_every_refusal_is_listed_and_claude_mem_is_found_by_its_rule(self, tmp_path: Path) -> None:
+        home = tmp_path / "home"
+        plugin = home / ".claude" / "plugins" / "cache" / "thedotmack" / "claude-mem" / "13.25.3"
+        (plugin / "scripts").mkdir(parents=True)
+        (plugin / "scripts" / "worker-service.cjs").write_text("")
+        data = tmp_path / "mem-data"
+        (home / ".claude-mem").mkdir()
+        (home / ".claude-mem" / "settings.json").write_text(json.dumps({"CLAUDE_MEM_DATA_DIR": str(data)}))
+        settings = home / ".claude" / "settings.json"
+        settings.write_text(UNEDITABLE["deny a string"])
+        db = make_db(tmp_path / "claude-mem.db", mixed_records(1))
+        done = self.run(home, tmp_path, "--db", str(db), "--dry-run", "--claude", str(tmp_path / "no-claude"))
+        assert done.returncode == 2
+        assert f"{settings}: cannot plan its edit (below)" in done.stdout.splitlines()
+        assert f"claude-mem: 13.25.3 installed ({plugin}); its database {data}/claude-mem.db (CLAUDE_MEM_DATA_DIR " \
+            f"in {home}/.claude-mem/settings.json) does not exist" in done.stdout.splitlines()
+        refusals = done.stderr.splitlines()[-2:]
+        assert refusals[0] == (f"memsync: Claude Code's command '{tmp_path}/no-claude' was not found: no executable "
+                               "file there; install Claude Code, or pass --claude PATH")
+        assert refusals[1].startswith(f"memsync: {settings} ")
+        assert settings.read_text() == UNEDITABLE["deny a string"]
+
+    def test_claude_where_its_installer_puts_it_is_found_off_path(self, tmp_path: Path) -> None:
+        home = tmp_path / "home"
+        claude_cmd, calls = stand_in_claude(tmp_path)
+        (home / ".local" / "bin").mkdir(parents=True)
+        (home / ".local" / "bin" / "claude").symlink_to(claude_cmd)
+        db = make_db(tmp_path / "claude-mem.db", mixed_records(1))
+        done = self.run(home, tmp_path, "--db", str(db), "--dry-run")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(f"$ {home}/.local/bin/claude mcp remove --scope user memsync\n")
+        assert f"memsync: note: Claude Code's command is not on PATH; using {home}/.local/bin/claude" in done.stderr
+        assert not calls.exists()
+
+
+# -- memsync registered at another scope ----------------------------------------------------------
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def server_entry(*args: str) -> dict[str, Any]:
+    return {"type": "stdio", "command": "/opt/memsync", "args": list(args), "env": {}}
+
+
+class TestOtherScopes:
+    """Registrations of ``memsync`` that swap does not replace: where they are, and which one Claude
+    Code uses (local > project > user)."""
+
+    def test_each_scope_is_read_where_claude_code_keeps_it(self, tmp_path: Path) -> None:
+        home, project = tmp_path / "home", tmp_path / "project"
+        (project / ".git").mkdir(parents=True)
+        (project / "sub").mkdir()
+        write_json(home / ".claude.json", {"mcpServers": {"memsync": server_entry("user")}, "projects": {
+            str(project): {"mcpServers": {"memsync": server_entry("local")}},
+            str(tmp_path / "elsewhere"): {"mcpServers": {"memsync": server_entry("other")}}}})
+        write_json(project / ".mcp.json", {"mcpServers": {"memsync": server_entry("project")}})
+        found = registrations("memsync", project / "sub", {"HOME": str(home)})  # the git root is the project
+        assert [(r.scope, r.file, r.command) for r in found] == [
+            ("local", home / ".claude.json", "/opt/memsync local"),
+            ("project", project / ".mcp.json", "/opt/memsync project"),
+            ("user", home / ".claude.json", "/opt/memsync user")]
+        assert registrations("other", project, {"HOME": str(home)}) == []
+        config = tmp_path / "config"
+        write_json(config / ".claude.json", {"mcpServers": {"memsync": server_entry("cfg")}})
+        assert [r.command for r in registrations("memsync", tmp_path, {"CLAUDE_CONFIG_DIR": str(config)})] == \
+            ["/opt/memsync cfg"]
+
+    @pytest.mark.parametrize(("existing", "scope", "winner"), [
+        ((), "user", "user"), (("local",), "user", "local"), (("user",), "local", "local"),
+        (("project",), "user", "project"), (("user", "project"), "local", "local"),
+        (("local", "user"), "project", "local")])
+    def test_the_winner_is_local_then_project_then_user(self, existing: tuple[str, ...], scope: str,
+                                                         winner: str) -> None:
+        regs = [Registration(s, Path("/f"), "memsync mcp") for s in existing]
+        assert winning_scope(regs, scope) == winner
+
+    def test_swap_says_which_registration_claude_code_uses(self, tmp_path: Path) -> None:
+        """The README's plain ``claude mcp add memsync ...`` registered at local scope: a user-scope
+        swap is shadowed there, and says so; a local-scope swap replaces it and wins."""
+        home, project = tmp_path / "home", tmp_path / "project"
+        project.mkdir()
+        local = {"mcpServers": {"memsync": server_entry("mcp")}}
+        write_json(home / ".claude.json", {"projects": {str(project): local}})
+        claude_cmd, _ = stand_in_claude(tmp_path)
+        db = make_db(tmp_path / "claude-mem.db", mixed_records(1))
+        env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+        for scope, expected in (("user", "memsync: warning: Claude Code uses the local registration, not this user "
+                                         "one (local > project > user): remove it (`claude mcp remove --scope local "
+                                         "memsync`) or swap with --scope local"),
+                                ("local", None)):
+            done = subprocess.run([MEMSYNC, "claude-code", "swap", "--dry-run", "--scope", scope, "--db", str(db),
+                                   "--claude", str(claude_cmd)], env=env, cwd=project, capture_output=True,
+                                  text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            notes = [line for line in done.stderr.splitlines() if "registered at" in line or "registration" in line]
+            if expected is None:
+                assert notes == []  # the same scope: swap replaces it
+            else:
+                assert notes == [f"memsync: note: 'memsync' is registered at local scope too ({home}/.claude.json: "
+                                 "/opt/memsync mcp)", expected]
+
+
+@pytest.mark.slow
+def test_the_real_claude_code_uses_the_registration_swap_says_wins(tmp_path: Path) -> None:
+    """Registrations the real ``claude mcp add`` wrote at each scope are found where it keeps them,
+    and ``claude mcp get`` names the scope :func:`winning_scope` picks (local over user; an
+    unapproved project server is one it leaves aside, so project is checked alone)."""
+    home, project = tmp_path / "home", tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    home.mkdir()
+
+    def get_scope() -> str:
+        return re.findall(r"Scope: (\w+)", claude(home, "mcp", "get", "memsync", cwd=project))[0].lower()
+
+    claude(home, "mcp", "add", "--scope", "project", "memsync", "--", "/bin/echo", "project", cwd=project)
+    assert [r.scope for r in registrations("memsync", project, {"HOME": str(home)})] == ["project"]
+    assert get_scope() == "project"
+    claude(home, "mcp", "add", "--scope", "user", "memsync", "--", "/bin/echo", "user", cwd=project)
+    claude(home, "mcp", "add", "memsync", "--", "/bin/echo", "local", cwd=project)  # the README's: local scope
+    found = registrations("memsync", project, {"HOME": str(home)})
+    assert [(r.scope, r.command) for r in found] == [("local", "/bin/echo local"), ("project", "/bin/echo project"),
+                                                     ("user", "/bin/echo user")]
+    assert get_scope() == winning_scope(found, "user") == "local"
+    claude(home, "mcp", "remove", "--scope", "local", "memsync", cwd=project)
+    claude(home, "mcp", "remove", "--scope", "project", "memsync", cwd=project)
+    assert get_scope() == winning_scope(registrations("memsync", project, {"HOME": str(home)}), "user") == "user"
 
 
 # -- the per-prompt memory hook ------------------------------------------------------------------
