@@ -33,9 +33,10 @@ SNIPPET_CHARS = 200  # a snippet's most characters, ellipses included
 LEAD_CHARS = 40  # context kept before the first match of the window
 ELLIPSIS = "…"
 
-# The text fields of each kind, in the order a reader meets them (``facts`` is a list: fact_I).
+# The text fields of each kind, the body first: a snippet says more than the title shown above it
+# (``facts`` is a list: fact_I).
 TEXT_FIELDS: dict[Kind, tuple[str, ...]] = {
-    Kind.OBSERVATION: ("title", "subtitle", "narrative", "text", "facts"),
+    Kind.OBSERVATION: ("narrative", "text", "subtitle", "title", "facts"),
     Kind.SUMMARY: SUMMARY_FIELDS,
     Kind.PROMPT: ("prompt_text",),
 }
