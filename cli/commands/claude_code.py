@@ -112,6 +112,33 @@ def plan_settings(swap: bool, hook: dict[str, Any] | None = None) -> SettingsCha
         return plan_swap(settings_path(), hook) if swap else plan_restore(settings_path())
 
 
+def refuse(why: str, dry_run: bool, refusals: list[str]) -> None:
+    """A refusal: the real run stops here (exit 2, one line); a dry run notes it and goes on, to
+    print the rest of the plan and then every refusal (:func:`end_dry_run`)."""
+    if not dry_run:
+        fail(why, EXIT_USAGE)
+    refusals.append(why)
+
+
+def settings_plannable(swap: bool, dry_run: bool, refusals: list[str], hook: dict[str, Any] | None = None) -> bool:
+    """Whether the settings half can be planned: a file it cannot edit is refused here, before any
+    ``claude`` command runs, on a dry run as on the real one (:func:`refuse`)."""
+    try:
+        plan_swap(settings_path(), hook) if swap else plan_restore(settings_path())
+    except ClaudeSettingsError as exc:
+        refuse(str(exc), dry_run, refusals)
+        return False
+    return True
+
+
+def end_dry_run(refusals: list[str]) -> None:
+    """A dry run's end: the refusals the real run would stop at, then its exit code."""
+    for refusal in refusals:
+        click.echo(f"memsync: {one_line(refusal)}", err=True)
+    if refusals:
+        sys.exit(EXIT_USAGE)  # what the real run exits with, at the first of them
+
+
 def settings_step(swap: bool, dry_run: bool, hook: dict[str, Any] | None = None) -> None:
     """Print the settings half (``would ...`` on a dry run), and on a real run write it: planned
     again, as the file may have changed while ``claude`` ran."""
@@ -160,9 +187,7 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
     refusals: list[str] = []  # what stops the real run, in its order (a dry run goes on to list them all)
     claude, why = locate_claude(claude_cmd)
     if claude is None:
-        if not dry_run:
-            fail(why, EXIT_USAGE)
-        refusals.append(why)
+        refuse(why, dry_run, refusals)
     memsync = str(Path(sys.executable).parent / "memsync")
     # The server and the hook find the same database and data directory as this command did: what
     # was set explicitly (or the demo database) is passed on; claude-mem's own rule needs nothing.
@@ -171,14 +196,7 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
     if hook_supported():
         hook = hook_entry(inject_command(Path(memsync), InjectTarget(
             settings.data_dir, settings.db if pass_db else None, loaded.config_file)))
-    unplanned = False  # the settings file cannot be edited: it stops the real run before `claude mcp add`
-    try:
-        plan_swap(settings_path(), hook)
-    except ClaudeSettingsError as exc:
-        if not dry_run:
-            fail(str(exc), EXIT_USAGE)
-        refusals.append(str(exc))
-        unplanned = True
+    planned = settings_plannable(True, dry_run, refusals, hook)  # before `claude mcp add`
     passed: list[tuple[str, str, Path]] = []  # (variable, option, value) the server is given
     if pass_db:
         passed.append(("MEMSYNC_DB", "--db", settings.db))
@@ -199,19 +217,16 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
     # read the name as a malformed variable).
     run_claude([command, "mcp", "add", "--scope", scope, SERVER_NAME, *env, "--", memsync, "mcp", "--profile",
                 "claude-mem"], dry_run)
-    if unplanned:
-        click.echo(f"{settings_path()}: cannot plan its edit (below)")
-    else:
+    if planned:
         settings_step(swap=True, dry_run=dry_run, hook=hook)
+    else:
+        click.echo(f"{settings_path()}: cannot plan its edit (below)")
     if dry_run:
         click.echo(claude_mem_line())
-    if not unplanned:
+    if planned:
         hook_notes(hook is not None, settings, shlex.join(worker))
     if dry_run:
-        for refusal in refusals:
-            click.echo(f"memsync: {one_line(refusal)}", err=True)
-        if refusals:
-            sys.exit(EXIT_USAGE)  # what the real run exits with at the first of them
+        end_dry_run(refusals)
         return
     click.echo("Done: start a new Claude Code session; claude-mem's hooks, skill and other tools stay on, its "
                "search tools are answered by memsync, and memsync puts the memories that fit in front of each "
@@ -286,12 +301,26 @@ def hook_notes(installed: bool, settings: Settings, worker: str) -> None:
 @claude_code.command()
 @claude_option
 def restore(claude_cmd: str, scope: str, dry_run: bool) -> None:
-    """claude-mem's own search tools back; memsync's registration and hook removed."""
-    claude = find_claude(claude_cmd)
-    plan_settings(swap=False)  # a settings file it cannot edit stops it before `claude mcp remove`
-    removed = run_claude([claude, "mcp", "remove", "--scope", scope, SERVER_NAME], dry_run, check=False)
-    settings_step(swap=False, dry_run=dry_run)
+    """claude-mem's own search tools back; memsync's registration and hook removed.
+
+    --dry-run prints the plan, then each refusal the real run would stop at, and exits as it would."""
+    refusals: list[str] = []
+    claude, why = locate_claude(claude_cmd)
+    if claude is None:
+        refuse(why, dry_run, refusals)
+    planned = settings_plannable(False, dry_run, refusals)  # before `claude mcp remove`
+    removed = run_claude([claude or claude_cmd, "mcp", "remove", "--scope", scope, SERVER_NAME], dry_run, check=False)
+    if planned:
+        settings_step(swap=False, dry_run=dry_run)
+    else:
+        click.echo(f"{settings_path()}: cannot plan its edit (below)")
+    for other in registrations(SERVER_NAME, Path.cwd()):
+        if other.scope != scope:
+            click.echo(f"memsync: note: {SERVER_NAME!r} stays registered at {other.scope} scope ({other.file}: "
+                       f"{other.command}); `claude mcp remove --scope {other.scope} {SERVER_NAME}` removes it",
+                       err=True)
     if dry_run:
+        end_dry_run(refusals)
         return
     if not removed:
         click.echo(f"memsync: no {SERVER_NAME!r} server was registered in the {scope} scope", err=True)

@@ -558,8 +558,7 @@ def test_a_dry_run_refuses_as_the_real_run_does(tmp_path: Path, case: str, comma
             assert done.returncode == 2, done.stderr
             assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"memsync: {settings} "), done.stderr
         assert answers[0].stdout == ""
-        if command[0] == "swap":  # a dry run prints the rest of the plan first
-            assert f"{settings}: cannot plan its edit (below)" in answers[1].stdout.splitlines()
+        assert f"{settings}: cannot plan its edit (below)" in answers[1].stdout.splitlines()  # the rest first
         assert answers[0].stderr == answers[1].stderr
     assert not calls.exists()
     assert settings.read_text() == text
@@ -644,6 +643,17 @@ class TestADryRunWithoutClaudeCode:
         assert refusals[1].startswith(f"memsync: {settings} ")
         assert settings.read_text() == UNEDITABLE["deny a string"]
 
+    def test_restore_too(self, tmp_path: Path) -> None:
+        home = tmp_path / "home"
+        home.mkdir()
+        done = subprocess.run([MEMSYNC, "claude-code", "restore", "--dry-run"], env={"HOME": str(home),
+                              "PATH": "/usr/bin:/bin"}, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2
+        assert done.stdout.splitlines() == ["$ claude mcp remove --scope user memsync",
+                                            f"{home}/.claude/settings.json: nothing to change (no swap is recorded "
+                                            "in it)"]
+        assert done.stderr.startswith("memsync: Claude Code's command 'claude' was not found: not on PATH")
+
     def test_claude_where_its_installer_puts_it_is_found_off_path(self, tmp_path: Path) -> None:
         home = tmp_path / "home"
         claude_cmd, calls = stand_in_claude(tmp_path)
@@ -723,6 +733,11 @@ class TestOtherScopes:
             else:
                 assert notes == [f"memsync: note: 'memsync' is registered at local scope too ({home}/.claude.json: "
                                  "/opt/memsync mcp)", expected]
+        done = subprocess.run([MEMSYNC, "claude-code", "restore", "--dry-run", "--claude", str(claude_cmd)], env=env,
+                              cwd=project, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == (f"memsync: note: 'memsync' stays registered at local scope ({home}/.claude.json: "
+                               "/opt/memsync mcp); `claude mcp remove --scope local memsync` removes it\n")
 
 
 @pytest.mark.slow
