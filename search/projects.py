@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from memsync.config.claude_mem.schema import KINDS, TABLES, Kind
+from memsync.config.claude_mem.schema import KINDS, SESSIONS_TABLE, TABLES, Kind
 from memsync.config.kinds import plural
 from memsync.search.sql import ALIAS, SourceRows
 
@@ -33,7 +33,11 @@ def kind_counts(rows: SourceRows, kind: Kind) -> dict[str, int]:
     """Rows of ``kind`` per project (one statement, bounded by the connection's time limit)."""
     table = TABLES[kind]
     hidden = f" AND {rows.not_excluded(kind)}" if rows.exclusion is not None else ""
-    own = f"SELECT {rows.project_expr(kind)} AS p FROM {table} {ALIAS} WHERE 1{hidden}"
+    if kind is Kind.PROMPT:  # a join, not project_expr's lookup per row: one pass over both tables
+        match = rows.schema.session_match(kind, ALIAS, "s")
+        own = f"SELECT s.project AS p FROM {table} {ALIAS} JOIN {SESSIONS_TABLE} s ON {match} WHERE 1{hidden}"
+    else:
+        own = f"SELECT {ALIAS}.project AS p FROM {table} {ALIAS} WHERE 1{hidden}"
     merged = None if kind is Kind.PROMPT else rows.col(kind, "merged_into_project")
     if merged:  # a row merged into another project is found under both names
         own += (f" UNION ALL SELECT {merged} AS p FROM {table} {ALIAS} WHERE {merged} IS NOT NULL "

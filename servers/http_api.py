@@ -39,10 +39,11 @@ from memsync.config.kinds import KIND_BY_NAME, KIND_NAMES, KindFilter, choice_fo
 from memsync.config.limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
 from memsync.config.records import MAX_ROW_ID, format_ref
 from memsync.config.settings import Settings
-from memsync.search import QueryTimeout, Searcher, SearchError, VectorUnavailable, snippets
+from memsync.search import QueryTimeout, Searcher, SearchError, VectorUnavailable
 from memsync.search.models import Result
 from memsync.search.projects import project_counts
 from memsync.search.request import SearchFields
+from memsync.search.snippets import of_result
 from memsync.search.sql import SourceRows
 from memsync.servers.hosts import TOKEN_REFUSAL, HostGuard, HostRule, bearer_ok, check_binding
 from memsync.servers.params import MAX_DEPTH, Requests, filter_fields, offering_filters
@@ -163,7 +164,7 @@ def page_html(settings: Settings) -> str:
 def with_snippet(result: Result, shown: dict[str, Any], query: str, full: bool) -> dict[str, Any]:
     """A result's JSON with its ``snippet`` (None when the record has no text); its full record
     only when ``full`` asked for it."""
-    snip = snippets.of_result(result, query)
+    snip = of_result(result, query)
     out = {**shown, "snippet": None if snip is None else snip.to_json()}
     if not full:
         out.pop("record", None)

@@ -93,12 +93,16 @@ def test_snippets_of_the_newest_records_show_their_first_field(settings: Setting
 
 def test_projects_lists_each_project_with_its_rows_most_first(settings: Settings) -> None:
     """Counted per kind from the database; a prompt counts under its session's project."""
-    make_db(settings.db, [*mixed_records(3), obs(7, project="gamma")])
+    make_db(settings.db, [*mixed_records(3), obs(7, project="gamma"),
+                          obs(8, project="old", merged_into_project="beta")])
     body = ask(settings, "/api/projects").json()
     assert body == [
         {"project": "alpha", "count": 6, "kinds": {"observations": 2, "summaries": 2, "prompts": 2}},
-        {"project": "beta", "count": 3, "kinds": {"observations": 1, "summaries": 1, "prompts": 1}},
+        {"project": "beta", "count": 4, "kinds": {"observations": 2, "summaries": 1, "prompts": 1}},
         {"project": "gamma", "count": 1, "kinds": {"observations": 1, "summaries": 0, "prompts": 0}},
-    ]
+        {"project": "old", "count": 1, "kinds": {"observations": 1, "summaries": 0, "prompts": 0}},
+    ]  # the merged row counts where a project filter finds it: under both names
+    merged = ask(settings, "/api/search", q="", project="beta", kind="observations", window_days="0").json()
+    assert merged["total"] == body[1]["kinds"]["observations"]
     hidden = ask(settings.model_copy(update={"excluded_projects": "gam*"}), "/api/projects").json()
-    assert [p["project"] for p in hidden] == ["alpha", "beta"]
+    assert [p["project"] for p in hidden] == ["alpha", "beta", "old"]
