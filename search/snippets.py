@@ -71,7 +71,9 @@ def matches(text: str, terms: Sequence[str]) -> list[tuple[int, int]]:
     to a term or starting with its stem (ASCII), any occurrence of a CJK bigram or other non-ASCII
     term; merged, sorted ``[start, end)`` ranges."""
     found: list[tuple[int, int]] = []
-    lowered = text.lower()
+    # Lower case one character at a time, keeping a character whose lower case is longer ("İ"), so
+    # offsets in ``lowered`` are offsets in ``text``.
+    lowered = "".join(low if len(low := ch.lower()) == 1 else ch for ch in text)
     plain = [t for t in terms if t.isascii()]
     prefixes = [p for p in (fts.prefix_stem(t) for t in plain) if p]
     if plain:
@@ -80,8 +82,6 @@ def matches(text: str, terms: Sequence[str]) -> list[tuple[int, int]]:
             if word in plain or any(word.startswith(p) for p in prefixes):
                 found.append((m.start(), m.end()))
     for term in (t for t in terms if not t.isascii()):
-        if len(lowered) != len(text):  # lower() changed the length (rare: "İ"): fall back to the text as it is
-            lowered = text
         start = lowered.find(term)
         while start >= 0:
             found.append((start, start + len(term)))

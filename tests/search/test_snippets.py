@@ -26,6 +26,10 @@ class TestMatches:
         text = "修复退款金额的舍入错误"
         assert [text[a:b] for a, b in matches(text, ["退款", "款金", "金额"])] == ["退款金额"]
 
+    def test_offsets_stay_right_after_a_letter_whose_lower_case_is_longer(self) -> None:
+        text = "İstanbul upload Straße"
+        assert [text[a:b] for a, b in matches(text, ["upload", "straße"])] == ["upload", "Straße"]
+
     def test_merge_joins_overlapping_and_touching_ranges(self) -> None:
         assert merge([(5, 7), (0, 2), (1, 3), (7, 9)]) == [(0, 3), (5, 9)]
 
