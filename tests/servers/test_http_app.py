@@ -106,3 +106,12 @@ def test_projects_lists_each_project_with_its_rows_most_first(settings: Settings
     assert merged["total"] == body[1]["kinds"]["observations"]
     hidden = ask(settings.model_copy(update={"excluded_projects": "gam*"}), "/api/projects").json()
     assert [p["project"] for p in hidden] == ["alpha", "beta", "old"]
+
+
+def test_snippets_mark_chinese_words_found_inside_a_run(settings: Settings) -> None:
+    """A CJK query's words are marked inside text written without spaces (bigrams, as the index cuts it)."""
+    chinese = obs(9, title="退款", narrative="我们修复了退款金额的舍入错误，并补了测试。")
+    make_db(settings.db, [*mixed_records(2), chinese])
+    body = ask(settings, "/api/search", q="退款金额", snippets="true", window_days="0").json()
+    snip = next(r["snippet"] for r in body["results"] if "舍入" in r["snippet"]["text"])
+    assert [snip["text"][a:b] for a, b in snip["highlights"]] == ["退款金额"], snip
