@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,10 +23,17 @@ from memsync.commands.options import (
 from memsync.config.claude_mem.schema import Era
 from memsync.config.formats.database_owner import for_database
 from memsync.config.settings import LoadedSettings, Settings
-from memsync.search import SearchRequest
+from memsync.search import Response, SearchRequest
 from memsync.servers.render import result_line
 
-DEMO_QUERIES = ("database query timeout", "flaky tests and time", "dark mode in the dashboard")
+if TYPE_CHECKING:
+    from memsync.search import Searcher
+
+# The demo's three searches, each showing one thing on the demo memory (tests/cli/test_demo.py):
+# a paraphrase found by meaning (its top hit shares no word with it: a session-expiry warning),
+# a question answered from two sessions (the backups that stopped, then the failed restore), and a
+# plain keyword. The first is also the one the worker's ready line suggests.
+DEMO_QUERIES = ("kicked out while typing into a form", "what went wrong with the nightly backups?", "pgbouncer")
 
 
 @click.group()
@@ -69,7 +76,7 @@ def db_import(path: Path, file: Path) -> None:
 @db.command("demo")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--sessions", type=click.IntRange(1, 1_000_000), default=40, show_default=True,
-              help="Sessions to generate (about 8 rows each).")
+              help="Sessions to generate (about 6 rows each; past 40 the episodes are told again).")
 @click.option("--seed", type=int, default=7, show_default=True, help="Random seed (same seed, same data).")
 def db_demo(path: Path, sessions: int, seed: int) -> None:
     """Create a deterministic demo database at PATH (3 projects; dates end today)."""
@@ -130,9 +137,13 @@ def _demo_steps(settings: Settings, stop: threading.Event) -> None:
     click.echo(f"resync {settings.db}: {result.line()} ({result.rows} rows, {result.seconds:.1f}s)")
     searcher = Searcher(settings)
     try:
-        for query in DEMO_QUERIES:
+        for query, resp in demo_searches(searcher):
             click.echo(f"\nsearch: {query}")
-            resp = searcher.search(SearchRequest(query=query, window_days=0, limit=3))
             click.echo("  " + "\n  ".join(result_line(r) for r in resp.results))
     finally:
         searcher.close()
+
+
+def demo_searches(searcher: Searcher) -> list[tuple[str, Response]]:
+    """The demo's three searches (:data:`DEMO_QUERIES`), all time, top 3 each."""
+    return [(query, searcher.search(SearchRequest(query=query, window_days=0, limit=3))) for query in DEMO_QUERIES]
