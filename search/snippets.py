@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +62,10 @@ class Snippet:
 def clean_text(text: str) -> str:
     """One line of visible text: control and format characters (NUL, bidi overrides, zero-width
     marks) dropped or made spaces, whitespace runs one space, ends stripped."""
-    kept = "".join(" " if ch.isspace() or unicodedata.category(ch) == "Cc" else ch for ch in text
+    spaced = _SPACE.sub(" ", text)
+    if spaced.isprintable():  # the usual text: nothing else to drop (a character at a time is slow)
+        return spaced.strip()
+    kept = "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in spaced
                    if unicodedata.category(ch) not in ("Cf", "Cs", "Co"))
     return _SPACE.sub(" ", kept).strip()
 
@@ -70,23 +74,37 @@ def matches(text: str, terms: Sequence[str]) -> list[tuple[int, int]]:
     """Where ``terms`` (query tokens of :func:`search.fts.tokens`) occur in ``text``: whole words equal
     to a term or starting with its stem (ASCII), any occurrence of a CJK bigram or other non-ASCII
     term; merged, sorted ``[start, end)`` ranges."""
+    return merge(_hits(text, terms)[0])
+
+
+def _hits(text: str, terms: Sequence[str]) -> tuple[list[tuple[int, int]], set[str]]:
+    """The ranges of :func:`matches`, unmerged, and which terms were found: one pass over the words
+    (a record's field may be thousands of words, a query 32 terms)."""
     found: list[tuple[int, int]] = []
-    # Lower case one character at a time, keeping a character whose lower case is longer ("İ"), so
-    # offsets in ``lowered`` are offsets in ``text``.
-    lowered = "".join(low if len(low := ch.lower()) == 1 else ch for ch in text)
-    plain = [t for t in terms if t.isascii()]
-    prefixes = [p for p in (fts.prefix_stem(t) for t in plain) if p]
+    seen: set[str] = set()
+    lowered = text.lower()
+    if len(lowered) != len(text):  # a letter whose lower case is longer ("İ"): keep it, so offsets agree
+        lowered = "".join(low if len(low := ch.lower()) == 1 else ch for ch in text)
+    plain = {t for t in terms if t.isascii()}
+    prefixes: dict[str, list[tuple[str, str]]] = {}  # first MIN_STEM letters -> (stem, term)
+    for t in plain:
+        if stem := fts.prefix_stem(t):
+            prefixes.setdefault(stem[:fts.MIN_STEM], []).append((stem, t))
     if plain:
         for m in _WORD.finditer(lowered.replace("_", " ")):
             word = m.group()
-            if word in plain or any(word.startswith(p) for p in prefixes):
+            hit = {word} & plain | {t for stem, t in prefixes.get(word[:fts.MIN_STEM], ()) if word.startswith(stem)}
+            if hit:
+                seen |= hit
                 found.append((m.start(), m.end()))
     for term in (t for t in terms if not t.isascii()):
         start = lowered.find(term)
+        if start >= 0:
+            seen.add(term)
         while start >= 0:
             found.append((start, start + len(term)))
             start = lowered.find(term, start + 1)
-    return merge(found)
+    return found, seen
 
 
 def merge(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -108,9 +126,10 @@ def cut(text: str, hits: Sequence[tuple[int, int]], width: int = SNIPPET_CHARS) 
         return Snippet(text, tuple(hits))
     best_start, best_count = 0, -1
     room = width - 2  # both ellipses
-    for first, _ in hits:
+    starts, ends = [s for s, _ in hits], [e for _, e in hits]  # both sorted: the hits are disjoint
+    for first in starts:
         start = max(0, first - LEAD_CHARS)
-        count = sum(1 for s, e in hits if s >= start and e <= start + room)
+        count = bisect_right(ends, start + room) - bisect_left(starts, start)
         if count > best_count:
             best_start, best_count = start, count
     start = best_start
@@ -158,12 +177,11 @@ def snippet(kind: Kind, record: Mapping[str, Any], query: str, field: str | None
     order = sorted(range(len(texts)), key=lambda i: (texts[i][0] != meant, i))  # the meaning field first
     terms = fts.tokens(query) if query.strip() else []
     if terms and not by_meaning_only:
-        scored = [(sum(1 for t in terms if matches(texts[i][1], [t])), -rank, i)
-                  for rank, i in enumerate(order)]
-        words, _, best = max(scored)
+        hits = {i: _hits(texts[i][1], terms) for i in order}
+        words, _, best = max((len(hits[i][1]), -rank, i) for rank, i in enumerate(order))
         if words:
             name, text = texts[best]
-            return _named(cut(text, matches(text, terms)), name)
+            return _named(cut(text, merge(hits[best][0])), name)
     name, text = texts[order[0]]
     head = cut(text, [])
     hits = matches(head.text, terms) if terms else []
