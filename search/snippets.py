@@ -177,11 +177,11 @@ def snippet(kind: Kind, record: Mapping[str, Any], query: str, field: str | None
     order = sorted(range(len(texts)), key=lambda i: (texts[i][0] != meant, i))  # the meaning field first
     terms = fts.tokens(query) if query.strip() else []
     if terms and not by_meaning_only:
-        hits = {i: _hits(texts[i][1], terms) for i in order}
-        words, _, best = max((len(hits[i][1]), -rank, i) for rank, i in enumerate(order))
+        found = {i: _hits(texts[i][1], terms) for i in order}
+        words, _, best = max((len(found[i][1]), -rank, i) for rank, i in enumerate(order))
         if words:
             name, text = texts[best]
-            return _named(cut(text, merge(hits[best][0])), name)
+            return _named(cut(text, merge(found[best][0])), name)
     name, text = texts[order[0]]
     head = cut(text, [])
     hits = matches(head.text, terms) if terms else []
