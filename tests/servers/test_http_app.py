@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -115,3 +116,12 @@ def test_snippets_mark_chinese_words_found_inside_a_run(settings: Settings) -> N
     body = ask(settings, "/api/search", q="退款金额", snippets="true", window_days="0").json()
     snip = next(r["snippet"] for r in body["results"] if "舍入" in r["snippet"]["text"])
     assert [snip["text"][a:b] for a, b in snip["highlights"]] == ["退款金额"], snip
+
+
+def test_the_page_never_parses_data_as_html(settings: Settings) -> None:
+    """The page builds what it shows from text nodes (the browser test shows a memory holding HTML
+    as text); no assignment to innerHTML or outerHTML, no insertAdjacentHTML or document.write."""
+    make_db(settings.db, mixed_records(1))
+    page = ask(settings, "/").text
+    assert "Array.from(snip.text)" in page  # highlights are sliced by code point
+    assert not re.search(r"\.(inner|outer)HTML\s*[+]?=|insertAdjacentHTML|document\.write", page)
