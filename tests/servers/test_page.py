@@ -278,6 +278,32 @@ def test_the_keyboard_and_the_record_panel(own: tuple[Settings, HttpServer], bro
         assert {"Type", "Files read"} <= set(labels)
     for raw in ("memory_session_id", "created_at_epoch"):
         assert raw not in detail.text  # hidden behind the toggle
-    detail.find_element(By.CSS_SELECTOR, "#raw summary").click()
-    wait.until(lambda d: "created_at_epoch" in d.find_element(By.ID, "detail").text)
+    # Enter on the focused toggle opens it: the list's Enter does not take it over (reopening the record)
+    browser.execute_script("document.querySelector('#raw summary').focus()")
+    keys.send_keys(Keys.ENTER).perform()
+    wait.until(lambda d: d.find_element(By.ID, "raw").get_attribute("open") is not None)
+    assert "created_at_epoch" in browser.find_element(By.ID, "detail").text
     shot(browser, "page-record.png")
+
+
+def test_a_slow_listing_is_waited_for_not_asked_again(own: tuple[Settings, HttpServer], browser: Any) -> None:
+    """When the newest rows take longer than a live tick to come, the next tick waits for them:
+    requests piling up, each answer dropped for a newer request, would freeze the recent view."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _, server = own
+    browser.get(server.url + "/?window=0")
+    WebDriverWait(browser, 30).until(
+        lambda d: "order=newest" in (d.find_element(By.ID, "results").get_attribute("data-query") or ""))
+    # Each listing answers 3 s late (longer than a 2 s tick); count how many are open at once.
+    browser.execute_script("""
+      const real = window.fetch, seen = window.__live = { open: 0, most: 0, done: 0 };
+      window.fetch = async (...args) => {
+        if (!String(args[0]).includes("order=newest")) return real(...args);
+        seen.open++; seen.most = Math.max(seen.most, seen.open);
+        try { await new Promise((done) => setTimeout(done, 3000)); return await real(...args); }
+        finally { seen.open--; seen.done++; }
+      };""")
+    WebDriverWait(browser, 10).until(lambda d: d.execute_script("return window.__live.done") >= 1)
+    assert browser.execute_script("return window.__live.most") == 1
