@@ -141,7 +141,12 @@ class Searcher(Lookups):
                 if self.settings.rerank_provider != "none":
                     with watch.stage("rerank"):
                         entries = rerank(self.settings, rows, plan.query, entries, notes)
-            cutoff = self.settings.min_confidence if ranked and not request.show_all else None
+            # The cutoff needs a calibrated chance: not a search by meaning alone (read without the
+            # lexical lists the model was fitted with) nor a provider without a model of its own
+            # (openai: an order); a lexical answer is read by the lexical model, calibrated.
+            calibrated = mode is not Mode.SEMANTIC and (
+                bool(sem.unavailable) or not sem.hits or self.settings.embedding_provider in relevance.CALIBRATED)
+            cutoff = self.settings.min_confidence if ranked and calibrated and not request.show_all else None
             cutoff = cutoff or None  # 0: no cutoff, every match listed
             if cutoff is not None:
                 # One threshold for lists (the injection decision has its own): a row past the depth

@@ -19,11 +19,11 @@ import numpy as np
 from memsync.search.hydrate import PageEntry
 from memsync.search.models import Key
 from memsync.search.relevance.features import COL, INGREDIENTS, KIND_CODE, Matrix, matrix
-from memsync.search.relevance.model import LEXICAL, Model, load
+from memsync.search.relevance.model import CALIBRATED, LEXICAL, Model, load
 
 DEPTH = 50  # fused candidates the model re-ranks (where it was measured; the rest keep the fused order)
 
-__all__ = ["DEPTH", "LEXICAL", "Matrix", "Model", "explain", "ingredients", "load", "rank"]
+__all__ = ["CALIBRATED", "DEPTH", "LEXICAL", "Matrix", "Model", "explain", "ingredients", "load", "rank"]
 
 
 def ingredients(keys: Sequence[Key], lists: Mapping[str, Mapping[Key, int]],

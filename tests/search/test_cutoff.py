@@ -10,7 +10,7 @@ import pytest
 
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.settings import Settings
-from memsync.search import Order, Searcher, SearchRequest
+from memsync.search import Mode, Order, Searcher, SearchRequest
 from tests.search.test_search import build, o, p, s
 
 DEFAULT = Settings.model_fields["min_confidence"].default
@@ -80,3 +80,11 @@ def test_date_order_and_listings_have_no_cutoff_and_no_score(small: Searcher) ->
     for resp in (newest, listing):
         assert resp.results and resp.min_confidence is None and resp.below_cutoff == 0
         assert all(r.score is None and r.fused is None for r in resp.results)
+
+
+def test_no_cutoff_where_the_confidence_is_only_an_order(small: Searcher) -> None:
+    """A search by meaning alone (its confidence read without the lexical lists the model was
+    fitted with: an order, not a chance) lists every match, each with its score."""
+    semantic = small.search(SearchRequest(query="docker build slow", window_days=0, mode=Mode.SEMANTIC))
+    assert semantic.min_confidence is None and semantic.below_cutoff == 0 and len(semantic.results) == len(RECORDS)
+    assert all(r.score is not None for r in semantic.results)
