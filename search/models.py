@@ -204,7 +204,7 @@ class Response:
         list them, ``--all`` or ``all=true``); None when it left none out."""
         if not self.below_cutoff:
             return None
-        return f"{self.below_cutoff} below the cutoff (confidence < {self.min_confidence:g}); {how} to show"
+        return f"{self.below_cutoff} below the cutoff; {how} to show"
 
     def to_json(self) -> dict[str, Any]:
         """The stable JSON contract: ``{"mode", "results": [...], ...}``."""

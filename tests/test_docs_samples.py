@@ -147,9 +147,9 @@ def test_a_sample_has_the_shape_of_the_real_output(synced: Settings, sample: Sam
 
 OPTIONAL_NOTES = ("N older matches outside the window", "N below the cutoff")
 KNOWN_NOTES = {"N older matches outside the window (--window-days N shows them)",
-               "N below the cutoff (confidence < N); --all to show",
+               "N below the cutoff; --all to show",
                "N older matches outside the window (window_days=N includes them)",
-               "N below the cutoff (confidence < N); all=true to show"}
+               "N below the cutoff; all=true to show"}
 
 
 def without(parts: list[str]) -> list[str]:

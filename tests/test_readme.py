@@ -18,7 +18,7 @@ READY = re.compile(r"^memsync: search is ready: [\d,]+ documents searchable, .+\
                    r"Try: (\S+) search (.+) \(and \1 status\)$")
 SEARCH_HEAD = re.compile(r"^mode (hybrid|lexical|semantic|lexical_fallback)( \(.*\))? · (last \d+ days|all time)"
                          r"( · \d+ older matches outside the window \(--window-days 0 shows them\))?"
-                         r"( · \d+ below the cutoff \(confidence < [\d.]+\); --all to show)?$")
+                         r"( · \d+ below the cutoff; --all to show)?$")
 RESULT = re.compile(r"^ *(\d\.\d{3}|cos \d\.\d\d|-) (both|semantic|lexical) +#[SP]?\d+ +"
                     r"(\d{4}-\d\d-\d\d \d\d:\d\d|\?)  \[[^\]]*\] [\w ]+: .+$")
 MEMORY = re.compile(r"^- #[SP]?\d+ \d{4}-\d\d-\d\d \S+: .+$")

@@ -110,7 +110,7 @@ def test_every_tool_against_a_real_database(served: Settings) -> None:
     assert refs(got["search_claude"][1]) == refs(got["search_everything"][1])[:3]
     assert not refs(got["search_codex"][1])
     # all=true lists what the cutoff leaves out of the default list, which says how many.
-    below = re.search(r"(\d+) below the cutoff \(confidence < [\d.]+\); all=true to show", got["search"][1])
+    below = re.search(r"(\d+) below the cutoff; all=true to show", got["search"][1])
     assert below is not None and len(refs(got["search_everything"][1])) > len(refs(got["search"][1]))
     assert refs(got["obs"][1]) and all(r[1].isdigit() for r in refs(got["obs"][1]))
     assert "#2" not in refs(got["obs"][1])  # project beta filtered out

@@ -114,8 +114,8 @@ class TestCutoffAndScore:
         from memsync.servers import claude_mem_render, structured
 
         resp = response(result(), total=1, below_cutoff=39, min_confidence=0.035)
-        assert "39 below the cutoff (confidence < 0.035); --all to show" in render.response_text(resp).splitlines()[0]
-        assert "results 1-1 of 1 · 39 below the cutoff (confidence < 0.035); all=true to show" \
+        assert "39 below the cutoff; --all to show" in render.response_text(resp).splitlines()[0]
+        assert "results 1-1 of 1 · 39 below the cutoff; all=true to show" \
             in render.header(resp, 0)
         assert "39 below the cutoff" in claude_mem_render.how_answered(resp)
         out = structured.search_output(resp, 0)
