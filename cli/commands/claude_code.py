@@ -35,7 +35,7 @@ from memsync.config.claude_hook import (
     inject_command,
 )
 from memsync.config.claude_mem.user_settings import data_dir_choice
-from memsync.config.claude_mem.version import installed_version
+from memsync.config.claude_mem.version import PORT_KEY, installed_version, worker_port, worker_version
 from memsync.config.claude_settings import ClaudeSettingsError, read_settings
 from memsync.config.errors import one_line
 from memsync.config.formats.database_owner import is_demo
@@ -64,33 +64,36 @@ def known_locations(env: Mapping[str, str] | None = None) -> list[Path]:
 
 
 def locate_claude(name: str) -> tuple[str | None, str]:
-    """``claude``'s path (the default name is also looked for where the installers put it), or
-    None and a sentence saying where it was looked for and how to get it."""
+    """``claude``'s path (the default name is also looked for where the installers put it) and
+    where it was found, or None and where it was looked for."""
     found = shutil.which(name)
     if found is not None:
-        return found, ""
+        return found, "on PATH"
     if name == "claude":
         for path in known_locations():
             if path.is_file() and os.access(path, os.X_OK):
                 click.echo(f"memsync: note: Claude Code's command is not on PATH; using {path}", err=True)
-                return str(path), ""
+                return str(path), "not on PATH; where its installer puts it"
     if os.sep in name:
-        where = "no executable file there"
-    else:
-        dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
-        where = f"not on PATH ({', '.join(dirs) or 'empty'})"
-        if name == "claude":
-            where += f" nor at {', '.join(str(p) for p in known_locations())}"
-    return None, (f"Claude Code's command {name!r} was not found: {where}; install Claude Code, or pass "
-                  "--claude PATH")
+        return None, "no executable file there"
+    dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    where = f"not on PATH ({', '.join(dirs) or 'empty'})"
+    if name == "claude":
+        where += f" nor at {', '.join(str(p) for p in known_locations())}"
+    return None, where
 
 
-def find_claude(name: str) -> str:
-    """The ``claude`` executable's path, or exit 2 saying where it looked and how to get it."""
-    found, why = locate_claude(name)
+def not_found(name: str, where: str) -> str:
+    """The refusal for a ``claude`` that was not found: where it was looked for, how to get it."""
+    return f"Claude Code's command {name!r} was not found: {where}; install Claude Code, or pass --claude PATH"
+
+
+def claude_line(name: str, found: str | None, where: str) -> str:
+    """A dry run's line on Claude Code's command: the one the real run would use, or where it was
+    looked for in vain."""
     if found is None:
-        fail(why, EXIT_USAGE)
-    return found
+        return f"Claude Code: {name!r} not found ({where}): the real run stops (below)"
+    return f"Claude Code: {found} ({where})"
 
 
 def run_claude(args: list[str], dry_run: bool, check: bool = True) -> bool:
@@ -185,9 +188,9 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
     loaded = settings_from(kwargs)
     settings = loaded.settings
     refusals: list[str] = []  # what stops the real run, in its order (a dry run goes on to list them all)
-    claude, why = locate_claude(claude_cmd)
+    claude, where = locate_claude(claude_cmd)
     if claude is None:
-        refuse(why, dry_run, refusals)
+        refuse(not_found(claude_cmd, where), dry_run, refusals)
     memsync = str(Path(sys.executable).parent / "memsync")
     # The server and the hook find the same database and data directory as this command did: what
     # was set explicitly (or the demo database) is passed on; claude-mem's own rule needs nothing.
@@ -222,7 +225,8 @@ def swap(claude_cmd: str, scope: str, dry_run: bool, **kwargs: Any) -> None:
     else:
         click.echo(f"{settings_path()}: cannot plan its edit (below)")
     if dry_run:
-        click.echo(claude_mem_line())
+        click.echo(claude_line(claude_cmd, claude, where))
+        click.echo(claude_mem_line(settings.claude_mem_timeout_s))
     if planned:
         hook_notes(hook is not None, settings, shlex.join(worker))
     if dry_run:
@@ -252,17 +256,23 @@ def scope_notes(scope: str) -> None:
                f"--scope {winner}", err=True)
 
 
-def claude_mem_line() -> str:
+def claude_mem_line(timeout_s: float) -> str:
     """Whether claude-mem is installed, found by its own rule (the plugin in Claude Code's
-    directory), and its database (its data directory's rule)."""
+    directory, else a worker answering on its port), and its database (its data directory's rule)."""
     installed = installed_version()
     plugins = config_dir() / "plugins"
     choice = data_dir_choice()
     db = f"its database {choice.db} ({choice.rule}) {'exists' if choice.db.exists() else 'does not exist'}"
-    if installed is None:
-        return (f"claude-mem: not installed (no plugin in {plugins / 'cache' / 'thedotmack' / 'claude-mem'} or "
-                f"{plugins / 'marketplaces' / 'thedotmack'}): the deny rules wait for it; {db}")
-    return f"claude-mem: {installed.version} installed ({installed.source}); {db}"
+    if installed is not None:
+        return f"claude-mem: {installed.version} installed ({installed.source}); {db}"
+    port = worker_port()
+    running = worker_version(port, timeout_s)
+    if running is not None:
+        return (f"claude-mem: no plugin in {plugins}, but its worker {running} answers on 127.0.0.1:{port} "
+                f"({PORT_KEY} or its default); {db}")
+    return (f"claude-mem: not installed (no plugin in {plugins / 'cache' / 'thedotmack' / 'claude-mem'} or "
+            f"{plugins / 'marketplaces' / 'thedotmack'}, no worker on 127.0.0.1:{port}): the deny rules wait for "
+            f"it; {db}")
 
 
 def hook_notes(installed: bool, settings: Settings, worker: str) -> None:
@@ -305,9 +315,9 @@ def restore(claude_cmd: str, scope: str, dry_run: bool) -> None:
 
     --dry-run prints the plan, then each refusal the real run would stop at, and exits as it would."""
     refusals: list[str] = []
-    claude, why = locate_claude(claude_cmd)
+    claude, where = locate_claude(claude_cmd)
     if claude is None:
-        refuse(why, dry_run, refusals)
+        refuse(not_found(claude_cmd, where), dry_run, refusals)
     planned = settings_plannable(False, dry_run, refusals)  # before `claude mcp remove`
     removed = run_claude([claude or claude_cmd, "mcp", "remove", "--scope", scope, SERVER_NAME], dry_run, check=False)
     if planned:
@@ -320,6 +330,7 @@ def restore(claude_cmd: str, scope: str, dry_run: bool) -> None:
                        f"{other.command}); `claude mcp remove --scope {other.scope} {SERVER_NAME}` removes it",
                        err=True)
     if dry_run:
+        click.echo(claude_line(claude_cmd, claude, where))
         end_dry_run(refusals)
         return
     if not removed:

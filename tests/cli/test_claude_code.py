@@ -521,9 +521,10 @@ def test_a_dry_run_prints_the_steps_and_changes_nothing(tmp_path: Path) -> None:
     assert lines[1].startswith(f"$ {sys.executable} mcp add --scope user memsync -e MEMSYNC_DB={db} -- ")
     assert lines[1].endswith(" mcp --profile claude-mem")
     hook = hook_entry(inject_command(Path(MEMSYNC), InjectTarget(home / ".memsync", db)))  # the default data dir
-    assert lines[2:-1] == [*(f'{settings}: would add to permissions.deny: "{rule}"' for rule in DENY_RULES),
+    assert lines[2:-2] == [*(f'{settings}: would add to permissions.deny: "{rule}"' for rule in DENY_RULES),
                            f"{settings}: would add to hooks.UserPromptSubmit: {json.dumps(hook)}",  # the hook entry
                            f"{settings}: would record what it adds in {RECORD_KEY}"]
+    assert lines[-2] == f"Claude Code: {sys.executable} (on PATH)"  # a path is found by which as well
     assert lines[-1].startswith(f"claude-mem: not installed (no plugin in {home}/.claude/plugins/cache/")
     assert settings.read_text() == '{"enabledPlugins": {"claude-mem@thedotmack": true}}'
 
@@ -603,6 +604,8 @@ class TestADryRunWithoutClaudeCode:
     def test_the_plan_then_the_refusal_and_the_real_exit_code(self, tmp_path: Path) -> None:
         home = tmp_path / "home"
         home.mkdir()
+        port = free_port()  # claude-mem's worker port: nothing answers there
+        write_json(home / ".claude-mem" / "settings.json", {"CLAUDE_MEM_WORKER_PORT": str(port)})
         db = make_db(tmp_path / "claude-mem.db", mixed_records(1))
         dry, real = (self.run(home, tmp_path, "--db", str(db), *extra) for extra in (["--dry-run"], []))
         assert dry.returncode == real.returncode == 2
@@ -611,15 +614,53 @@ class TestADryRunWithoutClaudeCode:
         assert lines[0] == "$ claude mcp remove --scope user memsync"  # the name it was given
         assert lines[1].startswith(f"$ claude mcp add --scope user memsync -e MEMSYNC_DB={db} -- {MEMSYNC} mcp")
         assert [line.split(": would ")[0] for line in lines[2:7]] == [str(settings)] * 5  # rules, hook, record
-        assert lines[7] == (f"claude-mem: not installed (no plugin in {home}/.claude/plugins/cache/thedotmack/"
-                            f"claude-mem or {home}/.claude/plugins/marketplaces/thedotmack): the deny rules wait "
-                            f"for it; its database {home}/.claude-mem/claude-mem.db (claude-mem's default directory "
-                            "(~/.claude-mem)) does not exist")
-        refusal = (f"memsync: Claude Code's command 'claude' was not found: not on PATH (/usr/bin, /bin) nor at "
-                   f"{home}/.local/bin/claude, {home}/.claude/local/claude; install Claude Code, or pass --claude "
-                   "PATH\n")
+        where = f"not on PATH (/usr/bin, /bin) nor at {home}/.local/bin/claude, {home}/.claude/local/claude"
+        assert lines[7] == f"Claude Code: 'claude' not found ({where}): the real run stops (below)"
+        assert lines[8] == (f"claude-mem: not installed (no plugin in {home}/.claude/plugins/cache/thedotmack/"
+                            f"claude-mem or {home}/.claude/plugins/marketplaces/thedotmack, no worker on 127.0.0.1:"
+                            f"{port}): the deny rules wait for it; its database {home}/.claude-mem/claude-mem.db "
+                            "(claude-mem's default directory (~/.claude-mem)) does not exist")
+        assert len(lines) == 9
+        refusal = f"memsync: Claude Code's command 'claude' was not found: {where}; install Claude Code, or pass " \
+                  "--claude PATH\n"
         assert dry.stderr.endswith(refusal) and real.stderr == refusal and real.stdout == ""
         assert not (home / ".claude").exists()
+
+    def test_claude_mem_found_by_its_running_worker(self, tmp_path: Path) -> None:
+        """No plugin in Claude Code's directory, but a worker answering claude-mem's health request
+        on its port (``CLAUDE_MEM_WORKER_PORT``): claude-mem is there, by its own rule."""
+        import http.server
+        import threading
+
+        class Health(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
+                body = json.dumps({"status": "ok", "version": "13.25.3"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        home = tmp_path / "home"
+        home.mkdir()
+        db = make_db(tmp_path / "claude-mem.db", mixed_records(1))
+        with http.server.HTTPServer(("127.0.0.1", 0), Health) as server:
+            thread = threading.Thread(target=server.serve_forever, daemon=True)
+            thread.start()
+            try:
+                done = subprocess.run([MEMSYNC, "claude-code", "swap", "--dry-run", "--db", str(db)], cwd=tmp_path,
+                                      env={"HOME": str(home), "PATH": "/usr/bin:/bin",
+                                           "CLAUDE_MEM_WORKER_PORT": str(server.server_port)},
+                                      capture_output=True, text=True, timeout=60)
+            finally:
+                server.shutdown()
+                thread.join(timeout=10)
+        assert done.returncode == 2
+        assert done.stdout.splitlines()[-1].startswith(
+            f"claude-mem: no plugin in {home}/.claude/plugins, but its worker 13.25.3 answers on 127.0.0.1:"
+            f"{server.server_port} (CLAUDE_MEM_WORKER_PORT or its default); its database ")
 
     def test_every_refusal_is_listed_and_claude_mem_is_found_by_its_rule(self, tmp_path: Path) -> None:
         home = tmp_path / "home"
@@ -635,6 +676,8 @@ class TestADryRunWithoutClaudeCode:
         done = self.run(home, tmp_path, "--db", str(db), "--dry-run", "--claude", str(tmp_path / "no-claude"))
         assert done.returncode == 2
         assert f"{settings}: cannot plan its edit (below)" in done.stdout.splitlines()
+        assert f"Claude Code: '{tmp_path}/no-claude' not found (no executable file there): the real run stops " \
+            "(below)" in done.stdout.splitlines()
         assert f"claude-mem: 13.25.3 installed ({plugin}); its database {data}/claude-mem.db (CLAUDE_MEM_DATA_DIR " \
             f"in {home}/.claude-mem/settings.json) does not exist" in done.stdout.splitlines()
         refusals = done.stderr.splitlines()[-2:]
@@ -651,7 +694,10 @@ class TestADryRunWithoutClaudeCode:
         assert done.returncode == 2
         assert done.stdout.splitlines() == ["$ claude mcp remove --scope user memsync",
                                             f"{home}/.claude/settings.json: nothing to change (no swap is recorded "
-                                            "in it)"]
+                                            "in it)",
+                                            f"Claude Code: 'claude' not found (not on PATH (/usr/bin, /bin) nor at "
+                                            f"{home}/.local/bin/claude, {home}/.claude/local/claude): the real run "
+                                            "stops (below)"]
         assert done.stderr.startswith("memsync: Claude Code's command 'claude' was not found: not on PATH")
 
     def test_claude_where_its_installer_puts_it_is_found_off_path(self, tmp_path: Path) -> None:
@@ -664,7 +710,29 @@ class TestADryRunWithoutClaudeCode:
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(f"$ {home}/.local/bin/claude mcp remove --scope user memsync\n")
         assert f"memsync: note: Claude Code's command is not on PATH; using {home}/.local/bin/claude" in done.stderr
+        assert f"Claude Code: {home}/.local/bin/claude (not on PATH; where its installer puts it)" in \
+            done.stdout.splitlines()
         assert not calls.exists()
+
+    @pytest.mark.slow
+    def test_with_the_real_claude_code_on_path_the_plan_and_exit_0(self, tmp_path: Path) -> None:
+        """The real CLI on PATH: the same plan naming it, exit 0, and nothing written in HOME (no
+        ``claude`` command runs on a dry run)."""
+        home = tmp_path / "home"
+        home.mkdir()
+        db = make_db(tmp_path / "claude-mem.db", mixed_records(1))
+        path = f"{CLAUDE_CODE.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        done = self.run(home, tmp_path, "--db", str(db), "--dry-run", path=path)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[:2] == [f"$ {CLAUDE_CODE} mcp remove --scope user memsync",
+                             f"$ {CLAUDE_CODE} mcp add --scope user memsync -e MEMSYNC_DB={db} -- {MEMSYNC} mcp "
+                             "--profile claude-mem"]
+        assert [line.split(": would ")[0] for line in lines[2:7]] == [str(home / ".claude" / "settings.json")] * 5
+        assert lines[7] == f"Claude Code: {CLAUDE_CODE} (on PATH)"
+        assert lines[8].startswith("claude-mem: not installed")
+        assert "not found" not in done.stderr
+        assert list(home.iterdir()) == []
 
 
 # -- memsync registered at another scope ----------------------------------------------------------
