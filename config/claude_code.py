@@ -185,8 +185,8 @@ def claude_json_path(env: Mapping[str, str] | None = None) -> Path:
 
 
 def project_dir(cwd: Path) -> Path:
-    """The project a local or project registration belongs to: the git work tree holding ``cwd``
-    (what the real CLI keys ``projects`` by), else ``cwd``."""
+    """The project a local registration belongs to: the git work tree holding ``cwd`` (what the
+    real CLI keys ``projects`` by), else ``cwd``."""
     for folder in (cwd, *cwd.parents):
         if (folder / ".git").exists():
             return folder
@@ -211,16 +211,27 @@ def _server(holder: Any, name: str) -> str | None:
                                            *(args if isinstance(args, list) else [])])
 
 
+def _nearest_mcp_json(name: str, cwd: Path) -> tuple[Path, str | None]:
+    """The project registration of ``name``: the nearest ``.mcp.json`` holding it, from ``cwd`` up to
+    the root (the real CLI reads every one on the way and the nearest wins; ``claude mcp add --scope
+    project`` writes the one in ``cwd``)."""
+    for folder in (cwd, *cwd.parents):
+        command = _server(_json_object(folder / ".mcp.json"), name)
+        if command is not None:
+            return folder / ".mcp.json", command
+    return cwd / ".mcp.json", None
+
+
 def registrations(name: str, cwd: Path, env: Mapping[str, str] | None = None) -> list[Registration]:
     """Where ``name`` is registered for a Claude Code session started in ``cwd``, winner first
     (:data:`SCOPES`): local (``projects[<project>].mcpServers`` in :func:`claude_json_path`),
-    project (``.mcp.json`` in the project) and user (the top-level ``mcpServers``)."""
+    project (the nearest ``.mcp.json`` holding it) and user (the top-level ``mcpServers``)."""
     project = project_dir(cwd)
     home_file = claude_json_path(env)
     data = _json_object(home_file)
     projects = data.get("projects")
     found = {"local": (home_file, _server(projects.get(str(project)) if isinstance(projects, dict) else None, name)),
-             "project": (project / ".mcp.json", _server(_json_object(project / ".mcp.json"), name)),
+             "project": _nearest_mcp_json(name, cwd),
              "user": (home_file, _server(data, name))}
     return [Registration(scope, file, command) for scope, (file, command) in found.items() if command is not None]
 

@@ -763,6 +763,12 @@ class TestOtherScopes:
             ("project", project / ".mcp.json", "/opt/memsync project"),
             ("user", home / ".claude.json", "/opt/memsync user")]
         assert registrations("other", project, {"HOME": str(home)}) == []
+        write_json(project / "sub" / ".mcp.json", {"mcpServers": {"memsync": server_entry("nearer")}})
+        assert [(r.file, r.command) for r in registrations("memsync", project / "sub", {"HOME": str(home)})
+                if r.scope == "project"] == [(project / "sub" / ".mcp.json", "/opt/memsync nearer")]  # nearest wins
+        write_json(project / "sub" / ".mcp.json", {"mcpServers": {"other": server_entry("x")}})
+        assert [r.command for r in registrations("memsync", project / "sub", {"HOME": str(home)})
+                if r.scope == "project"] == ["/opt/memsync project"]  # one without the name is passed over
         config = tmp_path / "config"
         write_json(config / ".claude.json", {"mcpServers": {"memsync": server_entry("cfg")}})
         assert [r.command for r in registrations("memsync", tmp_path, {"CLAUDE_CONFIG_DIR": str(config)})] == \
@@ -832,6 +838,35 @@ def test_the_real_claude_code_uses_the_registration_swap_says_wins(tmp_path: Pat
     claude(home, "mcp", "remove", "--scope", "local", "memsync", cwd=project)
     claude(home, "mcp", "remove", "--scope", "project", "memsync", cwd=project)
     assert get_scope() == winning_scope(registrations("memsync", project, {"HOME": str(home)}), "user") == "user"
+
+
+@pytest.mark.slow
+def test_the_real_claude_code_from_a_subdirectory(tmp_path: Path) -> None:
+    """Started in a folder below the git root, the real CLI keys a local registration by the root
+    and writes a project one to the folder's own ``.mcp.json``, where :func:`registrations` finds
+    each; ``claude mcp get`` there uses the one it names (the nearest ``.mcp.json`` over a farther)."""
+    home, project = tmp_path / "home", tmp_path / "project"
+    sub = project / "sub"
+    (project / ".git").mkdir(parents=True)
+    sub.mkdir()
+    home.mkdir()
+
+    def get() -> tuple[str, str]:
+        answer = claude(home, "mcp", "get", "memsync", cwd=sub)
+        return re.findall(r"Scope: (\w+)", answer)[0].lower(), re.findall(r"Args: (.*)", answer)[0].strip()
+
+    write_json(project / ".mcp.json", {"mcpServers": {"memsync": {"type": "stdio", "command": "/bin/echo",
+                                                                  "args": ["root"]}}})
+    claude(home, "mcp", "add", "--scope", "project", "memsync", "--", "/bin/echo", "sub", cwd=sub)
+    assert (sub / ".mcp.json").exists()
+    assert [(r.scope, r.file, r.command) for r in registrations("memsync", sub, {"HOME": str(home)})] == \
+        [("project", sub / ".mcp.json", "/bin/echo sub")]
+    assert get() == ("project", "sub")
+    claude(home, "mcp", "add", "memsync", "--", "/bin/echo", "local", cwd=sub)
+    assert json.loads((home / ".claude.json").read_text())["projects"][str(project)]["mcpServers"]["memsync"]
+    found = registrations("memsync", sub, {"HOME": str(home)})
+    assert [r.scope for r in found] == ["local", "project"]
+    assert get() == (winning_scope(found, "user"), "local")
 
 
 # -- the per-prompt memory hook ------------------------------------------------------------------
