@@ -217,3 +217,39 @@ def test_mcp_help_registers_the_command_as_the_readme_does() -> None:
     assert result.exit_code == 0
     assert registration(result.stdout) == registration((ROOT / "README.md").read_text("utf-8")) == \
         "/path/to/memsync/.venv/bin/memsync"
+
+
+def test_the_help_never_registers_a_bare_memsync() -> None:
+    """Wherever the help names the executable Claude Code is given (``mcp``, ``claude-code``), it is
+    the memsync in the virtual environment (``…/memsync`` with the example path), never a bare
+    ``memsync`` that Claude Code would look up on its own PATH."""
+    for args in (["mcp", "--help"], ["claude-code", "--help"]):
+        text = re.sub(r"\s+", " ", CliRunner().invoke(main, args).stdout)
+        assert "/path/to/memsync/.venv/bin/memsync" in text, args
+        named = re.findall(r"(\S*)memsync (?:mcp|claude-code inject)\b", text)
+        assert named and all(p.endswith(("…/", "/path/to/memsync/.venv/bin/")) for p in named), (args, named)
+
+
+# -- docs/search.md's `--json` contract, against a real answer -------------------------------------
+def contract() -> dict[str, Any]:
+    """The JSON block under docs/search.md's "The `--json` contract" heading, parsed."""
+    text = (ROOT / "docs/search.md").read_text("utf-8")
+    section = text[text.index("## The `--json` contract"):]
+    found = FENCE.search(section)
+    assert found is not None, "docs/search.md lost its --json contract block"
+    return dict(json.loads(found.group(1)))
+
+
+def test_the_json_contract_has_the_keys_search_prints(synced: Settings) -> None:
+    """Every key of the documented answer, at each level (the answer, ``window``, ``cutoff``, an
+    observation row, its ``signals``), is in a real ``search --json`` answer and the other way
+    round; ``signals`` may lack the ranks of lists that did not hold the row."""
+    doc = contract()
+    real = json.loads(run_cli(synced, "$ memsync search 'dark mode toggle' --json"))
+    assert set(doc) == set(real)
+    for key in ("window", "cutoff"):
+        assert set(doc[key]) == set(real[key]), key
+    row = next(r for r in real["results"] if r["kind"] == "observation" and r["signals"]["found_by"] == "both")
+    assert set(doc["results"][0]) == set(row)
+    ranks = {"lexical_rank", "semantic_rank", "context_rank", "linked_semantic_rank", "linked_lexical_rank"}
+    assert set(doc["results"][0]["signals"]) - ranks == set(row["signals"]) - ranks

@@ -163,12 +163,13 @@ def settings_step(swap: bool, dry_run: bool, hook: dict[str, Any] | None = None)
 def claude_code() -> None:
     """Put memsync's search behind claude-mem's search tools in Claude Code, or take it back.
 
-    `swap` registers `memsync mcp --profile claude-mem` with `claude mcp add` and denies
+    `swap` registers `…/memsync mcp --profile claude-mem` with `claude mcp add` (the memsync in
+    the virtual environment by its absolute path, e.g. /path/to/memsync/.venv/bin/memsync) and denies
     claude-mem's own search, timeline and get_observations tools in Claude Code's user settings
     (permissions.deny), which leaves them out of the agent's tool list. claude-mem's plugin stays
     enabled: its hooks keep recording memory, its other tools stay, and its mem-search skill
     keeps teaching search, timeline and get_observations, now answered by memsync. `swap` also
-    adds a UserPromptSubmit hook (`memsync claude-code inject`, answered by the running `memsync
+    adds a UserPromptSubmit hook (`…/memsync claude-code inject`, the same executable, answered by the running `memsync
     worker`) to the same settings file whatever --scope is, which puts the memories that fit in
     front of each prompt (not on Windows). `swap` records what it added to the settings file in
     the file itself (memsyncSwap); `restore` removes the registration and exactly what that record

@@ -56,8 +56,9 @@ def mcp(http_port: int | None, profile: str, **kwargs: Any) -> None:
     find_by_file, find_by_type, timeline, recent_context, get_observations, find_similar. With
     --profile claude-mem: claude-mem's search, timeline and get_observations instead. Works
     without the worker: when the vector store is not reachable, answers come from full-text
-    search and say so. Register with Claude Code by the command's absolute path (Claude Code does
-    not start it in memsync's virtualenv): claude mcp add memsync -- /path/to/memsync/.venv/bin/memsync mcp
+    search and say so. Register with Claude Code by the absolute path of the memsync in the
+    virtual environment (Claude Code does not start it there), e.g.:
+    claude mcp add memsync -- /path/to/memsync/.venv/bin/memsync mcp
     """
     settings = existing_db(settings_from(kwargs).settings)
     from memsync.servers.mcp_tools import serve as serve_mcp
