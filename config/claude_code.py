@@ -19,7 +19,7 @@ values added to lists, so swap's other addition, the per-prompt memory hook in
 ``hooks.UserPromptSubmit`` (:mod:`memsync.config.claude_hook`), is recorded and undone the same way;
 it goes into this same file whatever ``--scope`` the MCP registration takes.
 
-An earlier memsync (0.x, issue 27's first swap) denied claude-mem's whole server instead
+An earlier memsync (0.x, the first swap) denied claude-mem's whole server instead
 (``deniedMcpServers``). Such an entry cannot be told from a user's own, so swap and restore leave
 it and say so.
 """

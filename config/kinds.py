@@ -1,4 +1,4 @@
-"""Kind names: the one table of what each kind of memory row is called (issue 28).
+"""Kind names: the one table of what each kind of memory row is called (the same words everywhere).
 
 Every front end (the CLI, the HTTP API, the MCP tools, the page) and every message reads its
 words from :data:`KIND_NAMES`, so a summary is a "summary" (plural "summaries") everywhere:
@@ -7,7 +7,7 @@ words from :data:`KIND_NAMES`, so a summary is a "summary" (plural "summaries") 
 - the plural names the kind in choices (``--kind``, ``kind=``), counts and status keys;
 - the reference letter prints ``#S12`` and ``#P5`` (:mod:`memsync.config.records` parses them);
 - aliases are other names accepted as input, among them the renamed ``sessions`` that ``--kind``,
-  ``kind=`` and the page's URL offered before issue 28;
+  ``kind=`` and the page's URL offered before the kinds got one set of names;
 - ``doc_type`` is claude-mem's word for the kind in Chroma metadata, kept as upstream writes it.
 
 Not here: claude-mem's table names (:mod:`memsync.config.claude_mem.schema`) and the on-disk kind

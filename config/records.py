@@ -24,7 +24,7 @@ _LETTER = "[" + "".join(letter + letter.upper() for letter in _REF_KINDS if lett
 # digits only: int() reads "١٢" and "１２" as 12, and no id is printed that way.
 _REF = re.compile(rf"#?\s*({_LETTER})\s*(\d+)", re.ASCII)
 # Text written as a record id, whatever its number ("0", "S0", "P-1", twenty digits): refused as an
-# id, never taken for a query or a date (issue 24).
+# id, never taken for a query or a date (such text once became a text query).
 _REF_SHAPED = re.compile(rf"#?\s*{_LETTER}\s*[-+]?\d+", re.ASCII)
 _HINT = "use 123 or #123 for an observation, S12 for a summary, P5 for a prompt"
 MAX_ROW_ID = 2**63 - 1  # SQLite's largest rowid (a signed 64-bit integer); past it a bound parameter overflows

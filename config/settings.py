@@ -373,7 +373,7 @@ class Settings(BaseSettings):
     @field_validator("api_token", mode="after")
     @classmethod
     def _blank_token_is_none(cls, value: SecretStr | None) -> SecretStr | None:
-        # Issue 24: MEMSYNC_API_TOKEN="" used to count as "set" for the refusal to listen beyond
+        # MEMSYNC_API_TOKEN="" used to count as "set" for the refusal to listen beyond
         # loopback and as "off" for the auth check, so the API served every interface unguarded.
         # A header value carries no surrounding whitespace, so the token is stripped too.
         token = value.get_secret_value().strip() if value is not None else ""

@@ -54,7 +54,7 @@ def fail(message: str, code: int = EXIT_FAIL) -> NoReturn:
     sys.exit(code)
 
 
-# A default computed when the settings load has no value to print (issue 24: help said
+# A default computed when the settings load has no value to print (help once said
 # "default PydanticUndefined"): the help names where it comes from; `memsync settings` shows it.
 COMPUTED_DEFAULTS = {"db": "where claude-mem keeps it, see `memsync settings`"}
 

@@ -52,7 +52,7 @@ lexical_fallback). With --json the output is the documented contract: {{"mode", 
 
 class KindChoice(click.Choice[str]):
     """``--kind``: the offered choices in the help and in errors, and every accepted kind name (the
-    renamed ``sessions`` among them) taken as the choice it stands for (issue 28)."""
+    renamed ``sessions`` among them) taken as the choice it stands for (the table of ``config.kinds``)."""
 
     def __init__(self) -> None:
         super().__init__(KIND_CHOICES)
@@ -101,7 +101,7 @@ def _batch_line(searcher: Searcher, parser: RequestParser, line: str, defaults: 
 def _refused_exits(settings: Settings) -> None:
     """A remote Chroma that refuses the credentials or lacks the tenant or database is a setup
     error: exit 2 with the reason, rather than answer lexically as for a server that is down
-    (which still falls back: design note 5). The search servers keep falling back, and say why."""
+    (which still falls back: a transient outage). The search servers keep falling back, and say why."""
     from memsync.config.chroma.collections import check_remote
 
     with contextlib.suppress(StoreUnavailable):

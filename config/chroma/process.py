@@ -1,4 +1,4 @@
-"""Which running processes are ``chroma run`` servers, and on which store (issue 24, points 1 and 3).
+"""Which running processes are ``chroma run`` servers, and on which store (a recorded pid may be anyone's now).
 
 A pid in ``chroma-server.json`` is only a hint: after a SIGKILLed worker and a reboot it may
 belong to any program. Before memsync signals or adopts a recorded server it asks the process

@@ -1,4 +1,4 @@
-"""A Chroma server someone else runs (issue 17): TLS, token auth, custom headers, tenant and database.
+"""A Chroma server someone else runs: TLS, token auth, custom headers, tenant and database.
 
 :class:`Endpoint` is everything needed to reach one server; :func:`endpoint` builds it from the
 settings. Only ``http`` mode uses the remote settings: the managed server is memsync's own

@@ -6,7 +6,7 @@ port, path); starting is serialised by an exclusive ``flock`` on ``DATA_DIR/chro
 healthy recorded server is adopted (on its recorded port); a dead one is replaced. Whoever started a
 server stops it.
 
-The record is a hint, checked against the process table (``process``, issue 24): a recorded pid
+The record is a hint, checked against the process table (``process``): a recorded pid
 that is no longer a ``chroma run`` on this store, started when recorded, is stale and never
 signalled; a live server the record does not name (record damaged or missing) is found by its
 command line and adopted, never doubled. A record that cannot be written (disk full) stops the
@@ -415,7 +415,7 @@ class ManagedServer:
                 os.kill(self.info.pid, signal.SIGTERM)
 
     def _terminate_server(self, info: ServerInfo, proc: subprocess.Popen[bytes] | None = None) -> None:
-        """Stop ``info``'s server, only while its pid is still that server (issue 24: a stale
+        """Stop ``info``'s server, only while its pid is still that server (a stale
         record's pid may belong to any program now). Our own child (``proc``) is ours while the
         Popen has not reaped it: its pid cannot be reused before that."""
         if proc is not None:

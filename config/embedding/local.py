@@ -6,7 +6,7 @@ in ``config/data``. Nothing is downloaded at run time. Mean pooling over the att
 L2 normalisation, as sentence-transformers does for this model.
 
 Why not Chroma's default embedding function: it downloads its model at run time (fails offline),
-pads every text to 256 tokens and builds a session per call (design note 4). Here texts are
+pads every text to 256 tokens and builds a session per call (each a cost in time). Here texts are
 sorted by length inside each call and padded only to the longest in their sub-batch.
 """
 
@@ -74,11 +74,11 @@ class MiniLMOnnx:
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
         # Memory patterns plan a buffer set per input shape, which mixed batch shapes keep adding
-        # to (issue 16); off for both purposes, at no measurable cost.
+        # to (resident memory that only grows); off for both purposes, at no measurable cost.
         options.enable_mem_pattern = False
         self._run_options = ort.RunOptions()
         if purpose == "documents":
-            # The worker's profile, for resident memory over months (issue 16). The graph
+            # The worker's profile, for resident memory that stays flat over months. The graph
             # optimisations fold the int8 model's dequantised weights into float32 constants (the
             # session holds 154 MB instead of 31), and the arena shrunk after each run gives back
             # what a long batch took: RSS after 768 mixed texts 217 MB against 401 with the

@@ -1,8 +1,8 @@
 """The layout of memsync's embedding store (``DATA_DIR/embeddings.db``): every vector the sync
 embedded, keyed by what produced it and the exact text, so that no text is embedded twice
-(issue 16). Written and read by the worker only (``worker.embedstore``).
+(the reason follows). Written and read by the worker only (``worker.embedstore``).
 
-Why: embedding is the whole cost of a sync (about 5 ms per document on two cores, design note 4)
+Why: embedding is the whole cost of a sync (about 5 ms per document on two cores, measured)
 and a vector is a pure function of (model, text). A ``resync --rebuild`` with the same model, a
 document re-derived with the same text (a ``DOCS_VERSION`` bump, a fact that moved to another
 index) and identical texts (repeated prompts, repeated facts) can all take the stored vector.

@@ -20,7 +20,7 @@ Layout, one directory per collection generation, ``DATA_DIR/vectors/<collection>
   ``vectors_crc``: the crc32 of each block of :data:`BLOCK` vectors (the last block: the vectors
   it holds so far).
 
-Checked, never trusted (issue 24): a copy whose files are shorter than its manifest counts, whose
+Checked, never trusted: a copy whose files are shorter than its manifest counts, whose
 entries name codes its tables lack, or whose entries' checksum differs (:func:`damage`) is damaged.
 Searches then use Chroma as for an incomplete copy, and the worker discards it and fills it again
 (``worker.vectorcopy``). The checksum leaves out the ``live`` byte so that marking an entry dead in

@@ -38,7 +38,7 @@ HEARTBEAT_EVERY_S = 5.0  # an idle worker rewrites the file this often
 STALE_MS = 30_000  # a heartbeat older than this: the worker is not up (hung, or killed without a word)
 DEFAULT_MAX_LAG_S = 60.0  # seconds of lag a health check tolerates (worker.status.verdict)
 
-# What the worker is doing (issue 24): it took its lock and is opening the stores; its first full
+# What the worker is doing (not down while starting): it took its lock and is opening the stores; its first full
 # pass, which on a large database embeds for a long time; following the database after it.
 PHASE_STARTING = "starting"
 PHASE_FIRST_PASS = "first pass"
