@@ -5,7 +5,7 @@ live in two sorted numpy arrays, keys and positions (16 bytes a document); a sup
 its new position in place, and a deleted one position -1 until the next merge drops it. Keys not
 in the arrays yet go to a small dict, merged into the arrays when it reaches a share of them.
 
-Why (issue 16): the writer kept a ``dict[tuple, int]``, about 180 bytes a document (a 3-tuple, its
+Why (flat worker memory): the writer kept a ``dict[tuple, int]``, about 180 bytes a document (a 3-tuple, its
 ints and a dict slot): 56 MB at 313k documents, and the worker's memory grew with every document
 written. The arrays hold the same at 16 bytes a document, and a corpus that deletes as much as it
 adds keeps their size (deleted keys go at the next merge).

@@ -329,7 +329,7 @@ class Worker:
             if self._copy_check.due(self._target):
                 self._copy_check.run(self._target, state)
             if self._copy_order.due(self._target):
-                # Busy or idle (issue 16): a worker that gets rows every second is never idle, and
+                # Busy or idle: a worker that gets rows every second is never idle, and
                 # its copy would keep every dead entry and grow in a corpus of constant size.
                 self._copy_order.run(self._target)
                 idle = False
@@ -337,7 +337,7 @@ class Worker:
             return self._repair(exc)
         except (sqlite3.Error, OSError) as exc:
             # A write to memsync's own files (state.db, the copy, the text index, worker.json)
-            # failed: a full disk is a degraded state that ends when space returns (issue 24);
+            # failed: a full disk is a degraded state that ends when space returns;
             # anything else is a defect and stops the worker as before.
             no_room = no_space(exc, self.s)
             if no_room is None:

@@ -37,9 +37,9 @@ DOCS_VERSION = 1
 # normalised get their metadata relabelled; every other document stays as it is).
 ROW_VERSION = 2
 
-# The one decision on observation titles (issue 2): "fold" puts title and subtitle on top of the
+# The one decision on observation titles: "fold" puts title and subtitle on top of the
 # narrative document's text; "separate" writes an extra obs_N_title document. Upstream embeds
-# neither. The search-quality benchmark (search issue) decides; until then fold, which costs no
+# neither. The search-quality benchmark decides; until then fold, which costs no
 # extra vectors and gives the narrative vector the row's headline terms.
 TITLE_POLICY = "fold"
 

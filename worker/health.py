@@ -150,7 +150,7 @@ class Health:
 
     def started(self) -> None:
         """The worker holds its lock: say so at once (``phase`` ``starting``), before anything
-        slow, so that ``status`` never calls a starting worker down (issue 24); and start the
+        slow, so that ``status`` never calls a starting worker down; and start the
         heartbeat thread (:meth:`busy`)."""
         reserve_in_place(self.s.data_dir)  # room for the record while worker.json cannot be written
         self.publish(force=True)

@@ -3,7 +3,7 @@
 - **Vector copy fill**: a generation synced without a local vector copy (by an older memsync, or
   with the copy deleted) gets one filled from Chroma, ``COPY_FILL_BUDGET`` documents per idle step,
   so that new rows keep arriving within a second meanwhile (``worker.vectorcopy``).
-- **Vector copy check** (issue 24): the copy's files are checked against its manifest (sizes,
+- **Vector copy check** (never trusted): the copy's files are checked against its manifest (sizes,
   codes, the entries' checksum: ``VectorCopyWriter.check``; then the vectors' block checksums,
   ``VectorCopyWriter.check_vectors``) in a cycle that starts every ``vector_copy_check_s`` (a minute)
   and after every full pass, busy or idle; the vectors are read ``COPY_CHECK_SLICE`` bytes per step, the
@@ -15,7 +15,7 @@
   enough of it is dead or appended out of order (``VectorCopyWriter.needs_reorder``), looked at
   once a minute at most: a second or two at 313k documents, and a window then reads one slice.
   Unlike the rest, this runs in busy steps too: a worker given rows every second (5 a second in
-  issue 16's constant-size soak) has no idle step, and its copy kept every dead entry.
+  bench_memory's constant-size soak) has no idle step, and its copy kept every dead entry.
 - **Compaction**: off-peak (no new rows for ``compact_idle_s``) and with enough churn, the active
   generation is rebuilt without its dead vectors (``worker.compact``); the churn is counted at
   most once a minute so that an idle worker stays idle. Then, when the worker started the managed

@@ -1,4 +1,4 @@
-"""Giving the memory a step freed back to the system (issue 16: flat worker memory).
+"""Giving the memory a step freed back to the system (so that the worker's memory stays flat).
 
 The C allocator keeps what Python, numpy, onnxruntime and the Chroma client free: glibc raises its
 mmap threshold after a large free, so later buffers of up to 32 MB come from heaps it returns only

@@ -65,7 +65,7 @@ def _translate(what: str, exc: Exception, collection: str) -> Exception:
     if what in READS and server_failed(exc):
         # The server answered (a connection problem is another class) and failed to read the
         # collection: a segment it cannot load (a disk that filled up mid-write leaves one). Every
-        # later call fails the same way, so retrying is no cure (issue 24).
+        # later call fails the same way, so retrying is no cure: re-derive it.
         return StoreDamaged(f"Chroma cannot read collection {collection} ({what}: {str(exc)[:200]})", collection)
     return StoreUnavailable(f"Chroma {what} failed: {exc}")
 

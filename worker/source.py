@@ -64,7 +64,7 @@ class SourceReader:
         except SchemaError:
             self._conn.close()
             raise
-        except sqlite3.DatabaseError as exc:  # damaged since it was opened (issue 24)
+        except sqlite3.DatabaseError as exc:  # damaged since it was opened: degraded, not a crash
             self._conn.close()
             raise unreadable(path, exc) from exc
 
@@ -135,7 +135,7 @@ class SourceReader:
         """(id, row hash) of the rows ``read_batch`` would return, without reading them into Python:
         SQLite hands each row's cells to the hash function (``documents.row_cells_hash``), so the
         hash equals ``documents.row_values_hash`` of the row ``read_batch`` returns. A pass compares
-        these with the sync records and reads in full only the rows that differ (issue 16)."""
+        these with the sync records and reads in full only the rows that differ (cheap on an unchanged database)."""
         return self._hashes(kind, (after_id, None), limit, project, descending=False)
 
     def row_hashes_below(self, kind: Kind, up_to: int, limit: int, project: str | None = None) -> list[tuple[int, str]]:

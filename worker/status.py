@@ -268,7 +268,7 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """Whether the worker is healthy, and each problem in words when it is not (issue 28: one
+    """Whether the worker is healthy, and each problem in words when it is not (one
     verdict for ``memsync status --check`` and ``/api/status``)."""
 
     problems: tuple[str, ...]
@@ -287,7 +287,7 @@ def verdict(report: StatusReport, max_lag_s: float = DEFAULT_MAX_LAG_S) -> Verdi
     """The health verdict on a status report: unhealthy when the worker is down, the lag exceeds
     ``max_lag_s``, Chroma refuses the worker, or the store and the sync records have differed for
     over one reconcile interval. Until its first pass is through, a worker is working off the
-    history it found (issue 24): its lag is that backlog's age, not a delay, so it is not checked
+    history it found: its lag is that backlog's age, not a delay, so it is not checked
     then, and being degraded is a problem instead."""
     w = report.worker
     starting = report.starting()

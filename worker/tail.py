@@ -126,7 +126,7 @@ class SourceTail:
         return self.reader
 
     def _new_reader(self) -> SourceReader:
-        """A reader of the file as it is now. Issue 24: a database that stopped being claude-mem's
+        """A reader of the file as it is now. A database that stopped being claude-mem's
         while the worker runs (truncated, or replaced by another program's SQLite file) is a
         degraded state the worker waits out, not a setup error: a file that was good once is
         likely to come back (a restore, the agent recreating it). At start-up it stays a

@@ -8,7 +8,7 @@ an exclusive lock on the directory for each step (a resync may run beside the wo
 
 A copy that does not yet hold a generation's documents (made by an older memsync, or deleted) is
 filled from Chroma itself (:func:`fill_from_store`) and only then marked complete. So is a damaged
-one (issue 24: truncated, or entries that do not match the manifest's codes or checksum,
+one (truncated, or entries that do not match the manifest's codes or checksum,
 ``config.formats.vector_copy`` :func:`damage`; vectors that do not match their block checksums,
 :func:`vectors_damage`): the writer checks the files when it opens them and when the worker asks
 (:meth:`VectorCopyWriter.check`, :meth:`VectorCopyWriter.check_vectors`), and discards a damaged

@@ -12,7 +12,7 @@ from watchdog.observers import Observer
 
 # Opening or closing a file without writing it changes nothing, and the worker's own reads make
 # these events: taken as hints, each failed open of a database that cannot be read woke the loop
-# for another try at once, ~18 tries a second instead of the backoff (issue 24).
+# for another try at once, ~18 tries a second instead of the backoff.
 _READS = frozenset({"opened", "closed_no_write"})  # watchdog's names (not all versions export them)
 
 

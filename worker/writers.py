@@ -1,4 +1,4 @@
-"""Who writes the upstream-readable store (issue 26): memsync (``upstream_store`` on), claude-mem's
+"""Who writes the upstream-readable store: memsync (``upstream_store`` on), claude-mem's
 own worker (its Chroma sync pointed at that store), or both. Said by ``memsync status``.
 
 claude-mem 13.25.3 reads its settings as ``SettingsDefaultsManager`` does: the environment
