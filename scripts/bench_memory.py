@@ -13,7 +13,7 @@ copy's entries every ``--sample-seconds``.
 - Growing (the default): the database only grows. Reports RSS after warm-up, last and maximum,
   the trend per hour, and what must grow: the bytes per document of RSS growth after minute 10
   (RSS growth / documents added, and the least-squares slope of RSS against documents).
-- ``--constant``: each row added deletes the oldest one, so the corpus keeps its size (issue 16:
+- ``--constant``: each row added deletes the oldest one, so the corpus keeps its size (the bar:
   RSS at the end within 10% of RSS at minute 10). Reports RSS at minute 10 and at the end, their
   ratio, and the trend after minute 10.
 

@@ -150,7 +150,7 @@ def worker_reconciles(settings: Settings, repeats: int) -> tuple[list[float], li
 
 def embedding_store_step(settings: Settings, texts: list[str], first: SyncResult) -> tuple[list[tuple[str, str]],
                                                                                         dict[str, Any]]:
-    """Step 5 (issue 16): what the embedding store saved and costs, after (b) filled it. Returns
+    """Step 5: what the embedding store saved and costs, after (b) filled it. Returns
     table rows and JSON fields."""
     embedder = get_embedder(settings.embedding_model, settings.embedding_batch_size, settings.embedding_max_tokens,
                             settings.embedding_threads)

@@ -1,4 +1,4 @@
-"""bench_sync's peer: the same sync built the way a user would without memsync (issue 16, item 6).
+"""bench_sync's peer: the same sync built the way a user would without memsync (a baseline).
 
 The peer is LangChain's indexing API: ``index(docs, SQLRecordManager, Chroma, cleanup="incremental",
 source_id_key="row")`` from ``langchain-classic`` / ``langchain-core``, into ``langchain-chroma``.

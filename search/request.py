@@ -4,7 +4,7 @@
 ``--batch`` lines, the HTTP API and the MCP tools receive strings and numbers; each hands them to
 :class:`RequestParser` as :class:`SearchFields`, which checks every value against one policy
 (``config.limits``: limit at most 100, offset at most 10,000, ...) and refuses a bad one with
-:class:`BadRequest`, naming it and what would be accepted (issue 28: the CLI allowed 500 and
+:class:`BadRequest`, naming it and what would be accepted (the CLI once allowed 500 and
 100,000, the servers 100 and 10,000, and batch lines anything).
 
 Text is read as valid Unicode (:func:`valid_unicode`): an unpaired UTF-16 surrogate (from a JSON

@@ -1,7 +1,7 @@
 """The semantic side of a search: which vector strategy answers, and the rows it finds.
 
 The query is embedded by the worker's model; then, picked by cost without losing a row that passes
-the filters and window (design note 6):
+the filters and window (the cheapest strategy that is still exact):
 - no filter and no window: Chroma's unfiltered top-N (2-5 ms), collapsed onto rows;
 - a window, project or type restriction and a complete local vector copy (``search.vectorcopy``):
   the copy scanned exactly over the documents that pass, checked against SQLite;

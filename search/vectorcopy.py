@@ -93,7 +93,7 @@ def _in_parts(work: Callable[[int, int], None], lo: int, hi: int) -> None:
 # fresh mapping faults its pages in again, ~3 ms of a 90-day window's scan at 77k documents. Safe
 # to keep: the writer only appends, marks in place (seen through the shared mapping) and rewrites
 # into new files (a new inode here); one entry per directory, so a replaced file is let go.
-# With it, what checking its files against the manifest found (issue 24: a damaged copy is never
+# With it, what checking its files against the manifest found (a damaged copy is never
 # used), and how far its entries were checked with which checksum: the copy only appends, so a
 # grown one is checked from there (its new entries only).
 _Arrays = tuple[npt.NDArray[np.int8], npt.NDArray[np.void]]

@@ -118,7 +118,7 @@ class BodyLimit:
 
 class HeadAsGet:
     """ASGI middleware: HEAD answered as the GET of the same URL, without its body. RFC 9110 asks
-    HEAD wherever GET works, and FastAPI's routes take only the methods they name (issue 24:
+    HEAD wherever GET works, and FastAPI's routes take only the methods they name (so
     ``HEAD /`` was 405). The GET's headers stay, Content-Length included, as HEAD wants."""
 
     def __init__(self, app: ASGIApp) -> None:

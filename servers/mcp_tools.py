@@ -151,7 +151,7 @@ def answers(settings: Settings | None = None) -> Iterator[None]:
         message = public(str(exc), settings) if redact else str(exc)
         raise ToolError(text.format(message) or type(exc).__name__) from None
     except Exception:
-        # Issue 24: an unexpected error (an OverflowError) reached the agent as an empty message.
+        # An unexpected error (an OverflowError) once reached the agent as an empty message.
         log.exception("unexpected error in an MCP tool")
         raise ToolError("internal error (details are in the server's log)") from None
 
@@ -247,7 +247,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
                               structured_content=data().content() if structured else None)
 
     def search_answer(resp: Response, offset: int, full: bool) -> CallToolResult:
-        # The degraded reason without the data directory's path (issue 24).
+        # The degraded reason without the data directory's path (a client sees no file path).
         resp = replace(resp, reason=public(resp.reason, settings))
         return answer(render.search_markdown(resp, offset, full), lambda: out.search_output(resp, offset))
 
@@ -284,7 +284,7 @@ def build_server(settings: Settings, searcher: Searcher | None = None) -> MCPSer
                                        window_days=window_days, order=order, limit=limit, offset=offset,
                                        full=format == "full", all=all))
 
-    # search_sessions and search_user_prompts keep their names from before issue 28 made the words
+    # search_sessions and search_user_prompts keep their names from before the kind table made the words
     # "summary" and "prompt": agents' permission lists and prompts name the tools
     # (mcp__memsync__search_sessions), and a second tool under a new name would grow the tool list
     # every session reads. Their titles and texts use the words.

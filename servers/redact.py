@@ -1,7 +1,7 @@
 """What a client of the servers sees of a server-side message: no file paths. The data directory
 is named (``the data directory``, ``DATA_DIR/chroma/...``), the agent's database by its file name,
 and any other absolute path stands as ``<path>``: the message stays useful to an agent or a
-remote caller and tells neither where memsync's files are nor whose home they are in (issue 24).
+remote caller and tells neither where memsync's files are nor whose home they are in.
 The server's own log keeps the whole message."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each tool declares one of the models below as its output schema and answers with a
 ``CallToolResult`` that carries both forms: the compact markdown of ``servers.render`` as the
-text, and the same answer as ``structuredContent`` (issue 17). Returning the model itself would
+text, and the same answer as ``structuredContent`` (for programs). Returning the model itself would
 make the SDK dump its JSON as the text too, about 2.6 times the tokens an agent then reads.
 
 The structured form holds what the text shows, in machine form: the printed id (``ref``, what

@@ -2,7 +2,7 @@
 parse given in the API's JSON shape (``{"detail": message}``) instead of plain text.
 
 uvicorn answers such a request itself, before the app runs, with ``400 Invalid HTTP request
-received.`` as text. A URL over 64 KB is one (issue 24): httptools' URL parser refuses any longer
+received.`` as text. A URL over 64 KB is one: httptools' URL parser refuses any longer
 than 65,535 bytes, so the app's own 414 for a query string over ``MAX_QUERY_STRING`` never ran.
 Here a URL is counted as it arrives and one over :data:`MAX_URL` gets that 414 at once, never
 buffered further; any other malformed request gets a JSON 400. httptools when installed (it comes
