@@ -1,4 +1,4 @@
-"""bench_sync's LangChain peer, its pure parts only: the suite never installs LangChain (issue 16, item 6)."""
+"""bench_sync's LangChain peer, its pure parts only: the suite never installs LangChain."""
 
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ def test_batch_one_response_per_line_in_order(opts: list[str], tmp_path: Path) -
 @pytest.mark.parametrize(("option", "value", "bounds"), [("--limit", "101", "1<=x<=100"),
                                                          ("--offset", "10001", "0<=x<=10000")])
 def test_the_page_is_bounded_as_in_the_servers(opts: list[str], option: str, value: str, bounds: str) -> None:
-    """Issue 28: one limit policy (limit 1-100, offset 0-10,000) for the CLI, its batches and the servers."""
+    """One limit policy (limit 1-100, offset 0-10,000) for the CLI, its batches and the servers."""
     code, _, err = run("search", "x", *opts, option, value)
     assert code == 2 and option in err and bounds in err and "Traceback" not in err
 

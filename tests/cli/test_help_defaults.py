@@ -75,7 +75,7 @@ def commands(command: click.Command, path: tuple[str, ...] = ()) -> Iterator[tup
 
 
 def test_no_help_prints_an_undefined_default() -> None:
-    """Issue 24: `--help` showed `default PydanticUndefined` for --db. Every command's whole
+    """Once, `--help` showed `default PydanticUndefined` for --db. Every command's whole
     rendered help, as a user sees it, names no Undefined value."""
     from click.testing import CliRunner
 

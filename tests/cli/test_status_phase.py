@@ -1,4 +1,4 @@
-"""``memsync status`` while the worker makes its first pass (issue 24): up, with its phase and the
+"""``memsync status`` while the worker makes its first pass: up, with its phase and the
 rows done so far; ``--check`` does not count the history the pass works off as lag, but a worker
 degraded in its first pass fails it."""
 

@@ -1,4 +1,4 @@
-"""The managed server's record checked against the process table (issue 24, points 1, 3 and 4):
+"""The managed server's record checked against the process table:
 memsync never signals a process it did not start for this data directory, never starts a second
 `chroma run` on a store that has one, and never leaves a server behind whose record it could not
 write. Real processes: `sleep`, a python whose command line is a `chroma run` (``fake_chroma_run``)

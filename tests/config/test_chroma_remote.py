@@ -1,4 +1,4 @@
-"""A Chroma server someone else runs (issue 17): a non-default tenant and database, token auth and
+"""A Chroma server someone else runs: a non-default tenant and database, token auth and
 TLS, against a real ``chroma run`` behind the test's own header-checking reverse proxy (a thread
 that forwards to the server only when ``Authorization: Bearer <token>`` is right, else 401), with
 a self-signed certificate for the TLS case. Secrets never show in settings output or errors."""

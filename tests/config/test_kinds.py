@@ -1,4 +1,4 @@
-"""The one table of kind names (issue 28): the words every front end shows, the aliases it accepts,
+"""The one table of kind names: the words every front end shows, the aliases it accepts,
 and claude-mem's own words kept as upstream writes them."""
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ class TestRecordRefs:
                                        pytest.param("9" * 5000, id="5000 digits"), 0, -3, MAX_ROW_ID + 1, 10**30,
                                        pytest.param(10**5000, id="10**5000")])
     def test_an_id_no_record_can_have_is_out_of_range(self, value: str | int) -> None:
-        """Issue 24: shaped like an id but not a valid one (0, negative, past SQLite's int64)."""
+        """Shaped like an id but not a valid one (0, negative, past SQLite's int64)."""
         with pytest.raises(InvalidRecordId, match=f"out of range: ids are 1 to {MAX_ROW_ID}"):
             parse_record_ref(value)
 

@@ -113,7 +113,7 @@ class TestWhereTheDatabaseIs:
 
 
 class TestApiToken:
-    """Issue 24: one rule for "is authentication on" (``Settings.bearer_token``): an empty or
+    """One rule for "is authentication on" (``Settings.bearer_token``): an empty or
     blank token is no token, for the settings display as for the servers."""
 
     @pytest.mark.parametrize("blank", ["", " ", "\t \n"])

@@ -65,7 +65,7 @@ QUERIES = [("退款", {("observation", 1), ("prompt", 1)}), ("舍入错误", {("
 @pytest.mark.parametrize("era", [Era.CURRENT, Era.LEGACY])
 @pytest.mark.parametrize("index", ["text index", "own FTS index"])
 def test_cjk_words_found_inside_runs(tmp_path: Path, era: Era, index: str) -> None:
-    """Every word of the issue's example, one-character words included, is found by the lexical
+    """Every word of the example above, one-character words included, is found by the lexical
     side, whichever of memsync's indexes answers, and the reason names it; an English query still
     goes to the app's tables and says nothing about CJK."""
     s = _settings(tmp_path)

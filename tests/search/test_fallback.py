@@ -39,7 +39,7 @@ def managed(tmp_path: Path) -> Settings:
 @pytest.fixture
 def record(tmp_path: Path) -> Iterator[Callable[[Settings, int], None]]:
     """Record a managed server on ``port`` as the worker would: its pid a live process whose
-    command line is a `chroma run` on the store (the check a record must pass, issue 24)."""
+    command line is a `chroma run` on the store (the check a record must pass)."""
     with contextlib.ExitStack() as stack:
 
         def write(s: Settings, port: int) -> None:

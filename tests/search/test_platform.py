@@ -1,4 +1,4 @@
-"""The platform filter (issue 17): claude-mem's ``platform_source``, normalised as upstream does,
+"""The platform filter: claude-mem's ``platform_source``, normalised as upstream does,
 applied before any top-N cut on every path (hybrid, semantic, lexical; with memsync's own indexes
 and with FTS5 and Chroma alone), on real SQLite files and a real embedded Chroma."""
 

@@ -234,13 +234,13 @@ def test_timeline_bad_anchor(searcher: Searcher) -> None:
 
 @pytest.mark.parametrize("anchor", ["0", "S0", "P-1", "#-2", "9" * 20])
 def test_timeline_anchor_shaped_like_an_id_but_invalid_is_refused(searcher: Searcher, anchor: str) -> None:
-    """Issue 24: such an anchor used to become a text query and answer a timeline of anything."""
+    """Such an anchor used to become a text query and answer a timeline of anything."""
     with pytest.raises(SearchError, match="out of range"):
         searcher.timeline(anchor)
 
 
 def test_ids_past_sqlites_range_never_reach_sqlite(searcher: Searcher) -> None:
-    """Issue 24: 10**30 overflowed in SQLite (OverflowError, an empty MCP error)."""
+    """10**30 used to overflow in SQLite (OverflowError, an empty MCP error)."""
     with pytest.raises(SearchError, match="out of range"):
         searcher.similar(10**30)
     found, missing = searcher.get(Kind.OBSERVATION, [10**30, 131])

@@ -1,4 +1,4 @@
-"""The semantic side's strategies (design note 6: pick by cost, lose nothing): whichever answers a
+"""The semantic side's strategies (pick by cost, lose nothing): whichever answers a
 restricted search (the local vector copy, exact by id, a Chroma ``where``), the rows are the same, and
 none is lost to the unfiltered top-N. Real SQLite, embedded Chroma and the shipped model."""
 

@@ -130,7 +130,7 @@ def test_token_required_when_configured(served: Settings) -> None:
 
 @pytest.mark.parametrize("token", [None, "", " ", "\t"], ids=["unset", "empty", "blank", "tab"])
 def test_listening_beyond_loopback_needs_a_token(served: Settings, token: str | None) -> None:
-    """Issue 24: an empty or blank MEMSYNC_API_TOKEN is no token (it used to open every interface)."""
+    """An empty or blank MEMSYNC_API_TOKEN is no token (it used to open every interface)."""
     env = server_env(served) if token is None else server_env(served, MEMSYNC_API_TOKEN=token)
     r = subprocess.run([MEMSYNC, "serve", "--host", "0.0.0.0", "--port", str(free_port())], env=env,
                        capture_output=True, text=True, timeout=60, cwd=ROOT)
@@ -214,7 +214,7 @@ def test_api_fuzz_finds_no_server_errors(http_server: HttpServer) -> None:
 def test_oversized_requests_are_refused_before_reading(http_server: HttpServer) -> None:
     r = httpx.get(http_server.url + "/api/search", params={"q": "x" * 60_000}, timeout=60)
     assert r.status_code == 414 and "query string longer" in r.json()["detail"]
-    # Issue 24: past 64 KB uvicorn's parser refused the URL with a plain-text 400 (servers.wire).
+    # Past 64 KB uvicorn's parser refused the URL with a plain-text 400 (before servers.wire).
     # httpx refuses such a URL itself: the standard library's client sends it.
     conn = http.client.HTTPConnection("127.0.0.1", http_server.port, timeout=60)
     try:
@@ -230,7 +230,7 @@ def test_oversized_requests_are_refused_before_reading(http_server: HttpServer) 
 
 
 def test_head_answers_wherever_get_does(http_server: HttpServer) -> None:
-    """Issue 24: ``HEAD /`` was 405. HEAD gets the GET's status and headers, without the body."""
+    """``HEAD /`` used to be 405. HEAD gets the GET's status and headers, without the body."""
     for path in ("/", "/healthz", "/openapi.json", "/api/records/observation/1", "/api/search?q=uploads",
                  "/api/status", "/metrics"):
         head = httpx.head(http_server.url + path, timeout=60)

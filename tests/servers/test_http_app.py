@@ -1,5 +1,5 @@
 """The HTTP app in process (no server, no network): one health verdict for ``memsync status
---check`` and ``/api/status``, the page's default window from the server's setting (issue 28),
+--check`` and ``/api/status``, the page's default window from the server's setting,
 search snippets, the project list, and a page script that never parses data as HTML."""
 
 from __future__ import annotations

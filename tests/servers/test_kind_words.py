@@ -1,4 +1,4 @@
-"""The same kind words in every front end (issue 28): the CLI, the HTTP API, the MCP tools and the
+"""The same kind words in every front end: the CLI, the HTTP API, the MCP tools and the
 page offer the same kind choices, one search for summaries answers with the same records and kind
 value in all of them, and every accepted kind name (the renamed ``sessions`` among them) is taken."""
 

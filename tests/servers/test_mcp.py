@@ -290,7 +290,7 @@ def test_bad_values_get_a_clear_message_not_a_trace(served: Settings) -> None:
         ("timeline", {"anchor": "#999"}, "no observation with id 999"),
         ("timeline", {}, "give an anchor"),
         ("timeline", {"anchor": "1", "depth_before": 500}, "depth_before must be an integer from 0 to 50"),
-        # Issue 24: ids past SQLite's int64 answered an empty error; id-shaped anchors became queries.
+        # Before: ids past SQLite's int64 answered an empty error; id-shaped anchors became queries.
         ("find_similar", {"observation_id": 10**30}, "record id 1000000000000000000000000000000 is out of range"),
         ("find_similar", {"observation_id": "#" + "9" * 25}, "is out of range"),
         ("get_observations", {"ids": [10**30, 1]}, "is out of range"),
@@ -327,7 +327,7 @@ def test_tools_work_with_the_vector_sidecar_down(served: Settings, tmp_path: Any
     assert not any(err for err, _ in got.values()), got
     head = got["search"][1].splitlines()[0]
     assert head.startswith("mode: lexical_fallback (") and "no managed Chroma server" in head
-    # Issue 24: the reason names the data directory without its path.
+    # The reason names the data directory without its path.
     assert "running for the data directory" in head, head
     assert not any(str(tmp_path) in text for _, text in got.values())
     assert {"#1", "#4"} <= set(refs(got["search"][1]))
@@ -362,7 +362,7 @@ def test_streamable_http_transport_on_loopback(served: Settings) -> None:
 
 
 def test_an_unexpected_error_gets_a_fixed_message_not_an_empty_one(tmp_path: Any) -> None:
-    """Issue 24: an OverflowError inside a tool reached the agent as an empty error."""
+    """An OverflowError inside a tool used to reach the agent as an empty error."""
     from typing import cast
 
     from memsync.search import Searcher

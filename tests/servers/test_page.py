@@ -128,7 +128,7 @@ def test_search_in_the_page(http_server: HttpServer, browser: Any) -> None:
 
 
 def test_the_search_lives_in_the_url(http_server: HttpServer, browser: Any) -> None:
-    # Bookmark, share, reload, back: the form and the results follow the URL (issue 17).
+    # Bookmark, share, reload, back: the form and the results follow the URL.
     from urllib.parse import parse_qs, urlsplit
 
     from selenium.webdriver.common.by import By

@@ -1,4 +1,4 @@
-"""servers.redact: what a client sees of a server message keeps no file path (issue 24)."""
+"""servers.redact: what a client sees of a server message keeps no file path."""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def test_a_long_query_string_within_the_limit_reaches_the_app(server: tuple[int,
 
 
 def test_a_url_too_long_to_parse_gets_a_json_414(server: tuple[int, int]) -> None:
-    """Issue 24: a query string over 64 KB got uvicorn's plain-text 400."""
+    """A query string over 64 KB used to get uvicorn's plain-text 400."""
     port, limit = server
     start = b"GET /api/search?q="
     head, body = exchange(port, start + b"x" * (limit - len(start) + 1), whole=False)

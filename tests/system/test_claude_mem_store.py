@@ -1,4 +1,4 @@
-"""memsync's upstream-readable store against the store the real claude-mem writes itself (issue 26).
+"""memsync's upstream-readable store against the store the real claude-mem writes itself.
 
 claude-mem 13.25.3's worker (scripts/real_claude_mem.py) writes a database through its
 ``/api/import`` with every row shape the import can make, then, restarted with its Chroma path on,

@@ -1,4 +1,4 @@
-"""A full disk and a store Chroma can no longer read (issue 24, point 4): real `memsync`
+"""A full disk and a store Chroma can no longer read: real `memsync`
 subprocesses and `chroma run` servers on small tmpfs mounts filled by a file the test writes and
 then deletes ("space returns"). Every command says where space ran out and how to fix it in one
 line, exits 1 and leaves no server behind; the worker degrades and recovers by itself; a store

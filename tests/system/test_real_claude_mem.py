@@ -1,4 +1,4 @@
-"""memsync on a database that the real claude-mem wrote (issue 26): its released worker
+"""memsync on a database that the real claude-mem wrote: its released worker
 (scripts/real_claude_mem.py) creates the schema with its own migrations and takes rows through its
 ``/api/import``; memsync then resyncs, verifies, searches and reports status on that file, reading
 it only: the file's bytes are the same after every memsync command.

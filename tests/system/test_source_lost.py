@@ -1,5 +1,5 @@
 """A real `memsync worker` whose source database goes bad while it runs, and one in a long first
-pass (issue 24, points 6 and 7). The database is the test's own copy of a claude-mem file; the
+pass. The database is the test's own copy of a claude-mem file; the
 worker never writes it. Waits are deadlines on worker.json, never fixed sleeps."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Two writers on one collection (issue 26): memsync's worker with ``upstream_store`` on and the real
+"""Two writers on one collection: memsync's worker with ``upstream_store`` on and the real
 claude-mem 13.25.3 worker with its Chroma path on (remote mode), both on one real ``chroma run`` and
 its ``cm__claude-mem``.
 

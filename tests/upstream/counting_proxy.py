@@ -1,5 +1,5 @@
 """A counting HTTP reverse proxy in front of a Chroma server: one per writer, so that the tests
-can say which writer wrote what and how often (issue 26, two writers on one collection).
+can say which writer wrote what and how often (two writers on one collection).
 
 Every request is forwarded as it is to the server (HTTP/1.1, keep-alive, one upstream connection
 per client connection); the answer goes back with its body whole. A request whose path ends in a

@@ -1,4 +1,4 @@
-"""claude-mem databases written by the real claude-mem worker (issue 26): ``written_db(path, records)``
+"""claude-mem databases written by the real claude-mem worker: ``written_db(path, records)``
 takes the import records of ``make_db`` (tests/conftest.py: kind, project, session and the row's
 fields) and has claude-mem's own worker (scripts/real_claude_mem.py) write them through its
 ``POST /api/import``, so the file at ``path`` has claude-mem's schema, migrations, triggers and FTS

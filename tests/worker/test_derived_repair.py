@@ -1,4 +1,4 @@
-"""Derived files damaged on disk (issue 24, point 5): the vector copy (vectors.i8 / entries.bin
+"""Derived files damaged on disk: the vector copy (vectors.i8 / entries.bin
 truncated, entries.bin garbage) and the text index (tantivy's meta.json, a segment file deleted or
 garbled). After each: nothing raises, searches answer and say honestly what answered, status and
 verify report the damage, one ``worker --once`` pass repairs it, and verify is clean again."""

@@ -1,4 +1,4 @@
-"""Excluded projects (issue 17) end to end: a real database, a real embedded Chroma, memsync's text
+"""Excluded projects end to end: a real database, a real embedded Chroma, memsync's text
 index and vector copy. Rows of an excluded project are neither synced nor searchable; a setting
 that gains a project removes what was stored, one that loses it brings the rows back; claude-mem's
 own CLAUDE_MEM_EXCLUDED_PROJECTS counts too, and a running worker notices it change."""

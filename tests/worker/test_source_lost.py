@@ -1,4 +1,4 @@
-"""The agent's database going bad under a running worker (issue 24): damaged in place, replaced by
+"""The agent's database going bad under a running worker: damaged in place, replaced by
 bytes that are not SQLite or by another program's SQLite file. Reads fail as SourceUnavailable
 (the worker's degraded state, with backoff), never as a bare sqlite3 error; a file that was never a
 claude-mem database stays a setup error. Also what the worker says while it starts (worker.json's

@@ -226,7 +226,7 @@ def run_reading(
 
 class TestUnchangedRowsAreNotRead:
     """A pass compares each batch's row hashes (computed in SQL) with the records and reads in full
-    only the batches that differ (issue 16); edits, deletes and stray records anywhere still count."""
+    only the batches that differ (cheap when unchanged); edits, deletes and stray records anywhere still count."""
 
     @pytest.fixture
     def synced(self, settings: Settings, chroma: Any, fake_embedder: FakeEmbedder) -> Settings:
