@@ -1,0 +1,50 @@
+"""Prose that points somewhere: no comment, docstring or string in the code cites a numbered issue or
+design note of this project, which no reader of the repository can open. Say the reason itself; an
+upstream claude-mem issue is written as ``thedotmack/claude-mem#2979``, which a reader can follow."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from scripts.pkgmap import source_folders
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDERS = source_folders()  # the package's folders (cli, config, worker, search, servers), scripts, tests
+
+# The word, then a number (a "#" before it, or spaces, allowed): in any case, as the samples below show.
+CITATION = re.compile(r"\b(?:issues?\s*#?\s*\d+|design\s+notes?\s*#?\s*\d+)", re.IGNORECASE)
+
+# Built from parts so that this file does not cite what it tests.
+ISSUE, NOTE = "issue", "design note"
+
+
+def citations(text: str) -> list[tuple[int, str]]:
+    """Each line of ``text`` that cites a numbered issue or design note: (line number, the citation)."""
+    return [(number, m.group(0)) for number, line in enumerate(text.splitlines(), 1)
+            for m in CITATION.finditer(line)]
+
+
+@pytest.mark.parametrize("sample", [
+    f"# the reason ({ISSUE} 24)", f'"""{ISSUE.title()} 28: one table."""', f"see {ISSUE} #17", f"{ISSUE.upper()}#5",
+    f"({NOTE} 6: pick by cost)", f"{NOTE.title()} 4", f"{ISSUE}s 16 and 24",
+])
+def test_the_matcher_finds_a_citation(sample: str) -> None:
+    assert citations(f"x = 1\n{sample}\n") == [(2, CITATION.search(sample).group(0))]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("sample", [
+    "thedotmack/claude-mem#2979", "an issue with the index", f"t{ISSUE} 4", "the issues are listed",
+    "design notes", "issue_24 = 1",
+])
+def test_the_matcher_leaves_other_text(sample: str) -> None:
+    assert citations(sample) == []
+
+
+def test_no_code_cites_an_unreadable_issue_or_design_note() -> None:
+    found = [f"{path.relative_to(ROOT)}:{number}: {cited}"
+             for folder in FOLDERS for path in sorted((ROOT / folder).rglob("*.py"))
+             for number, cited in citations(path.read_text(encoding="utf-8"))]
+    assert found == [], "say the reason, not a number no reader can open:\n" + "\n".join(found)
