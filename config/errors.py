@@ -1,8 +1,8 @@
 """Every error memsync raises on purpose, in one tree named by what the caller should do.
 
     MemsyncError
-    ├── ConfigError            fix the setup, then rerun: bad setting, model mismatch,
-    │   ├── ModelMismatchError     store locked by another process
+    ├── ConfigError            fix the setup, then rerun: a bad setting, a store locked by another process
+    │   ├── ModelMismatchError  the collection was built with another embedding model or dimension
     │   ├── EmbeddingError     the embedding provider refused us: bad key, unknown model, wrong dimension
     │   ├── StoreRefused       Chroma answered but refused us: token, tenant, database, certificate
     │   ├── SettingsError      a setting or the config file is unusable (config.settings)
@@ -12,8 +12,10 @@
     │                          (config.formats.database_owner)
     ├── InvalidRequest         a value the caller gave is refused: change the request
     │   ├── RecordRefError     not a record id, kind or ISO date (config.records)
-    │   ├── SearchError        a search the engine cannot answer: bad anchor, unknown id (search.models)
-    │   └── BadRequest         a value the servers refuse (servers.params)
+    │   │   └── InvalidRecordId  written as a record id, but no record can have its number (config.records)
+    │   ├── RecordError        an import record that cannot be imported: its line and why (worker.importer)
+    │   └── SearchError        a search the engine cannot answer: bad anchor, unknown id (search.models)
+    │       └── BadRequest     a request value a front end refuses: past a limit, a bad date (search.request)
     ├── BadData                data memsync cannot use, handled where met (a failed row); retrying will not help
     │   ├── RowError           a source row with nothing usable (worker.documents)
     │   ├── RejectedBatch      a batch Chroma refused for its data (worker.sink)
@@ -26,14 +28,17 @@
     ├── VectorUnavailable      a search cannot ask the vector store now: answer full-text only (search.vectorstore)
     ├── TextIndexDamaged       memsync's text index cannot be read: FTS5 answers, the worker rebuilds it
     │                          (config.formats.text_index)
+    ├── ChannelError           the injection channel cannot be used: that prompt gets no memory, the rest goes on
+    │                          (config.inject_channel)
     └── NoSpace                a write failed for lack of disk space: free space, then retry
 
 An error is defined beside the code that raises it when only that code raises it (the module in
-brackets); this tree is where they are all listed. A native library's panic (a BaseException)
-becomes the error of the side that made the call at one boundary, ``config.native``. Each
-boundary translates the tree once, with one table read through :func:`closest`: the CLI's exit
-codes (``cli.commands.options``), the HTTP API's status and body (``servers.http_api``), the MCP
-tools' error text (``servers.mcp_tools``).
+brackets); this tree is where they are all listed, and tests/test_error_tree.py checks the drawing
+against the classes. A private class (``_ServerExited``) is control flow inside its module and is
+not drawn. A native library's panic (a BaseException) becomes the error of the side that made the
+call at one boundary, ``config.native``. Each boundary translates the tree once, with one table
+read through :func:`closest`: the CLI's exit codes (``cli.commands.options``), the HTTP API's
+status and body (``servers.http_api``), the MCP tools' error text (``servers.mcp_tools``).
 The refused-value and bad-data errors are ``ValueError`` too and the two timeouts of a read ``RuntimeError``,
 as the code that catches them around third-party calls expects.
 A message is one line of printable text: what another process printed goes into one only through

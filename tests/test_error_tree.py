@@ -1,10 +1,11 @@
-"""One error tree (issue 28): every error memsync raises on purpose is a ``MemsyncError``, and each
+"""One error tree: every error memsync raises on purpose is a ``MemsyncError``, and each
 boundary translates it with one table, the nearest branch winning: the CLI's exit code, the HTTP
 API's status and detail, the MCP tools' error text."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import httpx
@@ -12,6 +13,7 @@ import pytest
 from mcp.server.mcpserver.exceptions import ToolError
 
 from memsync.commands.options import errors_as_exit
+from memsync.config import errors
 from memsync.config.claude_mem.schema import SchemaError
 from memsync.config.claude_settings import ClaudeSettingsError
 from memsync.config.docids import DocIdError
@@ -52,7 +54,7 @@ def name(value: object) -> str:
     return type(value).__name__ if isinstance(value, Exception) else ""
 
 
-LONE_BEFORE = [SchemaError, SettingsError, QueryTimeout, VectorUnavailable, SearchError]  # the issue's five
+LONE_BEFORE = [SchemaError, SettingsError, QueryTimeout, VectorUnavailable, SearchError]  # the five outside it before
 
 
 class TestTree:
@@ -89,6 +91,83 @@ class TestTree:
         assert closest(BadRequest("x"), table) == "request"
         assert closest(QueryTimeout("x"), table) == "any"
         assert closest(QueryTimeout("x"), {**table, SourceUnavailable: "source"}) == "source"
+
+
+def drawn_tree(doc: str) -> dict[str, tuple[str | None, str, bool]]:
+    """The tree drawn in ``config.errors``' docstring: each class name -> (its parent's name, its
+    text with continuation lines, whether it is drawn as the last of its siblings)."""
+    entries: dict[str, tuple[str | None, str, bool]] = {}
+    parents: list[str] = []  # the open branch, the root first
+    last = ""
+    for line in doc.splitlines():
+        if line == "    MemsyncError":
+            parents, last = ["MemsyncError"], "MemsyncError"
+            entries[last] = (None, "", True)
+        elif parents and (m := re.match(r"^    ((?:[│ ]   )*)([├└])── (\w+)\s*(.*)$", line)):
+            depth = len(m.group(1)) // 4 + 1
+            del parents[depth:]
+            last = m.group(3)
+            entries[last] = (parents[depth - 1], m.group(4), m.group(2) == "└")
+            parents.append(last)
+        elif parents and re.match(r"^    [│ ]", line) and line.strip(" │"):
+            parent, text, is_last = entries[last]
+            entries[last] = (parent, f"{text} {line.strip(' │')}", is_last)
+        elif parents and not line.strip():
+            break
+    return entries
+
+
+def the_classes() -> dict[str, tuple[str | None, type]]:
+    """Every public error of the package -> (its parent in the tree, the class)."""
+    import importlib
+    import pkgutil
+
+    import memsync
+
+    for info in pkgutil.walk_packages(memsync.__path__, "memsync."):
+        importlib.import_module(info.name)
+    out: dict[str, tuple[str | None, type]] = {"MemsyncError": (None, MemsyncError)}
+    for cls in all_subclasses(MemsyncError):
+        if not cls.__name__.startswith("_"):
+            parent = next(b for b in cls.__bases__ if issubclass(b, MemsyncError))
+            assert cls.__name__ not in out, f"two errors named {cls.__name__}"
+            out[cls.__name__] = (parent.__name__, cls)
+    return out
+
+
+class TestTheDrawing:
+    """config.errors' docstring draws the tree: the drawing is the classes, so it cannot drift."""
+
+    def test_every_class_is_drawn_under_its_parent(self) -> None:
+        drawn = drawn_tree(errors.__doc__ or "")
+        classes = the_classes()
+        assert {n: p for n, (p, _, _) in drawn.items()} == {n: p for n, (p, _) in classes.items()}
+
+    def test_each_drawn_error_names_the_module_that_defines_it(self) -> None:
+        drawn = drawn_tree(errors.__doc__ or "")
+        for name, (_, cls) in the_classes().items():
+            module = cls.__module__.removeprefix("memsync.")
+            text = drawn[name][1]
+            if module == "config.errors":
+                assert not re.search(r"\((?:config|worker|search|servers|cli)\.[\w.]+\)", text), (name, text)
+            else:
+                assert f"({module})" in text, (name, module, text)
+            assert text or name == "MemsyncError", f"{name} is drawn without saying what the caller should do"
+
+    def test_the_last_sibling_is_drawn_with_a_corner(self) -> None:
+        drawn = drawn_tree(errors.__doc__ or "")
+        children: dict[str | None, list[str]] = {}
+        for name, (parent, _, _) in drawn.items():
+            children.setdefault(parent, []).append(name)
+        for names in children.values():
+            assert [drawn[n][2] for n in names] == [False] * (len(names) - 1) + [True], names
+
+    def test_the_parser_sees_a_drift(self) -> None:
+        doc = errors.__doc__ or ""
+        moved = doc.replace("    │       └── BadRequest", "    │   └── BadRequest ")
+        assert drawn_tree(moved)["BadRequest"][0] == "InvalidRequest"
+        assert "ChannelError" not in drawn_tree(doc.replace("ChannelError", "Channel Error"))
+        assert len(drawn_tree(doc)) == len(the_classes())
 
 
 CLI_CASES: list[tuple[MemsyncError, int]] = [
