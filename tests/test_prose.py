@@ -1,6 +1,7 @@
-"""Prose that points somewhere: no comment, docstring or string in the code cites a numbered issue or
-design note of this project, which no reader of the repository can open. Say the reason itself; an
-upstream claude-mem issue is written as ``thedotmack/claude-mem#2979``, which a reader can follow."""
+"""Prose that points somewhere: no comment, docstring or string in the code cites a numbered issue,
+design note, design decision or style rule of this project, which no reader of the repository can
+open. Say the reason itself; an upstream claude-mem issue is written as
+``thedotmack/claude-mem#2979``, which a reader can follow."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = source_folders()  # the package's folders (cli, config, worker, search, servers), scripts, tests
 
 # The word, then a number (a "#" before it, or spaces, allowed): in any case, as the samples below show.
-CITATION = re.compile(r"\b(?:issues?\s*#?\s*\d+|design\s+notes?\s*#?\s*\d+)", re.IGNORECASE)
+CITATION = re.compile(r"\b(?:issues?\s*#?\s*\d+|design\s+(?:notes?|decisions?)\s*#?\s*\d+|style\s+\d+)", re.IGNORECASE)
 
 # Built from parts so that this file does not cite what it tests.
-ISSUE, NOTE = "issue", "design note"
+ISSUE, NOTE, DECISION, STYLE = "issue", "design note", "design decision", "style"
 
 
 def citations(text: str) -> list[tuple[int, str]]:
@@ -29,7 +30,8 @@ def citations(text: str) -> list[tuple[int, str]]:
 
 @pytest.mark.parametrize("sample", [
     f"# the reason ({ISSUE} 24)", f'"""{ISSUE.title()} 28: one table."""', f"see {ISSUE} #17", f"{ISSUE.upper()}#5",
-    f"({NOTE} 6: pick by cost)", f"{NOTE.title()} 4", f"{ISSUE}s 16 and 24",
+    f"({NOTE} 6: pick by cost)", f"{NOTE.title()} 4", f"{ISSUE}s 16 and 24", f"({DECISION}s 2 and 3)",
+    f"hints ({STYLE} 4)",
 ])
 def test_the_matcher_finds_a_citation(sample: str) -> None:
     assert citations(f"x = 1\n{sample}\n") == [(2, CITATION.search(sample).group(0))]  # type: ignore[union-attr]
@@ -37,7 +39,7 @@ def test_the_matcher_finds_a_citation(sample: str) -> None:
 
 @pytest.mark.parametrize("sample", [
     "thedotmack/claude-mem#2979", "an issue with the index", f"t{ISSUE} 4", "the issues are listed",
-    "design notes", "issue_24 = 1",
+    "design notes", "issue_24 = 1", "the style of the page", "a design decision",
 ])
 def test_the_matcher_leaves_other_text(sample: str) -> None:
     assert citations(sample) == []

@@ -1,4 +1,4 @@
-"""Exponential backoff with sparse logging (style 8): pure, time is an input."""
+"""Exponential backoff with sparse logging (one line per outage, not per try): pure, time is an input."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The loop only (schedule, wake, back off, stop); each unit of work is a sync pass
 (``worker.syncpass``, the one ``resync`` runs too) run on this thread:
 - **Tail**: every ``poll_interval_s`` (or sooner, when a file event wakes it) compare the database
   files' stamp; only when it moved, read the highest ids, and sync rows above the watermarks
-  (``worker.tail``). Polling is the truth; watchdog events are hints (style 4), and no work runs
+  (``worker.tail``). Polling is the truth; watchdog events are hints, and no work runs
   on their thread.
 - **Reconcile**: a full hash comparison at start-up, every ``reconcile_interval_s`` (an
   APScheduler job that only raises a flag), on SIGUSR1, and whenever the database was replaced

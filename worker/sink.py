@@ -1,7 +1,7 @@
 """The vector sink: Chroma writes, behind a narrow Protocol so sync logic can be tested with fakes.
 A :class:`MirroredSink` applies each write to the local vector copy too, behind the same Protocol.
 
-Upsert only (design decision 3): deterministic ids, batches no larger than the server's
+Upsert only (so a retried batch is harmless): deterministic ids, batches no larger than the server's
 ``get_max_batch_size()``, no document text stored in memsync's own collection (search hydrates rows
 from SQLite, and storing text halves Chroma's insert rate; the upstream-readable store, which
 claude-mem reads, keeps its texts). chromadb errors are translated here: connection problems

@@ -1,4 +1,4 @@
-"""memsync's own sync records (design decision 2), in ``DATA_DIR/state.db``; never the source DB.
+"""memsync's own sync records (what was written, kept apart from Chroma), in ``DATA_DIR/state.db``; never the source DB.
 
 - ``docs``: one record per vector document of a collection generation: doc id, kind, source id,
   text hash, content hash, model, synced_at. A record with ``content_hash`` NULL is an *intent*:

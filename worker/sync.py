@@ -1,6 +1,6 @@
 """One sync pass: source rows → documents → compare with sync records → embed → upsert/delete.
 
-Exact and idempotent (design decisions 2 and 3): every row's documents are compared by content
+Exact and idempotent (own sync records, upsert only): every row's documents are compared by content
 hash with the records; unchanged ones are neither embedded nor written; documents whose text is
 unchanged but whose metadata changed (a project merge) get a metadata update without embedding;
 documents that vanished (a deleted row, a shrunk facts list) are deleted once. Rows are taken in id

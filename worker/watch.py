@@ -1,4 +1,4 @@
-"""File events as hints (style 4): a watchdog observer on the database's directory that only wakes
+"""File events as hints (polling is the truth): a watchdog observer on the database's directory that only wakes
 the worker loop early. No work happens on the observer thread; a missed event only delays a sync
 until the next poll."""
 

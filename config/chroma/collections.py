@@ -1,4 +1,4 @@
-"""Chroma: the one place that opens a client and a collection (design decision 1, style 14).
+"""Chroma: the one place that opens a client and a collection (one process owns a store).
 
 Modes: ``embedded`` (PersistentClient under an exclusive lock of the data dir), ``http`` (any
 server), ``managed`` (the data dir's own ``chroma run``, see chroma_server).

@@ -1,6 +1,6 @@
 """The managed Chroma server: exactly one ``chroma run`` per data directory.
 
-Design decision 1: one process owns a Chroma store, so every memsync process talks to one local
+The rule: one process owns a Chroma store, so every memsync process talks to one local
 server over HTTP. The server is recorded in ``DATA_DIR/chroma-server.json`` (pid, its start time,
 port, path); starting is serialised by an exclusive ``flock`` on ``DATA_DIR/chroma-server.lock``. A
 healthy recorded server is adopted (on its recorded port); a dead one is replaced. Whoever started a
