@@ -4,7 +4,7 @@
 - summary N: ``summary_N_<field>`` for request, investigated, learned, completed, next_steps, notes
 - prompt N: ``prompt_N``
 
-Every id carries its kind, so ids of the three tables never collide (upstream defect 8). Each
+Every id carries its kind, so ids of the three tables never collide (upstream mixes them up). Each
 document's ``doc_type`` metadata names its kind as upstream does (``DOC_TYPES``); the worker
 writes it and the search library filters on it.
 """

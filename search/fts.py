@@ -6,7 +6,7 @@ the text is cut into word tokens (letters and digits of any script), stopwords a
 every token is quoted, so FTS5 operators (``AND OR NOT NEAR``, ``*``, ``^``, ``:`` column filters,
 parentheses, quotes) are only ever words. Tokens are OR-ed: a natural-language question matches
 rows that hold any of its content words and BM25 ranks rows holding more (and rarer) of them first;
-the whole query as one phrase (upstream defect 7) almost never matches.
+the whole query as one phrase (as upstream searches) almost never matches.
 
 Stemming: the app's tables use the default ``unicode61`` tokenizer, which does not stem. A token
 whose Porter stem differs is also matched by prefix (``"memories" OR "memori"*``), which on the

@@ -109,7 +109,7 @@ class SourceRow:
 
 def epoch_ms(epoch: Any, iso: Any) -> int:
     """Creation time in epoch milliseconds. A value that can only be seconds (before 1973 as ms) is
-    scaled, since a seconds/ms mix-up made every row "recent" upstream (defect 9)."""
+    scaled, since a seconds/ms mix-up made every row "recent" upstream."""
     if isinstance(epoch, (int, float)) and not isinstance(epoch, bool) and epoch > 0:
         value = int(epoch)
         return value * 1000 if value < 100_000_000_000 else value

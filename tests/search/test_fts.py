@@ -87,7 +87,7 @@ def test_any_text_is_a_valid_expression(source: FtsSource, text: str) -> None:
 
 
 def test_multi_word_question_matches_words_not_a_phrase(source: FtsSource) -> None:
-    # Upstream defect 7: the whole query as one phrase matches nothing here; its words do.
+    # Upstream's way, the whole query as one phrase, matches nothing here; its words do.
     assert source.ranked(Kind.OBSERVATION, '"postgres connection timeout"', Scope(), 10) == []
     assert run(source, "why did the postgres connection time out?") == [1]
 

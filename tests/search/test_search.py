@@ -81,7 +81,7 @@ def searcher(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     engine.close()
 
 
-# -- defect 5: window and filters before the cut, offset honoured ---------------------------------
+# -- upstream's defect: window and filters before the cut, offset honoured ------------------------
 def test_window_applied_before_the_cut(searcher: Searcher) -> None:
     # 130 older rows outrank the recent one semantically; with the window after the top-100 cut
     # (upstream) the recent match vanishes. Semantic only: lexical cannot rescue it here.
@@ -131,7 +131,7 @@ def test_project_includes_merged_projects(searcher: Searcher) -> None:
     assert {r.project for r in beta.results} == {"beta"}
 
 
-# -- defect 6: relevance order survives hydration ------------------------------------------------
+# -- upstream's defect: relevance order survives hydration ---------------------------------------
 def test_relevance_order_is_not_resorted_by_date(searcher: Searcher) -> None:
     resp = searcher.search(SearchRequest(query="layout engine CSS grid", window_days=0, limit=5))
     assert resp.results[0].id == 132  # 10 days old, yet first: newer rows match less
@@ -143,7 +143,7 @@ def test_relevance_order_is_not_resorted_by_date(searcher: Searcher) -> None:
     assert ndates == sorted(ndates, reverse=True)
 
 
-# -- defect 8: kinds never confused -----------------------------------------------------------------
+# -- upstream's defect: kinds never confused --------------------------------------------------------
 def test_id_spaces_are_separate(tmp_path: Path) -> None:
     records = [o(f"observation text {i}", 1) for i in range(1, 6)]
     records += [s(f"summary text {i}", 1) for i in range(1, 6)]
@@ -166,14 +166,14 @@ def test_id_spaces_are_separate(tmp_path: Path) -> None:
         engine.close()
 
 
-# -- defect 9: epoch milliseconds --------------------------------------------------------------------
+# -- upstream's defect: epoch milliseconds -----------------------------------------------------------
 def test_window_uses_milliseconds(searcher: Searcher) -> None:
     resp = searcher.search(SearchRequest(query="billing service pool", window_days=90, limit=50))
     assert all(r.created_at_epoch and r.created_at_epoch > NOW_MS - 90 * DAY_MS for r in resp.results)
     assert resp.window.start_ms is not None and abs(resp.window.start_ms - (NOW_MS - 90 * DAY_MS)) < 600_000
 
 
-# -- degradation (defect 7) ------------------------------------------------------------------------
+# -- degradation: Chroma down, full text answers ---------------------------------------------------
 def test_managed_server_down_falls_back_to_lexical(tmp_path: Path) -> None:
     settings = build(tmp_path, corpus()[125:], chroma_mode="managed", chroma_port=_free_port())
     # resync started and stopped its own managed server: nothing is running now.
