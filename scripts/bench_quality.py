@@ -79,7 +79,7 @@ CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 RETRIEVERS = ("lexical", "semantic", "hybrid", "rrf60", "profile", "claude-mem")
 MCP_RETRIEVERS = ("profile", "claude-mem")  # asked through an MCP client, each answer read back
 PEER_DEPTH = 100  # each list the peers fuse or re-sort: the same candidate depth memsync uses
-TURN_BAR = 0.77  # hybrid recall@10 with precise links: the multi-turn set's bar
+TURN_BAR = 0.77  # hybrid recall@10 with precise links: the bar for turn-level evidence
 
 
 def build(data: Path, work: Path, links: str, provider: str = "local") -> tuple[Settings, list[Question]]:

@@ -101,7 +101,7 @@ def _batch_line(searcher: Searcher, parser: RequestParser, line: str, defaults: 
 def _refused_exits(settings: Settings) -> None:
     """A remote Chroma that refuses the credentials or lacks the tenant or database is a setup
     error: exit 2 with the reason, rather than answer lexically as for a server that is down
-    (which still falls back: a transient outage). The search servers keep falling back, and say why."""
+    (which still falls back: that outage passes). The search servers keep falling back, and say why."""
     from memsync.config.chroma.collections import check_remote
 
     with contextlib.suppress(StoreUnavailable):
