@@ -71,7 +71,7 @@ class TestWhichMemories:
         assert refs([cand("#1", 0.6), cand("#2", 0.31), cand("#3", 0.29)], policy=policy) == ["#1", "#2"]
 
     def test_at_most_max_memories_even_with_budget_left(self) -> None:
-        chosen = choose([cand(f"#{i}", 0.8 - i * 0.01) for i in range(10)], 1500, set())
+        chosen = choose([cand(f"#{i}", 0.8 - i * 0.01) for i in range(MAX_MEMORIES + 2)], 1500, set())
         assert len(chosen) == MAX_MEMORIES
         assert sum(c.tokens for c in chosen) < 1500 / 2
 
@@ -83,7 +83,7 @@ class TestWhichMemories:
         """The cap, the floor and a short budget take from the search's order, never the best one."""
         results = [cand(f"#{i}", 0.3) for i in range(MAX_MEMORIES)] + [cand("#best", 0.7)]
         got = refs(results, 1500)
-        assert len(got) == MAX_MEMORIES and got[-1] == "#best" and "#7" not in got
+        assert len(got) == MAX_MEMORIES and got[-1] == "#best" and f"#{MAX_MEMORIES - 1}" not in got
         assert refs([cand("#1", 0.05), cand("#2", 0.06)], policy=Policy(floor=0.5)) == ["#2"]
         short = [cand("#1", 0.3, body=LONG), cand("#2", 0.3, body=LONG), cand("#3", 0.7, body=LONG)]
         assert refs(short, 25) == ["#3"]
