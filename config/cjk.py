@@ -32,6 +32,17 @@ _SET = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in RANGES)
 RUN = re.compile(f"[{_SET}]+")
 
 
+# Where a text may be cut: after a word and the spaces that follow it, or after any one CJK
+# character (Chinese and Japanese are written without spaces: a sentence is one "word" between them).
+_PIECE = re.compile(f"[{_SET}]\\s*|[^\\s{_SET}]+\\s*|\\s+")
+
+
+def pieces(text: str) -> list[str]:
+    """``text`` split where it may be cut short, each piece with the spaces after it:
+    ``"".join(pieces(text)) == text``."""
+    return _PIECE.findall(text)
+
+
 def has_cjk(text: str) -> bool:
     """Whether ``text`` holds any Han, Kana or Hangul character."""
     return RUN.search(text) is not None

@@ -55,6 +55,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from memsync.config.cjk import pieces
 from memsync.config.tokens import count_tokens
 from memsync.search.models import Signal
 
@@ -165,22 +166,23 @@ def choose(results: Sequence[Candidate], budget_tokens: int, seen: Collection[st
 
 
 def cut(text: str, tokens: int, count: Counter = count_tokens) -> str | None:
-    """The longest start of ``text`` by whole words, with an ellipsis, of at most ``tokens``
-    tokens; None when fewer than ``MIN_BODY_TOKENS`` would be left of it."""
+    """The longest start of ``text`` by whole words (or whole characters of a script written without
+    spaces: ``config.cjk.pieces``), with an ellipsis, of at most ``tokens`` tokens; None when fewer
+    than ``MIN_BODY_TOKENS`` would be left of it."""
     if tokens < MIN_BODY_TOKENS:
         return None
     if count(text) <= tokens:
         return text
-    words = text.split(" ")
+    parts = pieces(text)
     room = tokens - count(ELLIPSIS)
-    lo, hi = 0, len(words)  # the most words whose start fits: binary search (a count is a tokenizer call)
+    lo, hi = 0, len(parts)  # the most pieces whose start fits: binary search (a count is a tokenizer call)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if count(" ".join(words[:mid])) <= room:
+        if count("".join(parts[:mid]).rstrip()) <= room:
             lo = mid
         else:
             hi = mid - 1
-    start = " ".join(words[:lo])
+    start = "".join(parts[:lo]).rstrip()
     if count(start) < MIN_BODY_TOKENS:
         return None
     return start + ELLIPSIS

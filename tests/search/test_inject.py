@@ -6,7 +6,7 @@ fewer better memories, no ref twice in a session."""
 from __future__ import annotations
 
 from memsync.config.tokens import count_tokens
-from memsync.search.inject import MAX_MEMORIES, MIN_SIMILARITY, SHIPPED, Candidate, Policy, choose, cut
+from memsync.search.inject import MAX_MEMORIES, MIN_BODY_TOKENS, MIN_SIMILARITY, SHIPPED, Candidate, Policy, choose, cut
 from memsync.search.models import Signal
 
 LONG = " ".join(f"word{i} about the upload retry budget" for i in range(200))
@@ -112,6 +112,16 @@ class TestBudget:
     def test_a_short_memory_is_whole(self) -> None:
         (only,) = choose([cand("#1", 0.8)], 600, set())
         assert only.body == SHORT
+
+    def test_a_text_without_spaces_is_cut_between_characters(self) -> None:
+        """Chinese and Japanese are written without spaces: a memory in them is cut short like any
+        other, never left out for having no word short enough."""
+        text = "数据库备份在恢复演练中失败，原因是基础备份缺少预写日志段，" * 20
+        start = cut(text, 30)
+        assert start is not None and start.endswith(" …") and text.startswith(start[:-2])
+        assert MIN_BODY_TOKENS <= count_tokens(start) <= 30
+        (only,) = choose([cand("#1", 0.8, body=text)], 60, set())
+        assert only.tokens <= 60 and only.body.endswith(" …")
 
     def test_cut_refuses_a_stub(self) -> None:
         assert cut(LONG, 3) is None
