@@ -13,13 +13,10 @@ from typing import Any, Literal, TypeVar
 
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.filters import FILTER_PARAMS, FilterParam
-from memsync.config.limits import MAX_LIMIT
+from memsync.config.limits import MAX_DEPTH, MAX_IDS, MAX_LIMIT
 from memsync.config.records import InvalidRecordId, RecordRefError, format_ref, parse_iso, parse_record_ref
 from memsync.search import Format, Response, Result, Searcher
 from memsync.search.request import BadRequest, RequestParser, SearchFields, bounded, valid_unicode
-
-MAX_DEPTH = 50  # timeline records on each side of the anchor
-MAX_IDS = 100  # records per get
 
 FindBy = Literal["concept", "file", "type"]
 F = TypeVar("F", bound=Callable[..., Any])
