@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from typing import Any
@@ -177,22 +178,39 @@ def build_profile_server(settings: Settings, searcher: Searcher | None = None) -
     return mcp
 
 
-def search_text(requests: Requests, query: str | None, limit: Any, project: str | None, platform: str | None,
-                type: str | None, obs_type: str | list[str] | None, dates: tuple[Any, Any],  # noqa: A002
-                offset: Any, order_by: str | None, show_all: bool) -> str:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchCall:
+    """One call of claude-mem's ``search`` as it arrived (any JSON value where claude-mem takes a
+    number or a date), by memsync's names for its arguments."""
+
+    query: str | None = None
+    limit: Any = None
+    project: str | None = None
+    platform: str | None = None  # platformSource
+    type: str | None = None
+    obs_type: str | list[str] | None = None
+    date_start: Any = None  # dateStart
+    date_end: Any = None  # dateEnd
+    offset: Any = None
+    order_by: str | None = None  # orderBy
+    show_all: bool = False  # all: memsync's own, outside claude-mem's listed schema
+
+
+def search_text(requests: Requests, call: SearchCall) -> str:
     """The answer of claude-mem's ``search``, its arguments checked as the module's docstring says."""
-    text = requests.parser.query(query)
-    kind = KINDS_BY_TYPE.get((type or "").strip().lower())
-    types = comma_list(obs_type, None if kind or not type else type)
+    text = requests.parser.query(call.query)
+    kind = KINDS_BY_TYPE.get((call.type or "").strip().lower())
+    types = comma_list(call.obs_type, None if kind or not call.type else call.type)
     # Relevance with a query, newest first without one, unless orderBy asks for dates.
     default = "relevance" if text.strip() else "newest"
-    order = ORDERS.get(order_by.strip().lower()) if order_by else default
+    order = ORDERS.get(call.order_by.strip().lower()) if call.order_by else default
     if order is None:
-        raise BadRequest(f"orderBy must be relevance, date_desc or date_asc, got {str(order_by)[:40]!r}")
+        raise BadRequest(f"orderBy must be relevance, date_desc or date_asc, got {str(call.order_by)[:40]!r}")
     # Every value is checked before the type lookup (which may answer "no such type").
-    page = whole(limit, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT), whole(offset, "offset", 0, 0, MAX_OFFSET)
-    start, end = date_value(dates[0], "dateStart"), date_value(dates[1], "dateEnd", end=True)
-    filters: dict[str, object] = {"project": project, "platform": platform, "date_from": start, "date_to": end}
+    page = whole(call.limit, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT), whole(call.offset, "offset", 0, 0, MAX_OFFSET)
+    start, end = date_value(call.date_start, "dateStart"), date_value(call.date_end, "dateEnd", end=True)
+    filters: dict[str, object] = {"project": call.project, "platform": call.platform, "date_from": start,
+                                  "date_to": end}
     requests.parser.filters(filters)
     known = set(requests.searcher.observation_types()) if types else set()  # a query, only when filtering
     if types and not known & set(types):
@@ -201,7 +219,7 @@ def search_text(requests: Requests, query: str | None, limit: Any, project: str 
                 f'{", ".join(types)}; this database has: {", ".join(sorted(known)) or "(no observations)"}_\n')
     filters["types"] = [t for t in types if t in known] or None
     fields = SearchFields(query=text, kind=kind or "all", filters=filters, order=order,
-                          limit=page[0], offset=page[1], full=True, all=show_all)
+                          limit=page[0], offset=page[1], full=True, all=call.show_all)
     return show.search_text(requests.search(fields), text, by_date=order != "relevance")
 
 
@@ -240,8 +258,9 @@ def register(mcp: MCPServer, settings: Settings, requests: Requests) -> None:
                all: Any = None) -> str:  # noqa: A002 - memsync's own, outside claude-mem's listed schema
         """Step 1: search memory."""
         with answers(settings):
-            return search_text(requests, query, limit, project, platformSource, type, obs_type, (dateStart, dateEnd),
-                               offset, orderBy, all is True)
+            return search_text(requests, SearchCall(
+                query=query, limit=limit, project=project, platform=platformSource, type=type, obs_type=obs_type,
+                date_start=dateStart, date_end=dateEnd, offset=offset, order_by=orderBy, show_all=all is True))
 
     @tool
     def timeline(anchor: Any = None, query: str | None = None, depth_before: Any = None,
