@@ -2,8 +2,9 @@
 
 FastAPI because it validates typed query parameters (a 422 naming the parameter) and serves the
 OpenAPI document that tools and the API fuzz read, with no hand-written schema; uvicorn is
-already what the MCP SDK runs on. Endpoints call ``servers.params`` and return the search
-library's JSON contract; the page at ``/`` is one static HTML file with a little JavaScript.
+already what the MCP SDK runs on. Endpoints (``servers.endpoints``, one module per family) call
+``servers.params`` and return the search library's JSON contract; the page at ``/`` is one
+static HTML file with a little JavaScript.
 
 Errors (``HTTP_ERRORS``, one table over the error tree): a refused value is 400
 ``{"detail": message}``; the database or store being unavailable is 503 with the reason; anything
