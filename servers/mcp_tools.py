@@ -5,11 +5,10 @@ Every tool validates through ``servers.params`` and answers in compact markdown
 (``servers.structured``). Every tool has a title and is annotated read-only, idempotent and
 closed-world. A refused value comes back as a tool error whose text says what to change; nothing
 else of an exception reaches the agent (``servers.mcp_boundary``, shared with the claude-mem
-profile). The tools work without the worker: when
-the vector store cannot be reached the answer is full-text only and its header says so. Over
-HTTP it listens on ``serve_host`` and answers only allowed ``Host`` and ``Origin`` values, and
-with a token set only requests that carry it, by the same rules and settings as the HTTP API
-(``servers.hosts``).
+profile). The tools work without the worker: when the vector store cannot be reached the answer
+is full-text only and its header says so. Over HTTP it listens on ``serve_host`` and answers
+only allowed ``Host`` and ``Origin`` values, and with a token set only requests that carry it, by
+the same rules and settings as the HTTP API (``servers.hosts``).
 
 The tools themselves live in ``servers.tools``, one module per family, registered in the order
 of ``servers.tools.FAMILIES``; this module builds a server of either profile and serves it.
