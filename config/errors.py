@@ -38,7 +38,7 @@ against the classes. A private class (``_ServerExited``) is control flow inside 
 not drawn. A native library's panic (a BaseException) becomes the error of the side that made the
 call at one boundary, ``config.native``. Each boundary translates the tree once, with one table
 read through :func:`closest`: the CLI's exit codes (``cli.commands.options``), the HTTP API's
-status and body (``servers.http_api``), the MCP tools' error text (``servers.mcp_tools``).
+status and body (``servers.http_api``), the MCP tools' error text (``servers.mcp_boundary``).
 The refused-value and bad-data errors are ``ValueError`` too and the two timeouts of a read ``RuntimeError``,
 as the code that catches them around third-party calls expects.
 A message is one line of printable text: what another process printed goes into one only through

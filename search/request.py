@@ -23,7 +23,7 @@ from typing import Any, TypedDict
 
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.filters import FILTER_PARAMS, FilterParam
-from memsync.config.limits import MAX_FILTER_VALUES, MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
+from memsync.config.limits import MAX_DEPTH, MAX_FILTER_VALUES, MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
 from memsync.config.records import RecordRefError, parse_iso, parse_kinds
 from memsync.search.models import Filters, Format, Mode, Order, SearchError
 
@@ -201,6 +201,11 @@ class RequestParser:
     def page(limit: object, offset: object) -> tuple[int, int]:
         """(limit, offset), each within the policy's bounds."""
         return bounded(limit, "limit", 1, MAX_LIMIT), bounded(offset, "offset", 0, MAX_OFFSET)
+
+    @staticmethod
+    def depths(before: object, after: object) -> tuple[int, int]:
+        """A timeline's records before and after its anchor, each within the policy's bounds."""
+        return bounded(before, "depth_before", 0, MAX_DEPTH), bounded(after, "depth_after", 0, MAX_DEPTH)
 
     @staticmethod
     def window(days: object) -> int | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from typing import Any
@@ -35,14 +36,14 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 from mcp.types import Tool
 
-from memsync.config.limits import MAX_LIMIT, MAX_OFFSET
+from memsync.config.limits import MAX_DEPTH, MAX_IDS, MAX_KEPT, MAX_LIMIT, MAX_OFFSET
 from memsync.config.records import RecordRefError, parse_iso
 from memsync.config.settings import Settings
 from memsync.search import Searcher
 from memsync.search.request import BadRequest, SearchFields, bounded
 from memsync.servers import claude_mem_render as show
-from memsync.servers.mcp_tools import READ_ONLY, ToolServer, answers
-from memsync.servers.params import MAX_DEPTH, MAX_IDS, Requests
+from memsync.servers.mcp_boundary import READ_ONLY, ToolServer, answers
+from memsync.servers.params import Requests
 
 PROFILE = "claude-mem"
 CLAUDE_MEM_VERSION = "13.25.3"  # the release whose tool schemas these are (tests compare with it)
@@ -169,12 +170,81 @@ def _epoch(record: dict[str, object]) -> int:
 
 def build_profile_server(settings: Settings, searcher: Searcher | None = None) -> MCPServer:
     """The MCP server of the claude-mem profile, on one shared (thread-safe) Searcher."""
-    searcher = searcher or Searcher(settings)
-    requests = Requests(searcher, settings.max_query_chars)
     mcp = ProfileServer("memsync", version=version("memsync"), instructions=(
         "memsync answers claude-mem's search tools: search (an index with #123, #S12 and #P5 ids), then "
         "timeline around a result, then get_observations for the few you need. They search every project "
         "unless you pass project."))
+    register(mcp, settings, Requests(searcher or Searcher(settings), settings.max_query_chars))
+    return mcp
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchCall:
+    """One call of claude-mem's ``search`` as it arrived (any JSON value where claude-mem takes a
+    number or a date), by memsync's names for its arguments."""
+
+    query: str | None = None
+    limit: Any = None
+    project: str | None = None
+    platform: str | None = None  # platformSource
+    type: str | None = None
+    obs_type: str | list[str] | None = None
+    date_start: Any = None  # dateStart
+    date_end: Any = None  # dateEnd
+    offset: Any = None
+    order_by: str | None = None  # orderBy
+    show_all: bool = False  # all: memsync's own, outside claude-mem's listed schema
+
+
+def search_text(requests: Requests, call: SearchCall) -> str:
+    """The answer of claude-mem's ``search``, its arguments checked as the module's docstring says."""
+    text = requests.parser.query(call.query)
+    kind = KINDS_BY_TYPE.get((call.type or "").strip().lower())
+    types = comma_list(call.obs_type, None if kind or not call.type else call.type)
+    # Relevance with a query, newest first without one, unless orderBy asks for dates.
+    default = "relevance" if text.strip() else "newest"
+    order = ORDERS.get(call.order_by.strip().lower()) if call.order_by else default
+    if order is None:
+        raise BadRequest(f"orderBy must be relevance, date_desc or date_asc, got {str(call.order_by)[:40]!r}")
+    # Every value is checked before the type lookup (which may answer "no such type").
+    page = whole(call.limit, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT), whole(call.offset, "offset", 0, 0, MAX_OFFSET)
+    start, end = date_value(call.date_start, "dateStart"), date_value(call.date_end, "dateEnd", end=True)
+    filters: dict[str, object] = {"project": call.project, "platform": call.platform, "date_from": start,
+                                  "date_to": end}
+    requests.parser.filters(filters)
+    known = set(requests.searcher.observation_types()) if types else set()  # a query, only when filtering
+    if types and not known & set(types):
+        # claude-mem filters by any type and finds nothing; memsync says which exist.
+        return (f'No results found matching "{text or "undefined"}"\n_no observation of type '
+                f'{", ".join(types)}; this database has: {", ".join(sorted(known)) or "(no observations)"}_\n')
+    filters["types"] = [t for t in types if t in known] or None
+    fields = SearchFields(query=text, kind=kind or "all", filters=filters, order=order,
+                          limit=page[0], offset=page[1], full=True, all=call.show_all)
+    return show.search_text(requests.search(fields), text, by_date=order != "relevance")
+
+
+def records_text(requests: Requests, ids: Any, order_by: str | None, limit: Any, project: str | None) -> str:
+    """The answer of claude-mem's ``get_observations``: the records, of ``project`` only, in date
+    order when ``order_by`` asks for it, at most ``limit``."""
+    items = ids if isinstance(ids, list) else comma_list(ids) if isinstance(ids, str) else [ids]
+    refs = [record_id(value, f"ids[{i}]") for i, value in enumerate(items)]
+    direction = ORDERS.get(order_by.strip().lower()) if order_by else None
+    if order_by and direction not in ("newest", "oldest"):
+        raise BadRequest(f"orderBy must be date_desc or date_asc, got {order_by[:40]!r}")
+    most = None if limit in (None, "") else whole(limit, "limit", MAX_IDS, 1, MAX_KEPT)
+    records, missing = requests.get(refs)
+    wanted = (project or "").strip()
+    if wanted:
+        records = [r for r in records if wanted in (r.get("project"), r.get("merged_into_project"))]
+    if direction:
+        records.sort(key=_epoch, reverse=direction == "newest")
+    if most is not None:
+        records = records[:most]
+    return show.records_text(records, missing)
+
+
+def register(mcp: MCPServer, settings: Settings, requests: Requests) -> None:
+    """claude-mem's three tools on ``mcp``: search, timeline, get_observations."""
 
     def tool(fn: Any) -> Any:
         return mcp.tool(annotations=READ_ONLY, structured_output=False)(fn)
@@ -188,29 +258,9 @@ def build_profile_server(settings: Settings, searcher: Searcher | None = None) -
                all: Any = None) -> str:  # noqa: A002 - memsync's own, outside claude-mem's listed schema
         """Step 1: search memory."""
         with answers(settings):
-            text = requests.parser.query(query)
-            kind = KINDS_BY_TYPE.get((type or "").strip().lower())
-            types = comma_list(obs_type, None if kind or not type else type)
-            # Relevance with a query, newest first without one, unless orderBy asks for dates.
-            default = "relevance" if text.strip() else "newest"
-            order = ORDERS.get(orderBy.strip().lower()) if orderBy else default
-            if order is None:
-                raise BadRequest(f"orderBy must be relevance, date_desc or date_asc, got {str(orderBy)[:40]!r}")
-            # Every value is checked before the type lookup (which may answer "no such type").
-            page = whole(limit, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT), whole(offset, "offset", 0, 0, MAX_OFFSET)
-            dates = date_value(dateStart, "dateStart"), date_value(dateEnd, "dateEnd", end=True)
-            filters: dict[str, object] = {"project": project, "platform": platformSource,
-                                          "date_from": dates[0], "date_to": dates[1]}
-            requests.parser.filters(filters)
-            known = set(searcher.observation_types()) if types else set()  # a query, only when filtering
-            if types and not known & set(types):
-                # claude-mem filters by any type and finds nothing; memsync says which exist.
-                return (f'No results found matching "{text or "undefined"}"\n_no observation of type '
-                        f'{", ".join(types)}; this database has: {", ".join(sorted(known)) or "(no observations)"}_\n')
-            filters["types"] = [t for t in types if t in known] or None
-            fields = SearchFields(query=text, kind=kind or "all", filters=filters, order=order,
-                                  limit=page[0], offset=page[1], full=True, all=all is True)
-            return show.search_text(requests.search(fields), text, by_date=order != "relevance")
+            return search_text(requests, SearchCall(
+                query=query, limit=limit, project=project, platform=platformSource, type=type, obs_type=obs_type,
+                date_start=dateStart, date_end=dateEnd, offset=offset, order_by=orderBy, show_all=all is True))
 
     @tool
     def timeline(anchor: Any = None, query: str | None = None, depth_before: Any = None,
@@ -233,21 +283,4 @@ def build_profile_server(settings: Settings, searcher: Searcher | None = None) -
                          project: str | None = None) -> str:
         """Step 3: full records by id."""
         with answers(settings):
-            items = ids if isinstance(ids, list) else comma_list(ids) if isinstance(ids, str) else [ids]
-            refs = [record_id(value, f"ids[{i}]") for i, value in enumerate(items)]
-            direction = ORDERS.get(orderBy.strip().lower()) if orderBy else None
-            if orderBy and direction not in ("newest", "oldest"):
-                raise BadRequest(f"orderBy must be date_desc or date_asc, got {orderBy[:40]!r}")
-            most = None if limit in (None, "") else whole(limit, "limit", MAX_IDS, 1, 10_000)
-            records, missing = requests.get(refs)
-            wanted = (project or "").strip()
-            if wanted:
-                records = [r for r in records if wanted in (r.get("project"), r.get("merged_into_project"))]
-            if direction:
-                records.sort(key=_epoch, reverse=direction == "newest")
-            if most is not None:
-                records = records[:most]
-            return show.records_text(records, missing)
-
-    return mcp
-
+            return records_text(requests, ids, orderBy, limit, project)

@@ -2,8 +2,9 @@
 
 FastAPI because it validates typed query parameters (a 422 naming the parameter) and serves the
 OpenAPI document that tools and the API fuzz read, with no hand-written schema; uvicorn is
-already what the MCP SDK runs on. Endpoints call ``servers.params`` and return the search
-library's JSON contract; the page at ``/`` is one static HTML file with a little JavaScript.
+already what the MCP SDK runs on. Endpoints (``servers.endpoints``, one module per family) call
+``servers.params`` and return the search library's JSON contract; the page at ``/`` is one
+static HTML file with a little JavaScript.
 
 Errors (``HTTP_ERRORS``, one table over the error tree): a refused value is 400
 ``{"detail": message}``; the database or store being unavailable is 503 with the reason; anything
@@ -17,38 +18,23 @@ of this (``servers.hosts``: DNS rebinding); CORS headers only for the configured
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version
-from importlib.resources import files
-from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import HTMLResponse, JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.errors import BadData, InvalidRequest, MemsyncError, closest
-from memsync.config.filters import FilterParam
-from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S
-from memsync.config.kinds import KIND_BY_NAME, KIND_NAMES, KindFilter, choice_for, plural
-from memsync.config.limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
-from memsync.config.records import MAX_ROW_ID, format_ref
 from memsync.config.settings import Settings
-from memsync.search import QueryTimeout, Searcher, SearchError, VectorUnavailable
-from memsync.search.models import Result
-from memsync.search.projects import project_counts
-from memsync.search.request import SearchFields
-from memsync.search.snippets import of_result
-from memsync.search.sql import SourceRows
-from memsync.servers.hosts import TOKEN_REFUSAL, HostGuard, HostRule, bearer_ok, check_binding
-from memsync.servers.params import MAX_DEPTH, Requests, filter_fields, offering_filters
+from memsync.search import QueryTimeout, Searcher
+from memsync.servers.endpoints import FAMILIES, ApiKit, Metrics, token_required
+from memsync.servers.hosts import HostGuard, HostRule, check_binding
+from memsync.servers.params import Requests
 from memsync.servers.redact import public
-from memsync.servers.render import days_text
 from memsync.servers.wire import H11_MAX_HEAD, MAX_QUERY_STRING, QUERY_TOO_LONG, protocol_class
 
 log = logging.getLogger("memsync.http")
@@ -135,73 +121,27 @@ class HeadAsGet:
         await self.app({**scope, "method": "GET"}, receive, headless)
 
 
-class Metrics:
-    """The server's own Prometheus figures, in a registry of their own."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.requests = Counter("memsync_http_requests", "HTTP requests by route and status.",
-                                ["route", "status"], registry=self.registry)
-        self.seconds = Histogram("memsync_http_request_seconds", "HTTP request latency by route.", ["route"],
-                                 registry=self.registry,
-                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-        self.modes = Counter("memsync_search_answers", "Search answers by the mode that produced them.",
-                             ["mode"], registry=self.registry)
-
-
-def page_html(settings: Settings) -> str:
-    """The search page with what the server owns filled in: the default window (a setting), and
-    the kind choices, reference letters and accepted kind names (the one table of kind names)."""
-    options = "".join(f'\n      <option value="{plural(k)}">{plural(k)}</option>' for k in KINDS)
-    letters = {kind.value: name.ref_letter for kind, name in KIND_NAMES.items()}
-    return (files("memsync.servers").joinpath("page/index.html").read_text(encoding="utf-8")
-            .replace("{window_default}", days_text(settings.window_days))
-            .replace("{kind_options}", options)
-            .replace("{kind_letters}", json.dumps(letters))
-            .replace("{kind_choices}", json.dumps({name: choice_for(name) for name in KIND_BY_NAME})))
-
-
-def with_snippet(result: Result, shown: dict[str, Any], query: str, full: bool) -> dict[str, Any]:
-    """A result's JSON with its ``snippet`` (None when the record has no text); its full record
-    only when ``full`` asked for it."""
-    snip = of_result(result, query)
-    out = {**shown, "snippet": None if snip is None else snip.to_json()}
-    if not full:
-        out.pop("record", None)
-    return out
-
-
-def filter_query(param: FilterParam) -> Any:
-    """A filter's query parameter: one value, or (for a list filter) repeated (``type=a&type=b``)."""
-    kind = list[str] | None if param.shape == "list" else str | None
-    return Annotated[kind, Query(description=param.help)]
-
-
 def create_app(settings: Settings, searcher: Searcher | None = None, host: str | None = None,
                port: int | None = None) -> FastAPI:
     """The FastAPI application on one shared Searcher (closed when the app shuts down), answering
-    the names of a server on ``host:port`` (default ``serve_host:serve_port``)."""
+    the names of a server on ``host:port`` (default ``serve_host:serve_port``); its endpoints are
+    those of ``servers.endpoints.FAMILIES``."""
     searcher = searcher or Searcher(settings)
-    requests = Requests(searcher, settings.max_query_chars)
-    metrics = Metrics()
-    page = page_html(settings)
-    token = settings.bearer_token
-
     app = FastAPI(title="memsync", version=version("memsync"), docs_url=None, redoc_url=None,
                   description="Search an AI coding agent's memory (claude-mem): hybrid semantic + full-text "
                               "search, timelines, records and status. JSON in the `memsync search --json` contract.")
     app.router.on_shutdown.append(searcher.close)
+    api = ApiKit(app, settings, searcher, Requests(searcher, settings.max_query_chars), Metrics(),
+                 token_required(settings.bearer_token))
+    add_middleware(app, HostRule.of(settings, host or settings.serve_host, port or settings.serve_port), api.metrics)
+    add_error_handlers(app, settings)
+    for register in FAMILIES:
+        register(api)
+    return app
 
-    def authorized(request: Request) -> None:
-        # The rule of both servers (servers.hosts); here per route, as /, /healthz and the
-        # OpenAPI document need no token.
-        if not bearer_ok(request.headers.get("authorization"), token):
-            raise HTTPException(401, TOKEN_REFUSAL, headers={"WWW-Authenticate": "Bearer"})
 
-    guarded = [Depends(authorized)]
-
-    # Outermost last: measure → HEAD as GET → HostGuard → CORS (configured origins only) → BodyLimit → routes.
-    rule = HostRule.of(settings, host or settings.serve_host, port or settings.serve_port)
+def add_middleware(app: FastAPI, rule: HostRule, metrics: Metrics) -> None:
+    """Outermost last: measure → HEAD as GET → HostGuard → CORS (configured origins only) → BodyLimit → routes."""
     app.add_middleware(BodyLimit, limit=MAX_BODY)
     if rule.cors:
         app.add_middleware(CORSMiddleware, allow_origins=list(rule.cors), allow_methods=["GET"],
@@ -224,6 +164,10 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
         metrics.seconds.labels(name).observe(time.perf_counter() - t)
         return response
 
+
+def add_error_handlers(app: FastAPI, settings: Settings) -> None:
+    """The error tree as statuses (``HTTP_ERRORS``); anything else a 500 whose details stay in the log."""
+
     @app.exception_handler(MemsyncError)
     async def translated(request: Request, exc: MemsyncError) -> JSONResponse:
         status, detail = closest(exc, HTTP_ERRORS)
@@ -235,111 +179,6 @@ def create_app(settings: Settings, searcher: Searcher | None = None, host: str |
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s", request.url.path)
         return JSONResponse({"detail": "internal error (details are in the server's log)"}, status_code=500)
-
-    @app.get("/", include_in_schema=False)
-    def index() -> HTMLResponse:
-        return HTMLResponse(page)
-
-    @app.get("/healthz", summary="Liveness: the server answers")
-    def healthz() -> dict[str, bool]:
-        return {"ok": True}
-
-    @app.get("/metrics", dependencies=guarded, summary="Prometheus metrics of this server")
-    def prometheus() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/api/search", dependencies=guarded, summary="Hybrid search over observations, summaries and prompts")
-    @offering_filters(filter_query, KINDS)  # project, platform, type, ...: declared in config.filters
-    def api_search(
-        q: Annotated[str, Query(description="Query text; empty lists the newest records.")] = "",
-        kind: Annotated[KindFilter, Query(description="Which records ('sessions' is accepted for summaries).")] = "all",
-        window_days: Annotated[int | None, Query(ge=0, le=MAX_WINDOW_DAYS,
-                                                 description="Recency window; 0 = all time.")] = None,
-        order: Annotated[Literal["relevance", "newest", "oldest"], Query()] = "relevance",
-        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 10,
-        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
-        full: Annotated[bool, Query(description="Include each full record.")] = False,
-        all: Annotated[bool, Query(description="Also list the results below the confidence cutoff "  # noqa: A002
-                                               "(min_confidence).")] = False,
-        snippets: Annotated[bool, Query(description="Give each result a `snippet`: a short piece of its best "
-                                                    "field with the query's words marked "
-                                                    "(`{text, highlights: [[start, end], ...], field}`).")] = False,
-        **filters: Any,
-    ) -> dict[str, Any]:
-        # Snippets read the full rows the page's hydration fetches anyway (one query per kind).
-        resp = requests.search(SearchFields(query=q, kind=kind, filters=filter_fields(filters), window_days=window_days,
-                                            order=order, limit=limit, offset=offset, full=full or snippets, all=all))
-        metrics.modes.labels(resp.mode.value).inc()
-        body = {**resp.to_json(), "reason": public(resp.reason, settings), "limit": limit, "offset": offset}
-        if snippets:
-            body["results"] = [with_snippet(r, shown, q, full) for r, shown in zip(resp.results, body["results"],
-                                                                                   strict=True)]
-        return body
-
-    @app.get("/api/projects", dependencies=guarded, summary="Projects with their row counts, most rows first")
-    def api_projects() -> list[dict[str, Any]]:
-        rows = SourceRows.open(settings)
-        try:
-            return [c.to_json() for c in project_counts(rows)]
-        finally:
-            rows.close()
-
-    @app.get("/api/timeline", dependencies=guarded, summary="Records around an anchor, oldest first")
-    def api_timeline(
-        anchor: Annotated[str | None, Query(description="123 / S12 / P5 / ISO time.")] = None,
-        q: Annotated[str | None, Query(description="Instead of an anchor: its best match.")] = None,
-        before: Annotated[int, Query(ge=0, le=MAX_DEPTH)] = 5,
-        after: Annotated[int, Query(ge=0, le=MAX_DEPTH)] = 5,
-        project: Annotated[str | None, Query()] = None,
-    ) -> dict[str, Any]:
-        results, key = requests.timeline(anchor, q, before, after, project)
-        return {"anchor": {"kind": key[0].value, "id": key[1], "ref": format_ref(*key)},
-                "results": [r.to_json() for r in results]}
-
-    @app.get("/api/records/{kind}/{record_id}", dependencies=guarded, summary="One full record")
-    def api_record(kind: Annotated[Kind, Path()],
-                   record_id: Annotated[int, Path(ge=1, le=MAX_ROW_ID)]) -> dict[str, Any]:
-        records, _ = searcher.get(Kind(kind), [record_id])
-        if not records:
-            raise HTTPException(404, f"no {kind} with id {record_id}")
-        return records[0]
-
-    @app.get("/api/similar/{observation_id}", dependencies=guarded, summary="Past work like an observation")
-    def api_similar(observation_id: Annotated[int, Path(ge=1, le=MAX_ROW_ID)],
-                    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 10,
-                    window_days: Annotated[int, Query(ge=0, le=MAX_WINDOW_DAYS)] = 0) -> dict[str, Any]:
-        try:
-            results, mode, reason = requests.similar(observation_id, limit, window_days)
-        except SearchError as exc:  # the library's "no observation N" (BadRequest is one too)
-            if str(exc).startswith("no observation"):
-                raise HTTPException(404, str(exc)) from None
-            raise
-        return {"observation": observation_id, "mode": mode, "reason": public(reason, settings),
-                "near_duplicate_threshold": settings.near_duplicate, "results": [r.to_json() for r in results]}
-
-    @app.get("/api/status", dependencies=guarded,
-             summary="Worker state, lag, Chroma reachability, counts, and the health verdict")
-    def api_status(max_lag: Annotated[float, Query(ge=0, description="Seconds of lag the health verdict "
-                                                   "tolerates, as `memsync status --check --max-lag`.")]
-                   = DEFAULT_MAX_LAG_S) -> dict[str, Any]:
-        from memsync.worker.status import status, verdict
-
-        state = status(settings)
-        report = state.as_dict()
-        worker = {k: public(v, settings) if isinstance(v, str) else v
-                  for k, v in report["worker"].items() if k != "db"}
-        failures = [{**f, "reason": public(f.get("reason"), settings)} for f in report["failures"]]
-        health = verdict(state, max_lag)
-        try:
-            searcher.vector.ensure()
-            reachable, reason = True, None
-        except VectorUnavailable as exc:
-            reachable, reason = False, public(str(exc), settings)
-        return {**report, "worker": worker, "failures": failures,
-                "chroma": {"reachable": reachable, "reason": reason, "mode": settings.chroma_mode},
-                "health": {"healthy": health.healthy, "problems": [public(p, settings) for p in health.problems]}}
-
-    return app
 
 
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:

@@ -13,13 +13,10 @@ from typing import Any, Literal, TypeVar
 
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.filters import FILTER_PARAMS, FilterParam
-from memsync.config.limits import MAX_LIMIT
+from memsync.config.limits import MAX_IDS, MAX_LIMIT
 from memsync.config.records import InvalidRecordId, RecordRefError, format_ref, parse_iso, parse_record_ref
 from memsync.search import Format, Response, Result, Searcher
 from memsync.search.request import BadRequest, RequestParser, SearchFields, bounded, valid_unicode
-
-MAX_DEPTH = 50  # timeline records on each side of the anchor
-MAX_IDS = 100  # records per get
 
 FindBy = Literal["concept", "file", "type"]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -129,8 +126,7 @@ class Requests:
     def timeline(self, anchor: str | None, query: str | None, depth_before: int, depth_after: int,
                  project: str | None, full: bool = False) -> tuple[list[Result], tuple[Kind, int]]:
         """Records around an anchor (an id, S/P id, ISO time) or around the best match of ``query``."""
-        before, after = bounded(depth_before, "depth_before", 0, MAX_DEPTH), bounded(depth_after, "depth_after", 0,
-                                                                                     MAX_DEPTH)
+        before, after = self.parser.depths(depth_before, depth_after)
         anchor_text = self.parser.query(anchor, "anchor").strip()
         anchor_text = checked_anchor(anchor_text) if anchor_text else self.parser.query(query).strip()
         if not anchor_text:

@@ -98,3 +98,27 @@ def test_search_exports() -> None:
     import memsync.search
 
     assert {"Searcher", "Filters", "Response", "Result", "Mode", "Order", "Format"} <= set(memsync.search.__all__)
+
+
+def test_no_servers_module_imports_one_that_imports_it_back() -> None:
+    """Within servers/ imports point one way (deferred imports count too): what two modules share
+    lives in a third both import (``mcp_boundary`` for the two MCP profiles), so a module can be
+    read, and changed, without the one that imports it."""
+    from scripts.pkgmap import module_name
+
+    modules = {name: path for path in files("servers") if (name := module_name(path)) is not None}
+    graph = {name: {m for m in imported_modules(path) if m in modules and m != name} for name, path in modules.items()}
+
+    def comes_back(start: str) -> bool:
+        seen, todo = set[str](), [start]
+        while todo:
+            for m in graph[todo.pop()] - seen:
+                if m == start:
+                    return True
+                seen.add(m)
+                todo.append(m)
+        return False
+
+    looping = sorted(name for name in graph if comes_back(name))
+    assert not looping, f"modules of servers/ that import themselves back: {looping}"
+    assert "memsync.servers.mcp_boundary" in graph["memsync.servers.claude_mem_tools"]  # not a vacuous pass

@@ -34,7 +34,7 @@ from memsync.search.models import SearchError
 from memsync.search.sql import QueryTimeout
 from memsync.search.vectorstore import VectorUnavailable
 from memsync.servers.http_api import create_app
-from memsync.servers.mcp_tools import answers
+from memsync.servers.mcp_boundary import answers
 from memsync.servers.params import BadRequest
 from memsync.worker.documents import RowError
 from memsync.worker.importer import RecordError

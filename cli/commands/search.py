@@ -23,7 +23,7 @@ from memsync.commands.options import (
 from memsync.config.errors import StoreUnavailable
 from memsync.config.filters import FILTER_PARAMS
 from memsync.config.kinds import KIND_CHOICES, choice_for
-from memsync.config.limits import MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
+from memsync.config.limits import MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, MAX_WINDOW_DAYS
 from memsync.config.settings import Settings
 from memsync.servers.render import response_text, result_line
 
@@ -170,9 +170,9 @@ def search(as_json: bool, query: str, kind: str, limit: int, offset: int, window
 @common_options
 @json_option
 @click.argument("anchor")
-@click.option("--before", "depth_before", type=click.IntRange(0, 200), default=5, show_default=True,
+@click.option("--before", "depth_before", type=click.IntRange(0, MAX_DEPTH), default=5, show_default=True,
               help="Records before the anchor.")
-@click.option("--after", "depth_after", type=click.IntRange(0, 200), default=5, show_default=True,
+@click.option("--after", "depth_after", type=click.IntRange(0, MAX_DEPTH), default=5, show_default=True,
               help="Records after the anchor.")
 @click.option("--project", default=None, help="Only this project.")
 def timeline(as_json: bool, anchor: str, depth_before: int, depth_after: int, project: str | None,
@@ -184,14 +184,17 @@ def timeline(as_json: bool, anchor: str, depth_before: int, depth_after: int, pr
     """
     settings = settings_from(kwargs).settings
     from memsync.search import Searcher
-    from memsync.search.request import valid_unicode
+    from memsync.search.request import RequestParser, valid_unicode
 
     with errors_as_exit(settings):
         searcher = Searcher(settings)
+    parser = RequestParser(settings.max_query_chars, searcher.observation_types)
     try:
         with errors_as_exit(settings):
-            # A byte that is not UTF-8 comes in as a lone surrogate: the parser's rule, as for search.
-            results, key = searcher.timeline(valid_unicode(anchor), depth_before, depth_after,
+            # The one parser's rules, as for search: the depths' bounds, the anchor (which may be a
+            # query) within max_query_chars, and a byte that is not UTF-8 (a lone surrogate) as U+FFFD.
+            before, after = parser.depths(depth_before, depth_after)
+            results, key = searcher.timeline(parser.query(anchor, "anchor"), before, after,
                                              valid_unicode(project) if project else None)
             data = {"anchor": {"kind": key[0].value, "id": key[1]}, "results": [r.to_json() for r in results]}
             emit(data, as_json, "\n".join(result_line(r) for r in results) or "(no records)")

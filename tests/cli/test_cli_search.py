@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from memsync.config.limits import MAX_DEPTH
 from memsync.config.settings import Settings
 from memsync.main import main
 from tests.search.test_search import build, o, p, s
@@ -124,6 +125,17 @@ def test_timeline_cli(opts: list[str]) -> None:
     assert code == 0 and data["anchor"] == {"kind": "prompt", "id": 1}
     code, _, err = run("timeline", "S42", *opts)
     assert code == 2 and "no summary with id 42" in err
+
+
+def test_timeline_takes_the_one_parsers_limits(opts: list[str]) -> None:
+    """The depths' bound is config.limits.MAX_DEPTH, as in the servers, and an anchor given as words
+    is held to max_query_chars, as a search query is; each refusal is a usage error (exit 2)."""
+    code, out, _ = run("timeline", "P1", *opts, "--json", "--before", str(MAX_DEPTH), "--after", "0")
+    assert code == 0 and json.loads(out)["anchor"] == {"kind": "prompt", "id": 1}
+    code, _, err = run("timeline", "P1", *opts, "--before", str(MAX_DEPTH + 1))
+    assert code == 2 and f"0<=x<={MAX_DEPTH}" in err
+    code, _, err = run("timeline", "x" * 4001, *opts)
+    assert code == 2 and "anchor is 4001 characters; the limit is 4000" in err
 
 
 def test_search_explain_and_all(opts: list[str]) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from memsync.config.claude_mem.schema import KINDS, Kind
+from memsync.config.limits import MAX_DEPTH
 from memsync.search import Filters, Format, Order, SearchRequest
 from memsync.search.request import BadRequest, RequestParser, SearchFields
 
@@ -50,3 +51,12 @@ class TestRequestParser:
     def test_a_bad_value_is_refused_by_name(self, fields: dict[str, Any], message: str) -> None:
         with pytest.raises(BadRequest, match=message):
             PARSER.request(fields)  # type: ignore[arg-type]
+
+    def test_timeline_depths_have_one_bound_for_every_front_end(self) -> None:
+        """config.limits.MAX_DEPTH: the CLI's --before/--after, the HTTP API and the MCP tools."""
+        assert PARSER.depths(0, MAX_DEPTH) == (0, MAX_DEPTH)
+        for before, after, message in ((MAX_DEPTH + 1, 5, f"depth_before must be an integer from 0 to {MAX_DEPTH}"),
+                                       (5, -1, "depth_after must be an integer from 0 to"),
+                                       (True, 5, "depth_before must be an integer")):
+            with pytest.raises(BadRequest, match=message):
+                PARSER.depths(before, after)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 from memsync.config.records import RecordRefError, parse_record_ref
 from memsync.search.request import BadRequest, RequestParser, valid_unicode
 from memsync.servers.claude_mem_tools import record_id, whole
-from memsync.servers.mcp_tools import argument_errors
+from memsync.servers.mcp_boundary import argument_errors
 from memsync.servers.params import checked_anchor
 from memsync.servers.wire import lone_surrogates_replaced, valid_utf8
 
