@@ -83,8 +83,8 @@ SILENCE = ROOT / "tests" / "data" / "inject"
 # (a confidence floor, a share of the best one's), how many, and whether a words-only result may go in.
 GRID = [Policy(s / 100, g, f, r, n, w)
         for s, g, f, r, n, w in itertools.product(range(30, 49, 3), (0.0, 0.3, 0.4, 0.5),
-                                                  (0.0, 0.05, 0.1, 0.2, 0.3, 0.5), (0.0, 0.5), (1, 2, 3, 5, 8, 10, 12, 16),
-                                                  (True, False))]
+                                                  (0.0, 0.05, 0.1, 0.2, 0.3, 0.5), (0.0, 0.5),
+                                                  (1, 2, 3, 5, 8, 10, 12, 16), (True, False))]
 BUDGET = Settings.model_fields["inject_budget_tokens"].default  # the shipped budget (600)
 MAX_SILENCE = 0.10  # the goal, on the silence set's test half
 # What a policy may answer of the train half to be chosen: half the goal, a margin for prompts unlike the
