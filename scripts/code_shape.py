@@ -43,6 +43,13 @@ def functions(root: Path = ROOT) -> list[Function]:
     return out
 
 
+def too_long(found: list[Function], limit: int, folders: tuple[str, ...]) -> list[Function]:
+    """The functions of ``found`` in ``folders`` (top-level folder names) longer than ``limit`` lines,
+    longest first."""
+    held = [f for f in found if f.where.split("/", 1)[0] in folders and f.lines > limit]
+    return sorted(held, key=lambda f: (-f.lines, f.where))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the two lists."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
