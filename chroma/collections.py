@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import httpx
 
-from memsync.config.chroma.remote import (
+from memsync.chroma.remote import (
     REFUSED_STATUSES,
     Endpoint,
     check_access,
@@ -30,10 +30,10 @@ from memsync.config.chroma.remote import (
     refused,
     tls_failure,
 )
-from memsync.config.chroma.server import ManagedServer, heartbeat_failure, live_server
-from memsync.config.embedding import Identity, provider_of
+from memsync.chroma.server import ManagedServer, heartbeat_failure, live_server
 from memsync.config.errors import ConfigError, ModelMismatchError, StoreUnavailable
 from memsync.config.settings import HTTP_DEFAULT_PORT, Settings, generation_number
+from memsync.embedding import Identity, provider_of
 
 ACTIVE_KEY = "memsync:active"
 BUILDING_KEY = "memsync:building"
@@ -320,7 +320,7 @@ def store_location(settings: Settings) -> str:
 def collection_identity(collection: Any, settings: Settings) -> str:
     """The identity of a collection as it exists now: Chroma's id (new whenever the collection is
     created again, e.g. after its store was wiped) at the store's location. Sync records describe
-    the collection of one identity (``worker.target``)."""
+    the collection of one identity (``worker.pipeline.target``)."""
     return f"{collection.id}@{store_location(settings)}"
 
 

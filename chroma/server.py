@@ -38,8 +38,8 @@ from pathlib import Path
 
 import httpx
 
-from memsync.config.chroma.process import ChromaProcess, chroma_process, chroma_processes
-from memsync.config.chroma.remote import REFUSED_STATUSES, Endpoint, refused, tls_failure
+from memsync.chroma.process import ChromaProcess, chroma_process, chroma_processes
+from memsync.chroma.remote import REFUSED_STATUSES, Endpoint, refused, tls_failure
 from memsync.config.diskspace import no_space, no_space_at
 from memsync.config.errors import ConfigError, StoreUnavailable, one_line
 from memsync.config.settings import Settings

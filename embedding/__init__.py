@@ -11,7 +11,7 @@ Tests pass their own deterministic embedder wherever an Embedder is taken.
 
 Identity: vectors of different models never meet. ``model_id`` is the bundled model's name for
 ``local`` (as before providers existed) and ``<provider>:<model>`` for the others; each collection
-generation records provider, model id, dimension and endpoint (``config.chroma.collections``).
+generation records provider, model id, dimension and endpoint (``chroma.collections``).
 The worker embeds with the configured provider; a search embeds with the *active generation's*
 (:func:`generation_embedder`), so during ``memsync resync --rebuild`` to another model searches
 keep answering from the old generation with the old model.
@@ -29,18 +29,6 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import SecretStr
 
-from memsync.config.embedding import multilingual
-from memsync.config.embedding.local import MODELS, TOKENS_PER_TEXT, MiniLMOnnx, ModelSpec, get_embedder, tokenizer_json
-from memsync.config.embedding.remote import (
-    CachedEmbedder,
-    Endpoint,
-    EndpointConfig,
-    OpenAIEmbedder,
-    RerankClient,
-    Wait,
-    display_url,
-    model_id,
-)
 from memsync.config.errors import EmbeddingError, EmbeddingUnavailable
 from memsync.config.settings import (
     LOCAL_MODEL,
@@ -49,6 +37,18 @@ from memsync.config.settings import (
     Settings,
     openai_env_key,
     openai_host,
+)
+from memsync.embedding import multilingual
+from memsync.embedding.local import MODELS, TOKENS_PER_TEXT, MiniLMOnnx, ModelSpec, get_embedder, tokenizer_json
+from memsync.embedding.remote import (
+    CachedEmbedder,
+    Endpoint,
+    EndpointConfig,
+    OpenAIEmbedder,
+    RerankClient,
+    Wait,
+    display_url,
+    model_id,
 )
 
 __all__ = [
@@ -206,7 +206,7 @@ def embed_bound_s(embedder: Embedder, texts: int) -> float:
     """The longest one ``embed`` of ``texts`` texts can take before it returns or raises: for a
     remote model, each request's tries (every one up to the timeout) and the waits between them
     (each at most ``backoff_cap_s``); for a local one, a generous bound on CPU work. The worker
-    keeps its heartbeat fresh for this long while a call is in flight (``worker.health``)."""
+    keeps its heartbeat fresh for this long while a call is in flight (``worker.loop.health``)."""
     if isinstance(embedder, OpenAIEmbedder):
         config = embedder.endpoint.config
         requests = max(1, -(-texts // embedder.batch_size))

@@ -175,7 +175,7 @@ def get_embedder(model: str, batch_size: int = 32, max_tokens: int = 256, thread
     """The process-wide instance of the bundled ``model`` (one per process, parameters and
     ``purpose``: "documents" for the worker's batches, lean in memory; "queries" for a search
     server's single texts, fast). Code that follows the settings calls
-    ``memsync.config.embedding.make_embedder`` or ``generation_embedder`` instead."""
+    ``memsync.embedding.make_embedder`` or ``generation_embedder`` instead."""
     if model not in MODELS:
         raise EmbeddingError(f"unknown embedding model {model!r}; known: {', '.join(MODELS)}")
     key = (model, batch_size, max_tokens, threads, purpose)

@@ -1,5 +1,5 @@
 """``memsync claude-code swap`` / ``restore``: memsync's answers behind claude-mem's search tools in
-Claude Code, in one command, and back (:mod:`memsync.config.claude_code` owns Claude Code's side)."""
+Claude Code, in one command, and back (:mod:`memsync.config.claude_code.registrations` owns Claude Code's side)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,14 @@ from typing import Any
 import click
 
 from memsync.commands.options import EXIT_USAGE, common_options, errors_as_exit, fail, settings_from
-from memsync.config.claude_code import (
+from memsync.config.claude_code.hook import (
+    InjectTarget,
+    claude_mem_injection,
+    hook_entry,
+    hook_supported,
+    inject_command,
+)
+from memsync.config.claude_code.registrations import (
     SERVER_NAME,
     SettingsChange,
     apply_change,
@@ -27,16 +34,9 @@ from memsync.config.claude_code import (
     settings_path,
     winning_scope,
 )
-from memsync.config.claude_hook import (
-    InjectTarget,
-    claude_mem_injection,
-    hook_entry,
-    hook_supported,
-    inject_command,
-)
+from memsync.config.claude_code.settings_file import ClaudeSettingsError, read_settings
 from memsync.config.claude_mem.user_settings import data_dir_choice
 from memsync.config.claude_mem.version import PORT_KEY, installed_version, worker_port, worker_version
-from memsync.config.claude_settings import ClaudeSettingsError, read_settings
 from memsync.config.errors import one_line
 from memsync.config.formats.database_owner import is_demo
 from memsync.config.formats.worker_status import worker_state

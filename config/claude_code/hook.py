@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memsync.config.claude_code.settings_file import ClaudeSettingsError, read_settings
 from memsync.config.claude_mem.user_settings import SETTINGS_FILE, claude_mem_setting, data_dir_choice
-from memsync.config.claude_settings import ClaudeSettingsError, read_settings
 
 HOOK_EVENT = "UserPromptSubmit"
 HOOK_AT = ("hooks", HOOK_EVENT)  # the list in Claude Code's settings that the entry goes into

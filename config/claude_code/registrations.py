@@ -12,11 +12,11 @@ tools and claude-mem's twelve others; the plugin stays enabled, with its hooks, 
 and viewer. ``restore`` undoes both. Checked against the real ``claude`` CLI (docs/claude-mem.md
 names the version) through the tool list its ``claude -p`` sends to a stand-in model API.
 
-Swap records what it added (:mod:`memsync.config.claude_settings`: in the file, beside the
+Swap records what it added (:mod:`memsync.config.claude_code.settings_file`: in the file, beside the
 entries) and restore removes exactly that: a rule the user had written themselves is neither
 recorded nor removed, and a restore with no swap recorded changes nothing. The record is a list of
 values added to lists, so swap's other addition, the per-prompt memory hook in
-``hooks.UserPromptSubmit`` (:mod:`memsync.config.claude_hook`), is recorded and undone the same way;
+``hooks.UserPromptSubmit`` (:mod:`memsync.config.claude_code.hook`), is recorded and undone the same way;
 it goes into this same file whatever ``--scope`` the MCP registration takes.
 
 An earlier memsync (0.x, the first swap) denied claude-mem's whole server instead
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memsync.config.claude_hook import HOOK_AT, inject_targets, is_memsync_entry
-from memsync.config.claude_settings import (
+from memsync.config.claude_code.hook import HOOK_AT, inject_targets, is_memsync_entry
+from memsync.config.claude_code.settings_file import (
     RECORD_KEY,
     RecordedEdit,
     Step,

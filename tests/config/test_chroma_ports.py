@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from memsync.config.chroma import collections as stores
-from memsync.config.chroma import server as chroma_server
-from memsync.config.chroma.server import INFO_FILE, ManagedServer, ServerInfo, heartbeat
+from memsync.chroma import collections as stores
+from memsync.chroma import server as chroma_server
+from memsync.chroma.server import INFO_FILE, ManagedServer, ServerInfo, heartbeat
 from memsync.config.errors import ConfigError
 from memsync.config.settings import HTTP_DEFAULT_PORT, Settings, load_settings
 from tests.conftest import free_port, kill_managed_server

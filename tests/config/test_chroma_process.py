@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from memsync.config.chroma import collections as stores
-from memsync.config.chroma.process import chroma_process, chroma_processes, parse_argv, parse_ps_line
-from memsync.config.chroma.server import INFO_FILE, ManagedServer, ServerInfo, heartbeat, live_server, pid_alive
+from memsync.chroma import collections as stores
+from memsync.chroma.process import chroma_process, chroma_processes, parse_argv, parse_ps_line
+from memsync.chroma.server import INFO_FILE, ManagedServer, ServerInfo, heartbeat, live_server, pid_alive
 from memsync.config.errors import StoreUnavailable
 from memsync.config.settings import Settings
 from memsync.main import main
@@ -187,7 +187,7 @@ class TestUnrecordedServerAdopted:
         """The server's starter is gone (its parent is now init or a subreaper we cannot name):
         the adopter takes over the duty of stopping it."""
         script = ("import sys\nfrom memsync.config.settings import Settings\n"
-                  "from memsync.config.chroma.server import ManagedServer\n"
+                  "from memsync.chroma.server import ManagedServer\n"
                   f"ManagedServer(Settings(data_dir={str(free.data_dir)!r}, chroma_mode='managed')).ensure()\n")
         subprocess.run([sys.executable, "-c", script], check=True, timeout=120)  # exits without stopping it
         orphan = ServerInfo.read(free.data_dir)

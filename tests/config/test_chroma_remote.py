@@ -20,15 +20,15 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from memsync.config.chroma import collections as stores
-from memsync.config.chroma.remote import Endpoint, auth_headers, endpoint
-from memsync.config.chroma.server import ManagedServer, ServerInfo, chroma_executable
+from memsync.chroma import collections as stores
+from memsync.chroma.remote import Endpoint, auth_headers, endpoint
+from memsync.chroma.server import ManagedServer, ServerInfo, chroma_executable
 from memsync.config.errors import StoreRefused
 from memsync.config.settings import DEFAULT_DATABASE, DEFAULT_TENANT, Settings, describe, load_settings
 from memsync.main import main
 from memsync.search import Searcher, SearchRequest
-from memsync.worker.daemon import Worker
-from memsync.worker.resync import resync
+from memsync.worker.loop.daemon import Worker
+from memsync.worker.pipeline.resync import resync
 from tests.conftest import FakeEmbedder, free_port, make_db, mixed_records
 
 TOKEN = "right-token"

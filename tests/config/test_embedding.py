@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memsync.config.embedding import EmbeddingError, get_embedder
+from memsync.embedding import EmbeddingError, get_embedder
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def test_one_instance_per_process(embedder) -> None:  # type: ignore[no-untyped-
 
 
 def test_sub_batches_bound_padded_tokens(embedder) -> None:  # type: ignore[no-untyped-def]
-    from memsync.config.embedding import TOKENS_PER_TEXT
+    from memsync.embedding import TOKENS_PER_TEXT
 
     lengths = [3] * 40 + [60] * 10 + [256] * 9 + [500]
     batches = embedder._sub_batches(list(range(len(lengths))), lengths)

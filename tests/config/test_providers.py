@@ -12,8 +12,10 @@ import httpx
 import numpy as np
 import pytest
 
-from memsync.config.chroma import collections as stores
-from memsync.config.embedding import (
+from memsync.chroma import collections as stores
+from memsync.config.errors import EmbeddingError, EmbeddingUnavailable, ModelMismatchError
+from memsync.config.settings import LOCAL_MODEL, Settings, SettingsError, describe, load_settings
+from memsync.embedding import (
     Identity,
     configured_identity,
     generation_embedder,
@@ -22,7 +24,7 @@ from memsync.config.embedding import (
     make_reranker,
     provider_of,
 )
-from memsync.config.embedding.remote import (
+from memsync.embedding.remote import (
     CachedEmbedder,
     Endpoint,
     EndpointConfig,
@@ -31,8 +33,6 @@ from memsync.config.embedding.remote import (
     display_url,
     retry_after_s,
 )
-from memsync.config.errors import EmbeddingError, EmbeddingUnavailable, ModelMismatchError
-from memsync.config.settings import LOCAL_MODEL, Settings, SettingsError, describe, load_settings
 
 KEY = "sk-test-very-secret-0123456789"
 

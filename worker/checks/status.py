@@ -27,10 +27,10 @@ from memsync.config.formats.vector_copy import Manifest, copy_dir, damage, open_
 from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S, PHASE_FOLLOWING, worker_state
 from memsync.config.kinds import plural
 from memsync.config.settings import MULTILINGUAL_PROVIDER, Settings
-from memsync.worker.source import SourceReader
-from memsync.worker.state import ACTIVE_COLLECTION, FAILED, SyncState, now_ms
-from memsync.worker.tail import oldest_pending_ms
-from memsync.worker.writers import upstream_writers
+from memsync.worker.loop.tail import oldest_pending_ms
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import ACTIVE_COLLECTION, FAILED, SyncState, now_ms
+from memsync.worker.pipeline.writers import upstream_writers
 
 CJK_SUGGEST_SHARE = 0.05  # rows holding CJK text from which status suggests the multilingual model
 CJK_SAMPLE_ROWS = 2000  # the newest rows of each kind looked at for it
@@ -172,13 +172,13 @@ def store_state(worker: dict[str, Any], now: int, reconcile_interval_s: float) -
 
 
 def upstream_state(settings: Settings, state: SyncState) -> dict[str, Any]:
-    """The upstream-readable store (``worker.upstream``): its collection, the documents its records
+    """The upstream-readable store (``worker.pipeline.upstream``): its collection, the documents its records
     hold, where claude-mem reaches it (``host``/``port``: managed mode's recorded server, else
-    the configured one), and who writes it (``writers``: ``worker.writers``)."""
+    the configured one), and who writes it (``writers``: ``worker.pipeline.writers``)."""
     if not settings.upstream_store:
         return {"enabled": False}
-    from memsync.config.chroma.remote import endpoint
-    from memsync.config.chroma.server import ServerInfo
+    from memsync.chroma.remote import endpoint
+    from memsync.chroma.server import ServerInfo
 
     info = ServerInfo.read(settings.data_dir) if settings.chroma_mode == "managed" else None
     port = info.port if info is not None else (settings.server_port if settings.chroma_mode == "managed"

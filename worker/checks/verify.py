@@ -13,16 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.docids import format_doc_id
 from memsync.config.formats.database_owner import claim
 from memsync.config.formats.text_index import damage as text_index_damage
 from memsync.config.formats.vector_copy import Manifest, copy_dir, damage, open_arrays, vectors_damage
 from memsync.config.settings import Settings
-from memsync.worker.documents import RowError, build_documents
-from memsync.worker.sink import ChromaSink
-from memsync.worker.source import SourceReader
+from memsync.worker.pipeline.documents import RowError, build_documents
+from memsync.worker.pipeline.sink import ChromaSink
+from memsync.worker.pipeline.source import SourceReader
 
 SAMPLE = 20
 

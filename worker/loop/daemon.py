@@ -1,10 +1,10 @@
 """``memsync worker``: keeps Chroma in step with the agent's database, beside the agent.
 
 The loop only (schedule, wake, back off, stop); each unit of work is a sync pass
-(``worker.syncpass``, the one ``resync`` runs too) run on this thread:
+(``worker.pipeline.syncpass``, the one ``resync`` runs too) run on this thread:
 - **Tail**: every ``poll_interval_s`` (or sooner, when a file event wakes it) compare the database
   files' stamp; only when it moved, read the highest ids, and sync rows above the watermarks
-  (``worker.tail``). Polling is the truth; watchdog events are hints, and no work runs
+  (``worker.loop.tail``). Polling is the truth; watchdog events are hints, and no work runs
   on their thread.
 - **Reconcile**: a full hash comparison at start-up, every ``reconcile_interval_s`` (an
   APScheduler job that only raises a flag), on SIGUSR1, and whenever the database was replaced
@@ -12,17 +12,17 @@ The loop only (schedule, wake, back off, stop); each unit of work is a sync pass
 - **Store check**: at each reconcile, each health check and each (re)connect, the collection's
   identity and count against the sync records; when they differ (a store wiped, restored or
   replaced), and every ``store_audit_interval_s``, the records are aligned with the store's ids
-  and a reconcile re-drives exactly what changed (``worker.target.check_store``).
+  and a reconcile re-drives exactly what changed (``worker.pipeline.target.check_store``).
 - **Idle**: fill the vector copy, collect the embedding store's garbage after a full pass that
-  changed documents, then compact when due (``worker.maintenance``).
+  changed documents, then compact when due (``worker.loop.maintenance``).
 - **Copy order**: at most once a minute, busy or idle, rewrite the vector copy without its dead
-  entries when enough of it is dead or out of order (``worker.maintenance``).
+  entries when enough of it is dead or out of order (``worker.loop.maintenance``).
 - **Memory**: after steps that did work, what they freed is given back to the system, at most
-  every 30 s (``worker.memory``).
+  every 30 s (``worker.loop.memory``).
 - **Degraded**: Chroma, the database or a remote embedding endpoint unavailable: rows stay pending
-  (never counted as failed) and retries back off (``worker.health``, which also checks Chroma's
+  (never counted as failed) and retries back off (``worker.loop.health``, which also checks Chroma's
   heartbeat and writes ``DATA_DIR/worker.json``). A database damaged or replaced by a file that is
-  no claude-mem database while the worker runs is unavailable too (``worker.tail``). The health
+  no claude-mem database while the worker runs is unavailable too (``worker.loop.tail``). The health
   job cuts a backoff short only while Chroma is the cause, and a file event only while the
   database is, no shorter than one poll interval. A full disk (DATA_DIR or the Chroma path) is
   degraded the same way, at start too: the worker waits for space rather than exit.
@@ -30,7 +30,7 @@ The loop only (schedule, wake, back off, stop); each unit of work is a sync pass
   full pass (``first pass``, heartbeat and rows done between batches) and after (``following``).
 - **Stop**: first SIGINT/SIGTERM finishes the batch, writes state and stops the managed Chroma
   server it started; a second one exits at once (nothing is lost: records follow acknowledgements).
-One worker per data directory (``DATA_DIR/worker.lock``, held by ``worker.lock``).
+One worker per data directory (``DATA_DIR/worker.lock``, held by ``worker.loop.lock``).
 """
 
 from __future__ import annotations
@@ -45,9 +45,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from memsync.config.chroma.server import PORT_ATTEMPTS
+from memsync.chroma.server import PORT_ATTEMPTS
 from memsync.config.diskspace import explain, no_space
-from memsync.config.embedding import Embedder, close_embedder, embed_bound_s, make_embedder, waits_on
 from memsync.config.errors import (
     EmbeddingUnavailable,
     NoSpace,
@@ -60,21 +59,22 @@ from memsync.config.formats.database_owner import claim
 from memsync.config.formats.first_sync import Cursor, every_kind
 from memsync.config.formats.worker_status import HEARTBEAT_EVERY_S, PHASE_FIRST_PASS
 from memsync.config.settings import Settings
-from memsync.worker import logs
-from memsync.worker.embedstore import EmbeddingStore
-from memsync.worker.health import Degrading, Health
-from memsync.worker.lock import WorkerLock
-from memsync.worker.maintenance import Compaction, CopyCheck, CopyOrder, fill_copy
-from memsync.worker.memory import Trimmer, freeze_startup
-from memsync.worker.progress import FirstSyncProgress
-from memsync.worker.signals import SignalRelay
-from memsync.worker.sink import MirroredSink, VectorSink
-from memsync.worker.state import SyncState
-from memsync.worker.sync import Destination, SyncOptions, SyncResult, YieldFn
-from memsync.worker.syncpass import EVERY_ROW, Checked, OnResult, Opened, Scope, StoreCollection, SyncPass
-from memsync.worker.tail import SourceTail
-from memsync.worker.target import SyncTarget, store_counts
-from memsync.worker.textsync import TextSync
+from memsync.embedding import Embedder, close_embedder, embed_bound_s, make_embedder, waits_on
+from memsync.worker.loop import logs
+from memsync.worker.loop.health import Degrading, Health
+from memsync.worker.loop.lock import WorkerLock
+from memsync.worker.loop.maintenance import Compaction, CopyCheck, CopyOrder, fill_copy
+from memsync.worker.loop.memory import Trimmer, freeze_startup
+from memsync.worker.loop.progress import FirstSyncProgress
+from memsync.worker.loop.signals import SignalRelay
+from memsync.worker.loop.tail import SourceTail
+from memsync.worker.pipeline.sink import MirroredSink, VectorSink
+from memsync.worker.pipeline.state import SyncState
+from memsync.worker.pipeline.sync import Destination, SyncOptions, SyncResult, YieldFn
+from memsync.worker.pipeline.syncpass import EVERY_ROW, Checked, OnResult, Opened, Scope, StoreCollection, SyncPass
+from memsync.worker.pipeline.target import SyncTarget, store_counts
+from memsync.worker.stores.embedstore import EmbeddingStore
+from memsync.worker.stores.textsync import TextSync
 
 Searchable = Callable[[int, str], None]  # (documents synced, what is searchable) once search is usable
 CONNECT_CALLS = 6  # Chroma calls of a connection: heartbeat, pointer, generation, its update, upstream store (2)
@@ -116,7 +116,7 @@ class Worker:
         self._signals: SignalRelay | None = None
         self._store_due = True  # check the collection against the records at the next step
         self._upstream_level = False  # the upstream-readable store's records known level with ours
-        # A full pass that yielded to rows committed meanwhile: where it goes on (worker.sync).
+        # A full pass that yielded to rows committed meanwhile: where it goes on (worker.pipeline.sync).
         self._resume: Cursor | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -124,7 +124,7 @@ class Worker:
     def install_signals(self) -> None:
         """SIGINT/SIGTERM: stop after the batch; again: exit now. SIGUSR1: reconcile now.
 
-        The handlers run on a relay thread (worker.signals): setting ``stop`` from a raw handler
+        The handlers run on a relay thread (worker.loop.signals): setting ``stop`` from a raw handler
         can deadlock the main thread waiting on it. They stay installed until the process exits,
         so that a second signal during shutdown still exits at once."""
 
@@ -169,7 +169,7 @@ class Worker:
         """Run until stopped. Returns the exit code."""
         from apscheduler.schedulers.background import BackgroundScheduler
 
-        from memsync.worker.watch import watch_database
+        from memsync.worker.loop.watch import watch_database
 
         if not self._start(wait_for_space=True):
             self._shutdown()  # stopped while waiting for space
@@ -213,10 +213,10 @@ class Worker:
         Degraded, a write to the database cuts the backoff short only while the database is the
         cause (the write may be the fix), and no sooner than a poll interval (a file written on and
         on must not make a busy loop of failing steps). For any other cause (a full disk, an
-        endpoint down) a new row fixes nothing: the backoff runs out, as ``worker.backoff`` says."""
+        endpoint down) a new row fixes nothing: the backoff runs out, as ``worker.loop.backoff`` says."""
         deadline = time.monotonic() + delay
         # A backoff of up to backoff_cap_s outlasts the heartbeat's staleness limit: the heartbeat
-        # thread keeps it fresh for the wait (worker.health), and status shows the next retry.
+        # thread keeps it fresh for the wait (worker.loop.health), and status shows the next retry.
         what = "the next retry (backing off)" if self.health.status.degraded else "the next step"
         with self.health.busy(what, delay + HEARTBEAT_EVERY_S) if delay >= HEARTBEAT_EVERY_S else \
                 contextlib.nullcontext():
@@ -364,7 +364,7 @@ class Worker:
         self.health.publish()
         if not idle:
             self._trimmer.worked()
-        self._trimmer.maybe()  # what the step freed goes back to the system (worker.memory)
+        self._trimmer.maybe()  # what the step freed goes back to the system (worker.loop.memory)
         if self._resume is not None:
             return 0.0  # a full pass yielded to new rows: their tail pass, then the pass, at once
         # A stamp that just moved gets its second look soon: the commit behind it may not have been
@@ -386,7 +386,7 @@ class Worker:
             self._copy_check.soon()
 
     def _repair(self, exc: StoreDamaged) -> float:
-        """Chroma cannot read a collection: recreate it (``worker.target.repair_damaged``), and check
+        """Chroma cannot read a collection: recreate it (``worker.pipeline.target.repair_damaged``), and check
         the store at the next step, whose alignment and full pass re-derive it. Counted as a
         degraded step, so a store that stays unreadable is retried with backoff, not in a loop."""
         try:
@@ -434,7 +434,7 @@ class Worker:
         return self._state
 
     def _sync_pass(self, state: SyncState, yield_to: YieldFn | None = None) -> SyncPass:
-        """The pass (``worker.syncpass``) over this worker's source, records and embedding store; a
+        """The pass (``worker.pipeline.syncpass``) over this worker's source, records and embedding store; a
         full one yields when ``yield_to`` says rows wait."""
         reader = self._tail.reader
         assert reader is not None
@@ -546,7 +546,7 @@ class Worker:
 
 
 class _WorkerOpening:
-    """What ``worker --once`` supplies to the whole pass (``worker.syncpass.Opening``): the
+    """What ``worker --once`` supplies to the whole pass (``worker.pipeline.syncpass.Opening``): the
     worker's own connection, its repair, and its status kept as the pass goes."""
 
     def __init__(self, worker: Worker) -> None:

@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from memsync.config.chroma.remote import endpoint
-from memsync.config.chroma.server import heartbeat
+from memsync.chroma.remote import endpoint
+from memsync.chroma.server import heartbeat
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.errors import (
     ConfigError,
@@ -44,16 +44,16 @@ from memsync.config.formats.worker_status import (
     reserve_in_place,
 )
 from memsync.config.settings import Settings
-from memsync.worker.backoff import Backoff
-from memsync.worker.progress import FirstSyncProgress
-from memsync.worker.source import SourceReader
-from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
-from memsync.worker.sync import SyncResult
-from memsync.worker.tail import oldest_pending_ms, pending_rows
-from memsync.worker.target import StoreCheck, SyncTarget
+from memsync.worker.loop.backoff import Backoff
+from memsync.worker.loop.progress import FirstSyncProgress
+from memsync.worker.loop.tail import oldest_pending_ms, pending_rows
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState, now_ms
+from memsync.worker.pipeline.sync import SyncResult
+from memsync.worker.pipeline.target import StoreCheck, SyncTarget
 
 if TYPE_CHECKING:
-    from memsync.worker.metrics import WorkerMetrics
+    from memsync.worker.loop.metrics import WorkerMetrics
 
 
 # What a worker step may fail with and still go on: retried with backoff, never an exit.
@@ -77,13 +77,13 @@ class Health:
         self._beats: threading.Thread | None = None
         self._beats_stop = threading.Event()
         self.source_cause = False  # degraded because the database cannot be read (a write to it may fix that)
-        # The first pass's progress (worker.progress), the reader it asks and the collection it
+        # The first pass's progress (worker.loop.progress), the reader it asks and the collection it
         # fills, while it runs.
         self.first_sync: tuple[FirstSyncProgress, Callable[[], SourceReader | None], str] | None = None
 
     def serve_metrics(self, port: int) -> None:
         """Serve the metrics on 127.0.0.1:``port`` (ConfigError when the port cannot be bound)."""
-        from memsync.worker.metrics import WorkerMetrics
+        from memsync.worker.loop.metrics import WorkerMetrics
 
         try:
             self.metrics = WorkerMetrics(port)
@@ -198,7 +198,7 @@ class Health:
             self.publish(force=True)
 
     def pass_progress(self, rows: int, embedded: int) -> None:
-        """A batch of the running pass is through (``worker.sync`` ProgressFn): count its rows and
+        """A batch of the running pass is through (``worker.pipeline.sync`` ProgressFn): count its rows and
         keep the heartbeat fresh; a first pass of hours is written every ``HEARTBEAT_EVERY_S``."""
         self.status.pass_rows_done += rows
         if self.first_sync is not None:
@@ -271,8 +271,8 @@ class Health:
         self._passes_written = self.status.passes
 
     def _describe_first_sync(self) -> None:
-        """``first_sync`` in worker.json: the first pass's figures (worker.progress) while it is a
-        first sync, i.e. while the pass keeps its cursor for searches (``worker.frontier``: rows
+        """``first_sync`` in worker.json: the first pass's figures (worker.loop.progress) while it is a
+        first sync, i.e. while the pass keeps its cursor for searches (``worker.pipeline.frontier``: rows
         below the records' watermarks lack records); None after it, and for the first pass of a
         worker restarted on synced records, which embeds nothing it has not been told of."""
         if self.status.phase != PHASE_FIRST_PASS or self.first_sync is None \

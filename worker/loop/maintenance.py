@@ -2,7 +2,7 @@
 
 - **Vector copy fill**: a generation synced without a local vector copy (by an older memsync, or
   with the copy deleted) gets one filled from Chroma, ``COPY_FILL_BUDGET`` documents per idle step,
-  so that new rows keep arriving within a second meanwhile (``worker.vectorcopy``).
+  so that new rows keep arriving within a second meanwhile (``worker.stores.vectorcopy``).
 - **Vector copy check** (never trusted): the copy's files are checked against its manifest (sizes,
   codes, the entries' checksum: ``VectorCopyWriter.check``; then the vectors' block checksums,
   ``VectorCopyWriter.check_vectors``) in a cycle that starts every ``vector_copy_check_s`` (a minute)
@@ -17,13 +17,13 @@
   Unlike the rest, this runs in busy steps too: a worker given rows every second (5 a second in
   bench_memory's constant-size soak) has no idle step, and its copy kept every dead entry.
 - **Compaction**: off-peak (no new rows for ``compact_idle_s``) and with enough churn, the active
-  generation is rebuilt without its dead vectors (``worker.compact``); the churn is counted at
+  generation is rebuilt without its dead vectors (``worker.stores.compact``); the churn is counted at
   most once a minute so that an idle worker stays idle. Then, when the worker started the managed
   server itself, the server is paused while the dropped generation's files are reclaimed.
 - **Embedding store collection**: after the worker's first full pass, and after each full pass
   that updated or deleted documents (only those passes can leave a text no record names), the
-  vectors of such texts leave the embedding store (``worker.embedstore``); when one is due is
-  decided by ``worker.syncpass.StoreCollection``, which a whole pass (``resync``) collects at its end.
+  vectors of such texts leave the embedding store (``worker.stores.embedstore``); when one is due is
+  decided by ``worker.pipeline.syncpass.StoreCollection``, which a whole pass (``resync``) collects at its end.
 """
 
 from __future__ import annotations
@@ -36,11 +36,12 @@ from typing import Any
 
 from memsync.config.formats.vector_copy import BLOCK
 from memsync.config.settings import Settings
-from memsync.worker import compact, logs
-from memsync.worker.compact import CompactResult
-from memsync.worker.state import SyncState
-from memsync.worker.target import SyncTarget
-from memsync.worker.vectorcopy import fill_from_store
+from memsync.worker.loop import logs
+from memsync.worker.pipeline.state import SyncState
+from memsync.worker.pipeline.target import SyncTarget
+from memsync.worker.stores import compact
+from memsync.worker.stores.compact import CompactResult
+from memsync.worker.stores.vectorcopy import fill_from_store
 
 COMPACT_CHECK_S = 60.0  # how often an idle worker looks at the churn (one COUNT over its records)
 COPY_FILL_BUDGET = 5000  # documents per idle step when filling a vector copy from Chroma (~0.5 s)
@@ -167,7 +168,7 @@ class Compaction:
                                  target.embedder.dimension, self.stop)
         target.close_store()
         if not result.interrupted and target.server is not None and target.server.started:
-            # Our own server: pause it so that the dropped generation's files can go (worker.compact).
+            # Our own server: pause it so that the dropped generation's files can go (worker.stores.compact).
             try:
                 with target.server.paused():
                     compact.reclaim(self.s.chroma_dir)

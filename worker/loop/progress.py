@@ -1,6 +1,6 @@
 """What a first sync has made searchable by meaning, and when the rest will be.
 
-A full pass goes newest first (``worker.sync``): every row newer than the next row it will
+A full pass goes newest first (``worker.pipeline.sync``): every row newer than the next row it will
 compare is synced. So, from the pass's place (its cursor: per kind, the rows at or below an id are
 still to compare), the rows left and the rate so far, :class:`FirstSyncProgress` tells
 ``worker.json`` and ``memsync status``: searchable by meaning back to a date, the rows left (and
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from memsync.config.formats.first_sync import Cursor
-from memsync.worker.source import SourceReader
-from memsync.worker.state import now_ms
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import now_ms
 
 DAY_MS = 86_400_000
 
@@ -34,7 +34,7 @@ class FirstSyncProgress:
         self.started = self.started or time.monotonic()
 
     def passed(self, rows: int, embedded: int) -> None:
-        """A batch of the pass is through (``worker.sync`` ProgressFn)."""
+        """A batch of the pass is through (``worker.pipeline.sync`` ProgressFn)."""
         self.rows += rows
         self.documents += embedded
 

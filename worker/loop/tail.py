@@ -11,9 +11,9 @@ from pathlib import Path
 from memsync.config.claude_mem.projects import exclusion
 from memsync.config.claude_mem.schema import KINDS, Kind, SchemaError
 from memsync.config.errors import SourceUnavailable
-from memsync.worker import logs
-from memsync.worker.source import SourceReader
-from memsync.worker.state import SyncState
+from memsync.worker.loop import logs
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import SyncState
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +175,7 @@ class SourceTail:
 
     def rows_waiting(self, state: SyncState, collection: str) -> bool:
         """Whether rows were committed above ``collection``'s watermarks: a full pass asks between
-        its ranges, to let them go first (``worker.sync``). The file stamp first (no SQL while it
+        its ranges, to let them go first (``worker.pipeline.sync``). The file stamp first (no SQL while it
         stays, once a look saw it stable: its commits are visible); never for a snapshot, whose
         reader a look would have to open again under the running pass."""
         reader = self.reader

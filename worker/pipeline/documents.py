@@ -75,7 +75,7 @@ class Document:
     kind: Kind
     source_id: int
     text: str
-    metadata: dict[str, str | int | float]  # float: only a REAL creation time kept as is (worker.upstream)
+    metadata: dict[str, str | int | float]  # float: only a REAL creation time kept as is (worker.pipeline.upstream)
     text_hash: str
     content_hash: str
     stored: str | None = None  # the text written to a store that keeps texts, when not ``text``
@@ -128,7 +128,7 @@ def _meta_str(value: str) -> str:
 
 def payload_hash(payload: Any) -> str:
     """The hash of a JSON-able value (sorted keys): a text's hash names its vector in the
-    embedding store, whichever store's document it is (``worker.upstream`` uses it too)."""
+    embedding store, whichever store's document it is (``worker.pipeline.upstream`` uses it too)."""
     data = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(data.encode("utf-8", errors="surrogatepass")).hexdigest()[:32]
 
@@ -148,7 +148,7 @@ def row_cells_hash(*cells: Any) -> str:
     reads them (str, int, float, bytes, None). ``marshal`` (format 2: no references, floats in
     binary) encodes them exactly, with their types and lengths, in one C call; the reader also
     registers this function in SQL, so a pass can hash every row without building it in Python
-    (``worker.source.SourceReader.row_hashes``)."""
+    (``worker.pipeline.source.SourceReader.row_hashes``)."""
     return hashlib.sha256(ROW_HASH_SALT + marshal.dumps(cells, 2)).hexdigest()[:32]
 
 
@@ -262,7 +262,7 @@ def chroma_metadata(doc: Document) -> dict[str, str | int | float | None]:
 @dataclass(frozen=True, slots=True)
 class Derivation:
     """How a store's documents are made from rows: memsync's own (:data:`OWN`) or claude-mem's
-    format for the upstream-readable store (``worker.upstream``). A sync pass takes one."""
+    format for the upstream-readable store (``worker.pipeline.upstream``). A sync pass takes one."""
 
     name: str
     build: Callable[[SourceRow], list[Document]]  # a row's documents; RowError when unusable

@@ -17,10 +17,10 @@ from pathlib import Path
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.errors import SourceUnavailable
 from memsync.config.formats.first_sync import Cursor, clear_mark, read_mark, write_mark
-from memsync.worker import logs
-from memsync.worker.source import SourceReader
-from memsync.worker.state import SyncState, now_ms
-from memsync.worker.tail import unrecorded_below
+from memsync.worker.loop import logs
+from memsync.worker.loop.tail import unrecorded_below
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import SyncState, now_ms
 
 WRITE_EVERY_S = 0.5
 
@@ -63,7 +63,7 @@ class Frontier:
         return frontier
 
     def moved(self, cursor: Cursor) -> None:
-        """The pass finished a range (``worker.sync`` MovedFn)."""
+        """The pass finished a range (``worker.pipeline.sync`` MovedFn)."""
         if time.monotonic() - self._written >= WRITE_EVERY_S:
             self._write(cursor)
 

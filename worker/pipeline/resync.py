@@ -14,23 +14,23 @@ import threading
 from dataclasses import asdict
 from typing import Any
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS
-from memsync.config.embedding import Embedder, close_embedder, endpoint_url, make_embedder
 from memsync.config.errors import ConfigError, StoreDamaged
 from memsync.config.formats.database_owner import claim
 from memsync.config.settings import Settings
-from memsync.worker import logs
-from memsync.worker.embedstore import EmbeddingStore
-from memsync.worker.sink import ChromaSink, MirroredSink, VectorSink
-from memsync.worker.source import SourceReader
-from memsync.worker.state import ACTIVE_COLLECTION, SyncState, now_ms
-from memsync.worker.sync import ProgressFn, SyncOptions, SyncResult
-from memsync.worker.syncpass import EVERY_ROW, Checked, Opened, Scope, StoreCollection, SyncPass
-from memsync.worker.target import open_upstream_sink, repair_damaged
-from memsync.worker.textsync import TextSync
-from memsync.worker.upstream import UpstreamSink
-from memsync.worker.vectorcopy import VectorCopyWriter, drop_copy, fill_from_store, open_writer
+from memsync.embedding import Embedder, close_embedder, endpoint_url, make_embedder
+from memsync.worker.loop import logs
+from memsync.worker.pipeline.sink import ChromaSink, MirroredSink, VectorSink
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState, now_ms
+from memsync.worker.pipeline.sync import ProgressFn, SyncOptions, SyncResult
+from memsync.worker.pipeline.syncpass import EVERY_ROW, Checked, Opened, Scope, StoreCollection, SyncPass
+from memsync.worker.pipeline.target import open_upstream_sink, repair_damaged
+from memsync.worker.pipeline.upstream import UpstreamSink
+from memsync.worker.stores.embedstore import EmbeddingStore
+from memsync.worker.stores.textsync import TextSync
+from memsync.worker.stores.vectorcopy import VectorCopyWriter, drop_copy, fill_from_store, open_writer
 
 DRY_RUN_REBUILD = "(rebuild-dry-run)"
 
@@ -74,7 +74,7 @@ def resync(
 
 def upstream_resync(settings: Settings, client: Any, reader: SourceReader, state: SyncState,
                     store: EmbeddingStore | None = None) -> SyncResult:
-    """The same exact pass into the upstream-readable store (``worker.upstream``) alone, its
+    """The same exact pass into the upstream-readable store (``worker.pipeline.upstream``) alone, its
     records first checked against the collection; its result is logged (``sync_done`` with its
     collection)."""
     sync = SyncPass(settings, reader, state, StoreCollection(store, due=False), SyncOptions.from_settings(settings))
@@ -89,7 +89,7 @@ def _open_upstream(sync: SyncPass, client: Any) -> UpstreamSink:
 
 
 class _Generation:
-    """The generation a resync writes (its ``Opening``, ``worker.syncpass``): the active one (made
+    """The generation a resync writes (its ``Opening``, ``worker.pipeline.syncpass``): the active one (made
     active in the records), a new one being built (``rebuild``), or none at all in a dry run. Once
     memsync's own pass is through: its copy completed, a rebuild switched to, the run recorded."""
 
@@ -121,7 +121,8 @@ class _Generation:
         return self.opened
 
     def repair(self, exc: StoreDamaged) -> None:
-        """Recreate the unreadable collection empty (``worker.target.repair_damaged``); all of it is re-derived."""
+        """Recreate the unreadable collection empty (``worker.pipeline.target.repair_damaged``); all of it is
+        re-derived."""
         embedder, name = self.embedder, self.opened.name
         repair_damaged(self.sync.s, self.client, exc, embedder.model_id, embedder.dimension, endpoint_url(embedder))
         collection = stores.store_call("open collection", self.client.get_collection, name, embedding_function=None)

@@ -16,12 +16,12 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from memsync.config.chroma.collections import server_failed
+from memsync.chroma.collections import server_failed
 from memsync.config.errors import BadData, MemsyncError, StoreDamaged, StoreUnavailable
 from memsync.config.native import guarded
-from memsync.worker import logs
-from memsync.worker.memory import release_responses
-from memsync.worker.vectorcopy import VectorCopyWriter
+from memsync.worker.loop import logs
+from memsync.worker.loop.memory import release_responses
+from memsync.worker.stores.vectorcopy import VectorCopyWriter
 
 
 class RejectedBatch(BadData):
@@ -99,7 +99,7 @@ class ChromaSink:
         try:
             with guarded(f"Chroma {what}", StoreUnavailable):  # a panic in Chroma's native code
                 return fn(**kwargs)
-        except MemsyncError:  # already ours: a StoreRefused from a 401/403 (config.chroma.collections)
+        except MemsyncError:  # already ours: a StoreRefused from a 401/403 (chroma.collections)
             raise
         except Exception as exc:
             raise _translate(what, exc, self.name) from exc
@@ -150,7 +150,7 @@ class ChromaSink:
 
 
 class MirroredSink:
-    """A sink whose writes also reach the local vector copy (``worker.vectorcopy``), each after the
+    """A sink whose writes also reach the local vector copy (``worker.stores.vectorcopy``), each after the
     store acknowledged it. A copy that cannot be written is declared incomplete and left alone for
     the rest of the sink's life (searches then use Chroma, and the worker fills it again later);
     ``on_drop`` is told, once, so its owner can close it."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.formats.sync_records import STATE_DDL
-from memsync.worker import logs
+from memsync.worker.loop import logs
 
 ACTIVE_COLLECTION = "active_collection"  # meta key: the generation resync last wrote
 CHURN_PREFIX = "churn:"  # meta key prefix: vectors overwritten or deleted per collection
@@ -83,7 +83,7 @@ class RowFailed:
 @dataclass(frozen=True, slots=True)
 class RangeTotals:
     """What the records of one id range add up to; with ``settled_rows``, enough to tell that a
-    range of unchanged rows needs nothing (``worker.sync``)."""
+    range of unchanged rows needs nothing (``worker.pipeline.sync``)."""
 
     rows: int  # row records of the pass (in its project, when it has one)
     failed: int  # of those, rows recorded as failed
@@ -190,7 +190,7 @@ class SyncState:
             if isinstance(exc, sqlite3.OperationalError):
                 raise  # locked, read-only, no such directory: not damage, the file stays
             # Not a database (overwritten, truncated): the records are only a cache of what the
-            # store holds, so they are rebuilt from the store's own ids and hashes (worker.target).
+            # store holds, so they are rebuilt from the store's own ids and hashes (worker.pipeline.target).
             self.moved_aside = path.with_name(f"{path.name}{DAMAGED_SUFFIX}{now_ms()}")
             os.replace(path, self.moved_aside)
             for suffix in ("-wal", "-shm"):
@@ -355,7 +355,7 @@ class SyncState:
     def text_hashes(self) -> Iterator[tuple[str, str]]:
         """(model, text hash) of every document record of every generation (repeated when several
         documents share a text): the texts whose vectors the embedding store keeps
-        (``worker.embedstore``)."""
+        (``worker.stores.embedstore``)."""
         yield from self._conn.execute("SELECT model, text_hash FROM docs WHERE text_hash IS NOT NULL")
 
     def store_identity(self, collection: str) -> str | None:

@@ -10,7 +10,7 @@ when they agree it is done without reading a row into Python (a reconcile of an 
 database); otherwise its rows are read and compared one by one. Records are written only after
 Chroma acknowledged, so a crash at any point replays at most the batch in flight and never leaves
 an orphan unaccounted for. Documents to embed are first looked up in the embedding store
-(``worker.embedstore``): a text already embedded by the same model, in this pass or any earlier
+(``worker.stores.embedstore``): a text already embedded by the same model, in this pass or any earlier
 one, is not embedded again.
 
 Embedding (CPU, the sync thread) overlaps writing (I/O, one upsert thread per pass with its own
@@ -38,15 +38,15 @@ import numpy as np
 import numpy.typing as npt
 
 from memsync.config.claude_mem.schema import KINDS, Kind
-from memsync.config.embedding import Embedder
 from memsync.config.formats.first_sync import INF_ID, Cursor
 from memsync.config.settings import Settings
-from memsync.worker import logs
-from memsync.worker.documents import OWN, Derivation, Document, RowError, SourceRow, row_values_hash
-from memsync.worker.embedstore import BatchVectors, Busy, EmbeddingStore, store_model
-from memsync.worker.sink import RejectedBatch, VectorSink
-from memsync.worker.source import SourceReader
-from memsync.worker.state import FAILED, SYNCED, DocRecord, RowFailed, RowRecord, RowSynced, SyncState
+from memsync.embedding import Embedder
+from memsync.worker.loop import logs
+from memsync.worker.pipeline.documents import OWN, Derivation, Document, RowError, SourceRow, row_values_hash
+from memsync.worker.pipeline.sink import RejectedBatch, VectorSink
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import FAILED, SYNCED, DocRecord, RowFailed, RowRecord, RowSynced, SyncState
+from memsync.worker.stores.embedstore import BatchVectors, Busy, EmbeddingStore, store_model
 
 # While a full pass may yield to new rows, it asks between chunks that hold about this much
 # embedding each, so that a row committed meanwhile waits at most about this long for the pass to
@@ -152,7 +152,7 @@ class SyncOptions:
     stop: threading.Event = field(default_factory=threading.Event)
     progress: ProgressFn | None = None
     yield_to: YieldFn | None = None  # the worker's: a full pass lets rows committed meanwhile go first
-    moved: MovedFn | None = None  # told where a full pass is after each of its ranges (worker.frontier)
+    moved: MovedFn | None = None  # told where a full pass is after each of its ranges (worker.pipeline.frontier)
     busy: Busy | None = None  # the worker's: told of each model call in flight (its heartbeat)
 
     @classmethod
@@ -228,10 +228,10 @@ class Syncer:
     def __init__(self, reader: SourceReader, state: SyncState, into: Destination, embedder: Embedder,
                  options: SyncOptions, store: EmbeddingStore | None = None) -> None:
         self.reader, self.state, self.embedder, self.options = reader, state, embedder, options
-        self.sink = into.sink  # a MirroredSink writes the local vector copy too (worker.sink)
+        self.sink = into.sink  # a MirroredSink writes the local vector copy too (worker.pipeline.sink)
         self.derivation = into.derivation  # how rows become this collection's documents
         self.collection = into.collection
-        self.store = store  # the embedding store (worker.embedstore): asked before anything is embedded
+        self.store = store  # the embedding store (worker.stores.embedstore): asked before anything is embedded
         self._store_model: int | None = None
         self.stop = options.stop
         self.log = logs.get_logger(collection=self.collection)
@@ -274,7 +274,7 @@ class Syncer:
         yielded = bool(cursor) and total.interrupted and not self.stop.is_set()
         if yielded:
             result = dataclasses.replace(result, resume=cursor)
-        if not dry_run:  # space Chroma will not give back until a rebuild (worker.compact)
+        if not dry_run:  # space Chroma will not give back until a rebuild (worker.stores.compact)
             self.state.add_churn(self.collection, result.updated + result.deleted)
         event = logs.SYNC_YIELDED if yielded else logs.SYNC_INTERRUPTED if result.interrupted else logs.SYNC_DONE
         self.log.info(event, added=result.added, updated=result.updated, deleted=result.deleted,

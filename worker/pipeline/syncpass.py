@@ -7,7 +7,7 @@ it repairs a collection Chroma cannot read, and what it does with each result.
 The sequence: what the pass writes opened, the records checked against the stores
 (:meth:`SyncPass.check`; a damaged collection repaired, then checked again), memsync's own
 collection synced (its vector copy written beside it by a ``MirroredSink``), then, with
-``upstream_store`` on and the first pass through, the upstream-readable store (``worker.upstream``:
+``upstream_store`` on and the first pass through, the upstream-readable store (``worker.pipeline.upstream``:
 claude-mem's derivation, the bundled model's vectors, mostly from the embedding store since its
 texts were just embedded), and last the embedding store's garbage collected when a pass may have
 left some (:class:`StoreCollection`: the daemon defers that to an idle step). Each collection's
@@ -22,19 +22,19 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from memsync.config.claude_mem.schema import Kind
-from memsync.config.embedding import Embedder, upstream_embedder
 from memsync.config.errors import StoreDamaged
 from memsync.config.formats.first_sync import Cursor, every_kind
 from memsync.config.settings import Settings
-from memsync.worker.embedstore import EmbeddingStore, collect_garbage
-from memsync.worker.frontier import Frontier
-from memsync.worker.sink import ChromaSink, MirroredSink, VectorSink
-from memsync.worker.source import SourceReader
-from memsync.worker.state import SyncState
-from memsync.worker.sync import Destination, Syncer, SyncOptions, SyncResult
-from memsync.worker.target import StoreCheck, check_store
-from memsync.worker.upstream import UPSTREAM
-from memsync.worker.vectorcopy import VectorCopyWriter
+from memsync.embedding import Embedder, upstream_embedder
+from memsync.worker.pipeline.frontier import Frontier
+from memsync.worker.pipeline.sink import ChromaSink, MirroredSink, VectorSink
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import SyncState
+from memsync.worker.pipeline.sync import Destination, Syncer, SyncOptions, SyncResult
+from memsync.worker.pipeline.target import StoreCheck, check_store
+from memsync.worker.pipeline.upstream import UPSTREAM
+from memsync.worker.stores.embedstore import EmbeddingStore, collect_garbage
+from memsync.worker.stores.vectorcopy import VectorCopyWriter
 
 OnResult = Callable[[SyncResult, bool], None]  # (a collection's result, True for the upstream-readable store)
 OpenUpstream = Callable[[], VectorSink | None]  # opens (or gives) the upstream-readable store when its pass is due
@@ -85,7 +85,7 @@ class Opening(Protocol):
         ...
 
     def repair(self, exc: StoreDamaged) -> None:
-        """Recreate the collection Chroma cannot read (``worker.target.repair_damaged``); the next
+        """Recreate the collection Chroma cannot read (``worker.pipeline.target.repair_damaged``); the next
         :meth:`open` gives the new one."""
         ...
 
@@ -143,7 +143,7 @@ class SyncPass:
     def check(self, own: ChromaSink, copy: VectorCopyWriter | None, model: str,
               upstream: ChromaSink | None = None) -> Checked:
         """Check memsync's own collection (and the upstream-readable one, when given) against its
-        records, aligning them where they differ (``worker.target.check_store``)."""
+        records, aligning them where they differ (``worker.pipeline.target.check_store``)."""
         checked = check_store(self.s, self.state, own, copy, model)
         repaired = checked.repaired
         if upstream is not None:  # its own records, in its own model's vectors
@@ -214,7 +214,7 @@ class SyncPass:
 
     def _frontier(self, own: Destination, scope: Scope) -> tuple[Cursor | None, Frontier | None]:
         """The cursor of a full pass (the scope's when it goes on, else a new one at the top) and,
-        when it is (part of) a first sync of every project, its frontier (``worker.frontier``)
+        when it is (part of) a first sync of every project, its frontier (``worker.pipeline.frontier``)
         written where searches see it."""
         if not scope.full:
             return None, None

@@ -24,12 +24,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from memsync.config.chroma import collections as stores
-from memsync.config.chroma.server import ManagedServer
+from memsync.chroma import collections as stores
+from memsync.chroma.server import ManagedServer
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.diskspace import low_on_space, no_space_at
 from memsync.config.docids import DocIdError, parse_doc_id
-from memsync.config.embedding import (
+from memsync.config.errors import ModelMismatchError, StoreDamaged, StoreUnavailable
+from memsync.config.settings import Settings
+from memsync.embedding import (
     Embedder,
     EmbeddingError,
     close_embedder,
@@ -37,14 +39,12 @@ from memsync.config.embedding import (
     endpoint_url,
     generation_writer,
 )
-from memsync.config.embedding.remote import Wait
-from memsync.config.errors import ModelMismatchError, StoreDamaged, StoreUnavailable
-from memsync.config.settings import Settings
-from memsync.worker import logs
-from memsync.worker.sink import ChromaSink, VectorSink
-from memsync.worker.state import ACTIVE_COLLECTION, HeldIds, SyncState, now_ms
-from memsync.worker.upstream import UpstreamSink, bind_format
-from memsync.worker.vectorcopy import VectorCopyWriter, open_writer
+from memsync.embedding.remote import Wait
+from memsync.worker.loop import logs
+from memsync.worker.pipeline.sink import ChromaSink, VectorSink
+from memsync.worker.pipeline.state import ACTIVE_COLLECTION, HeldIds, SyncState, now_ms
+from memsync.worker.pipeline.upstream import UpstreamSink, bind_format
+from memsync.worker.stores.vectorcopy import VectorCopyWriter, open_writer
 
 ALIGN_PAGE = 5000  # ids (with metadata) read per call while aligning
 
@@ -271,7 +271,7 @@ def open_upstream_sink(client: Any, settings: Settings, state: SyncState) -> Ups
 
 class SyncTarget:
     """What the worker writes to; ``server`` is None unless ``chroma_mode`` is ``managed``. With
-    ``upstream_store`` on, also the upstream-readable collection (``worker.upstream``)."""
+    ``upstream_store`` on, also the upstream-readable collection (``worker.pipeline.upstream``)."""
 
     def __init__(self, settings: Settings, embedder: Embedder, wait: Wait | None = None) -> None:
         self.s = settings

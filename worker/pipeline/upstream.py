@@ -32,10 +32,10 @@ to scope it by). Rows of excluded projects make no documents, as in memsync's ow
 ``tests/system/test_claude_mem_store.py`` compares this store with the one the real claude-mem
 writes from the same database.
 
-Sync is the same exact pass as memsync's own (``worker.sync`` with :data:`UPSTREAM`), with its own
+Sync is the same exact pass as memsync's own (``worker.pipeline.sync`` with :data:`UPSTREAM`), with its own
 records (keyed by the collection's name), so adds, edits, deletes and exclusions all reach it.
 The content hash is computed from what the store holds (id, text, metadata), so an alignment with
-the store (``worker.target``) reads it back without a ``content_hash`` key in upstream's metadata.
+the store (``worker.pipeline.target``) reads it back without a ``content_hash`` key in upstream's metadata.
 """
 
 from __future__ import annotations
@@ -48,9 +48,17 @@ from typing import Any
 from memsync.config.claude_mem.platform import normalize_platform
 from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
 from memsync.config.docids import DOC_TYPES, fact_field, format_doc_id
-from memsync.worker.documents import MAX_TEXT_CHARS, Builders, Derivation, Document, SourceRow, derive, payload_hash
-from memsync.worker.sink import ChromaSink
-from memsync.worker.state import SyncState
+from memsync.worker.pipeline.documents import (
+    MAX_TEXT_CHARS,
+    Builders,
+    Derivation,
+    Document,
+    SourceRow,
+    derive,
+    payload_hash,
+)
+from memsync.worker.pipeline.sink import ChromaSink
+from memsync.worker.pipeline.state import SyncState
 
 # Bump when the documents below change: the worker then derives every row again and writes the
 # documents that differ (:func:`bind_format`).

@@ -52,7 +52,7 @@ def _same_host(a: str, b: str) -> bool:
 def upstream_writers(upstream_store: bool, store: Mapping[str, Any], environ: Mapping[str, str] | None = None,
                      probe: Probe = health) -> dict[str, Any]:
     """Who writes the upstream-readable store at ``store`` (``host``, ``port``, ``tenant``,
-    ``database``, ``collection``, as ``worker.status.upstream_state`` gives them): ``writing``
+    ``database``, ``collection``, as ``worker.checks.status.upstream_state`` gives them): ``writing``
     lists ``memsync`` and/or ``claude-mem``; ``claude_mem`` says where claude-mem's Chroma sync
     writes and whether its worker answers; ``line`` is the sentence ``memsync status`` prints."""
     cm = claude_mem_settings(environ)

@@ -1,6 +1,6 @@
 """A deterministic demo memory: coding-agent sessions of three projects that read like a real memory.
 
-Each session is one handwritten episode (``worker/demo_episodes.py``): its prompts, the observations
+Each session is one handwritten episode (``worker/seed/demo_episodes.py``): its prompts, the observations
 recorded while the agent worked (title, subtitle, narrative, facts, concepts, files), and the
 session's summary. Same ``seed``, ``n_sessions`` and ``end_ms`` → the same records, byte for byte;
 the seed moves the times. Used by the run command (the demo database), the benchmarks (any size)
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memsync.config.records import iso_from_ms
-from memsync.worker.demo_episodes import BY_PROJECT, Episode, Observation
+from memsync.worker.seed.demo_episodes import BY_PROJECT, Episode, Observation
 
 DAY_MS = 86_400_000
 CHANGES = ("bugfix", "feature", "refactor", "change")  # the types that modify files

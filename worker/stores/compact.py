@@ -34,13 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from memsync.config.chroma import collections as stores
-from memsync.config.chroma.server import chroma_executable
+from memsync.chroma import collections as stores
+from memsync.chroma.server import chroma_executable
 from memsync.config.settings import Settings
-from memsync.worker import logs
-from memsync.worker.memory import release_responses
-from memsync.worker.state import ACTIVE_COLLECTION, SyncState
-from memsync.worker.vectorcopy import drop_copy, open_writer
+from memsync.worker.loop import logs
+from memsync.worker.loop.memory import release_responses
+from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.stores.vectorcopy import drop_copy, open_writer
 
 PAGE = 1000  # documents per get/upsert: a few MB of vectors and metadata
 _SEGMENT_DIR = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

@@ -1,4 +1,4 @@
-"""Which entry of the vector copy holds each live document: the writer's index (``worker.vectorcopy``).
+"""Which entry of the vector copy holds each live document: the writer's index (``worker.stores.vectorcopy``).
 
 A document's key (kind, row id, field code) is packed into one integer (:func:`pack`). Most keys
 live in two sorted numpy arrays, keys and positions (16 bytes a document); a superseded key gets

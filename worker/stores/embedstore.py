@@ -29,13 +29,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memsync.config.embedding import Embedder, embed_bound_s, vector_identity, waits_on
 from memsync.config.formats.embedding_store import DDL, decode, encode, hash_key, roundtrip, store_path
 from memsync.config.inlists import chunks
 from memsync.config.settings import Settings
-from memsync.worker import logs
-from memsync.worker.documents import Document
-from memsync.worker.state import SyncState, open_wal
+from memsync.embedding import Embedder, embed_bound_s, vector_identity, waits_on
+from memsync.worker.loop import logs
+from memsync.worker.pipeline.documents import Document
+from memsync.worker.pipeline.state import SyncState, open_wal
 
 # A vector is stored a moment before its sync record is written (by this process or a resync
 # beside it): a collection keeps unreferenced vectors younger than this, so it never removes one
@@ -255,7 +255,7 @@ def collect_garbage(store: EmbeddingStore, state: SyncState, now_s: int | None =
 
 
 # Told what a call waits on and the longest it can take, around each model call: the worker keeps
-# its heartbeat fresh meanwhile (worker.health.Health.busy).
+# its heartbeat fresh meanwhile (worker.loop.health.Health.busy).
 Busy = Callable[[str, float], contextlib.AbstractContextManager[None]]
 
 

@@ -1,7 +1,7 @@
 """Writes memsync's local copy of the vectors (layout and reasons: ``config.formats.vector_copy``).
 
 The sync writes a document here right after Chroma acknowledged it and before its sync record
-(``worker.sync``, through ``worker.sink.MirroredSink``), so the copy holds at least what the
+(``worker.pipeline.sync``, through ``worker.pipeline.sink.MirroredSink``), so the copy holds at least what the
 records say Chroma holds: a crash in between replays the batch, and writing a document again only
 supersedes its entry. Writers take
 an exclusive lock on the directory for each step (a resync may run beside the worker).
@@ -36,7 +36,7 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.docids import DocIdError, format_doc_id, parse_doc_id
 from memsync.config.formats.vector_copy import (
@@ -59,10 +59,10 @@ from memsync.config.formats.vector_copy import (
     vectors_file,
 )
 from memsync.config.settings import Settings
-from memsync.worker import logs
-from memsync.worker.copykeys import ROW_MAX, ROW_MIN, KeyIndex, pack, pack_arrays, unpack
-from memsync.worker.memory import release_responses
-from memsync.worker.state import SyncState
+from memsync.worker.loop import logs
+from memsync.worker.loop.memory import release_responses
+from memsync.worker.pipeline.state import SyncState
+from memsync.worker.stores.copykeys import ROW_MAX, ROW_MIN, KeyIndex, pack, pack_arrays, unpack
 
 CODE_TABLES = ("fields", "projects", "types")
 PAGE = 500
