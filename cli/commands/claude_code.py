@@ -16,25 +16,24 @@ from typing import Any
 import click
 
 from memsync.commands.options import EXIT_USAGE, common_options, errors_as_exit, fail, settings_from
-from memsync.config.claude_code.hook import (
+from memsync.config.claude_code import (
+    SERVER_NAME,
+    ClaudeSettingsError,
     InjectTarget,
+    SettingsChange,
+    apply_change,
     claude_mem_injection,
+    config_dir,
     hook_entry,
     hook_supported,
     inject_command,
-)
-from memsync.config.claude_code.registrations import (
-    SERVER_NAME,
-    SettingsChange,
-    apply_change,
-    config_dir,
     plan_restore,
     plan_swap,
+    read_settings,
     registrations,
     settings_path,
     winning_scope,
 )
-from memsync.config.claude_code.settings_file import ClaudeSettingsError, read_settings
 from memsync.config.claude_mem.user_settings import data_dir_choice
 from memsync.config.claude_mem.version import PORT_KEY, installed_version, worker_port, worker_version
 from memsync.config.errors import one_line

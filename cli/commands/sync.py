@@ -261,8 +261,7 @@ def _worker_beside(settings: Settings, exc: BaseException, as_json: bool, check:
 def _injection(settings: Settings, w: dict[str, Any]) -> dict[str, Any]:
     """Per-prompt injection: the hook in Claude Code's settings file, whether the worker answers it
     (up, listening), what it served in the last day (counts, never prompt text)."""
-    from memsync.config.claude_code.hook import hook_installed
-    from memsync.config.claude_code.registrations import settings_path
+    from memsync.config.claude_code import hook_installed, settings_path
     from memsync.config.formats.inject_stats import served
     from memsync.config.inject_channel import socket_path
     from memsync.servers.inject_listener import unavailable_reason
