@@ -109,7 +109,7 @@ def _change(path: Path, data: dict[str, Any], before: str, edit: RecordedEdit, n
 
 def plan_swap(path: Path, hook: dict[str, Any] | None = None) -> SettingsChange:
     """Swap's edit, not written: the deny rules of claude-mem's three search tools added where they
-    are missing, and the hook entry ``hook`` (``claude_hook.hook_entry``; None: no hook) appended to
+    are missing, and the hook entry ``hook`` (``hook.hook_entry``; None: no hook) appended to
     ``hooks.UserPromptSubmit``, each recorded. memsync's hook that an earlier swap recorded is
     replaced (another database, data directory or executable), never a hook the user wrote.
     Refuses (:class:`ClaudeSettingsError`) exactly as writing would."""

@@ -1,4 +1,4 @@
-"""worker.lock: the second worker names the first one's real pid (it once said ``pid ?``)."""
+"""worker.loop.lock: the second worker names the first one's real pid (it once said ``pid ?``)."""
 
 from __future__ import annotations
 

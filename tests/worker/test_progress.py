@@ -1,4 +1,4 @@
-"""worker.progress: what a first sync (newest first) has made searchable and when the rest will be."""
+"""worker.loop.progress: what a first sync (newest first) has made searchable and when the rest will be."""
 
 from __future__ import annotations
 

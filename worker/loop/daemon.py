@@ -455,7 +455,7 @@ class Worker:
 
     def _mirror(self) -> MirroredSink:
         """The active generation's sink with its copy; a copy write that fails closes the copy (the
-        next CopyCheck opens it again; worker.maintenance)."""
+        next CopyCheck opens it again; worker.loop.maintenance)."""
         assert self._target.sink is not None
         return MirroredSink(self._target.sink, self._target.copy, on_drop=self._target.close_copy)
 

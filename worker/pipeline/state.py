@@ -491,7 +491,7 @@ class SyncState:
 
     def add_churn(self, collection: str, documents: int) -> None:
         """Count vectors overwritten or deleted in a collection (Chroma keeps their space until the
-        collection is rebuilt; see worker.compact)."""
+        collection is rebuilt; see worker.stores.compact)."""
         if documents > 0:
             with self._writing():
                 self._conn.execute(

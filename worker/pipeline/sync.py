@@ -190,7 +190,7 @@ class _Plan:
     done_rows: dict[int, RowSynced] = field(default_factory=dict)
     failed_rows: list[RowFailed] = field(default_factory=list)
     # (doc_id, text_hash) of unchanged documents whose record has no text hash (adopted from the
-    # store by worker.target): equal content hashes prove the text, so the record names it again
+    # store by worker.pipeline.target): equal content hashes prove the text, so the record names it again
     # and the embedding store keeps its vector.
     text_hashes: list[tuple[str, str]] = field(default_factory=list)
     added: int = 0
