@@ -7,18 +7,18 @@
     │   ├── StoreRefused       Chroma answered but refused us: token, tenant, database, certificate
     │   ├── SettingsError      a setting or the config file is unusable (config.settings)
     │   ├── SchemaError        the file is not a claude-mem database (config.claude_mem.schema)
-    │   ├── ClaudeSettingsError  Claude Code's settings file cannot be edited safely (config.claude_settings)
+    │   ├── ClaudeSettingsError  Claude Code's settings file cannot be edited safely (config.claude_code.settings_file)
     │   └── DatabaseMismatch   the data directory belongs to another database: give this one its own
     │                          (config.formats.database_owner)
     ├── InvalidRequest         a value the caller gave is refused: change the request
     │   ├── RecordRefError     not a record id, kind or ISO date (config.records)
     │   │   └── InvalidRecordId  written as a record id, but no record can have its number (config.records)
-    │   ├── RecordError        an import record that cannot be imported: its line and why (worker.importer)
+    │   ├── RecordError        an import record that cannot be imported: its line and why (worker.seed.importer)
     │   └── SearchError        a search the engine cannot answer: bad anchor, unknown id (search.models)
     │       └── BadRequest     a request value a front end refuses: past a limit, a bad date (search.request)
     ├── BadData                data memsync cannot use, handled where met (a failed row); retrying will not help
-    │   ├── RowError           a source row with nothing usable (worker.documents)
-    │   ├── RejectedBatch      a batch Chroma refused for its data (worker.sink)
+    │   ├── RowError           a source row with nothing usable (worker.pipeline.documents)
+    │   ├── RejectedBatch      a batch Chroma refused for its data (worker.pipeline.sink)
     │   └── DocIdError         not a memsync/claude-mem document id (config.docids)
     ├── SourceUnavailable      the agent's database is missing, locked or unreadable: retry later
     │   └── QueryTimeout       a statement ran past its time limit: retry, or ask less (search.sql)
@@ -97,7 +97,7 @@ class StoreRefused(ConfigError):
     """A Chroma server answered but will not serve us as configured: credentials refused (HTTP
     401/403), a tenant or database it does not have, a certificate we do not trust. The message
     names the server and the setting to fix, never a secret. Commands exit 2; the worker keeps
-    asking at the backoff cap (``worker.daemon``), since the fix is often made on the server."""
+    asking at the backoff cap (``worker.loop.daemon``), since the fix is often made on the server."""
 
 
 class InvalidRequest(MemsyncError, ValueError):

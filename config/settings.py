@@ -63,7 +63,7 @@ OriginList = Annotated[tuple[Annotated[str, StringConstraints(pattern=rf"^https?
 
 def generation_number(base: str, name: str) -> int | None:
     """N when ``name`` is generation N (``<base>-g<N>``) of the collection ``base``, else None.
-    ``config.chroma.collections`` names the generations; the settings check that the upstream
+    ``chroma.collections`` names the generations; the settings check that the upstream
     store's collection is none of them."""
     prefix = base + "-g"
     rest = name[len(prefix):]

@@ -21,7 +21,7 @@ def _load() -> Any:
         if _tokenizer is None:
             from tokenizers import Tokenizer
 
-            from memsync.config.embedding.local import tokenizer_json
+            from memsync.embedding.local import tokenizer_json
 
             tok = Tokenizer.from_str(tokenizer_json())
             tok.no_padding()

@@ -24,8 +24,8 @@ from typing import Any
 
 from memsync.config.settings import Settings
 from memsync.search import Mode, Searcher, SearchRequest
-from memsync.worker.importer import import_records, init_db
-from memsync.worker.textsync import TextSync
+from memsync.worker.seed.importer import import_records, init_db
+from memsync.worker.stores.textsync import TextSync
 from scripts.bench_search import pct
 from scripts.benchlib import ROOT, print_table, write_json
 from scripts.multilingual import DAY_MS, fts5, load, records

@@ -1,5 +1,5 @@
 """What the worker's check of its vector copy costs at scale (the copy's entries checksum, then the
-vectors' per-block checksums, a slice a step: ``worker.maintenance.CopyCheck``).
+vectors' per-block checksums, a slice a step: ``worker.loop.maintenance.CopyCheck``).
 
     .venv/bin/python -m scripts.bench_copy_check [--docs 313000] [--dim 384] [--cycles 5]
 
@@ -39,8 +39,8 @@ import numpy as np
 
 from memsync.config.formats.vector_copy import BLOCK, MANIFEST_FILE, Manifest, copy_dir, vectors_damage, vectors_file
 from memsync.config.settings import Settings
-from memsync.worker.maintenance import CopyCheck
-from memsync.worker.vectorcopy import VectorCopyWriter
+from memsync.worker.loop.maintenance import CopyCheck
+from memsync.worker.stores.vectorcopy import VectorCopyWriter
 from scripts.benchlib import report
 
 COLLECTION, MODEL = "memsync-bench", "bench-model"

@@ -40,8 +40,8 @@ def _rss_mb() -> float:
 
 def child(tokens_per_text: int, purpose: str) -> dict[str, Any]:
     """Run in the child: the measurement for one budget and purpose."""
-    import memsync.config.embedding as embedding
-    from memsync.worker.demo import generate
+    import memsync.embedding as embedding
+    from memsync.worker.seed.demo import generate
 
     embedding.TOKENS_PER_TEXT = tokens_per_text
     texts = [str(r[k]) for r in generate(n_sessions=300, seed=3) for k in ("narrative", "prompt_text", "learned")

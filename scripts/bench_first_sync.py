@@ -44,11 +44,11 @@ from typing import Any
 
 from memsync.config.claude_mem.schema import KINDS, SUMMARY_FIELDS, TABLES
 from memsync.config.settings import Settings
-from memsync.worker.demo import generate
-from memsync.worker.documents import RowError, build_documents
-from memsync.worker.importer import import_records, init_db
-from memsync.worker.source import SourceReader
-from memsync.worker.state import ACTIVE_COLLECTION, now_ms
+from memsync.worker.pipeline.documents import RowError, build_documents
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import ACTIVE_COLLECTION, now_ms
+from memsync.worker.seed.demo import generate
+from memsync.worker.seed.importer import import_records, init_db
 from scripts.bench_sync import raw_embedding_seconds
 from scripts.benchlib import ROOT, free_port, print_table, settings_env, worker_status, write_json
 from scripts.pkgmap import package_dir
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(".bench/bench_first_sync.json"))
     args = parser.parse_args(argv)
 
-    from memsync.worker import logs
+    from memsync.worker.loop import logs
 
     logs.configure(level="warning")
     with tempfile.TemporaryDirectory(prefix="memsync-first-sync-") as tmp:

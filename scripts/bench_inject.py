@@ -70,8 +70,8 @@ from memsync.search import Searcher
 from memsync.search.inject import SHIPPED, Candidate, Chosen, Policy, choose
 from memsync.search.models import Result
 from memsync.servers.inject_service import asked, candidates, frame_tokens, render, request_of
-from memsync.worker.demo import PROJECTS
-from memsync.worker.resync import resync
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.seed.demo import PROJECTS
 from scripts.bench_quality import build, real_claude_mem
 from scripts.benchlib import ROOT, print_table, write_json
 from scripts.locomo import DEFAULT_DATA, Question

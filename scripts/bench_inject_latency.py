@@ -64,8 +64,8 @@ import httpx
 from memsync.config.inject_channel import CLIENT_TIMEOUT_S, socket_path
 from memsync.config.settings import Settings
 from memsync.search.vectorstore import RETRY_AFTER_S
-from memsync.worker.demo import generate
-from memsync.worker.importer import import_records, init_db
+from memsync.worker.seed.demo import generate
+from memsync.worker.seed.importer import import_records, init_db
 from scripts.benchlib import ROOT, free_port, print_table, settings_env, worker_status, write_json
 
 HOOK = str(Path(sys.executable).parent / "memsync")
@@ -290,8 +290,8 @@ def local_conditions(tmp: Path, n: int, sessions: int) -> dict[str, Any]:
                 walls += [r.wall for r in pool.map(lambda b: hook(s.data_dir, b), prompts[start:start + 4])]
         rows.append(summary("worker running, 4 hooks at once", walls))
         writer = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from pathlib import Path; from memsync.worker.demo import generate; "
-             "from memsync.worker.importer import import_records; "
+            [sys.executable, "-c", "import sys; from pathlib import Path; "
+             "from memsync.worker.seed.demo import generate; from memsync.worker.seed.importer import import_records; "
              "import_records(Path(sys.argv[1]), generate(n_sessions=125, seed=11, end_ms=1_800_000_000_000))",
              str(s.db)], cwd=ROOT, env=settings_env(s))
         writer.wait(timeout=300)

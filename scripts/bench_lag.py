@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memsync.config.embedding import get_embedder
-from memsync.worker.demo import generate
-from memsync.worker.importer import import_records
+from memsync.embedding import get_embedder
+from memsync.worker.seed.demo import generate
+from memsync.worker.seed.importer import import_records
 from scripts.benchlib import report, start_worker, stop_worker, worker_status
 
 TICK = os.sysconf("SC_CLK_TCK")

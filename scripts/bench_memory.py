@@ -38,8 +38,8 @@ import numpy as np
 from memsync.config.claude_mem.schema import KINDS, TABLES, Kind
 from memsync.config.formats.vector_copy import DIR as COPY_DIR
 from memsync.config.formats.vector_copy import Manifest
-from memsync.worker.demo import generate
-from memsync.worker.importer import import_records
+from memsync.worker.seed.demo import generate
+from memsync.worker.seed.importer import import_records
 from scripts.bench_lag import rss_mb, wait
 from scripts.bench_search import PoolEmbedder
 from scripts.benchlib import report, start_worker, stop_worker, worker_status

@@ -62,8 +62,8 @@ from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.search.fusion import Weights
 from memsync.search.models import Result
 from memsync.servers.claude_mem_tools import build_profile_server
-from memsync.worker.importer import import_records, init_db
-from memsync.worker.resync import resync
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.seed.importer import import_records, init_db
 from scripts.benchlib import ROOT, free_port, print_table, write_json
 from scripts.locomo import DEFAULT_DATA, LINKS, Question, load
 from scripts.real_claude_mem import (
@@ -222,7 +222,7 @@ def real_claude_mem(settings: Settings, prepare: Callable[[Path], None] | None =
     ``chroma run``, backfilled; both kept beside the database for a rerun, stopped at the end.
     ``prepare`` changes the fresh copy once, before claude-mem first reads it (and backfills it);
     ``user_settings`` go into its ``settings.json``, as a user turns a feature on."""
-    from memsync.config.chroma.server import ManagedServer
+    from memsync.chroma.server import ManagedServer
 
     root = settings.db.parent / "claude-mem"
     home = root / "home"

@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS
-from memsync.config.embedding import get_embedder
-from memsync.worker import logs
-from memsync.worker.resync import resync
-from memsync.worker.source import SourceReader
+from memsync.embedding import get_embedder
+from memsync.worker.loop import logs
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.pipeline.source import SourceReader
 from scripts.bench_search import PoolEmbedder, build
 from scripts.bench_sync import unchanged_pass_cpu, worker_reconciles
 from scripts.benchlib import report

@@ -8,7 +8,7 @@ copy of what ``scripts/bench_search.py`` builds. The runs WRITE to it (a worker 
 directory up to date, and the run without the vector copy deletes the copy): use a copy.
 
 1. Steps, in a fresh process: RSS after each thing a worker loads (after a trim, as the worker
-   trims after work: ``worker.memory``), in the order it does
+   trims after work: ``worker.loop.memory``), in the order it does
    (Python and memsync's modules, chromadb's client, the model with one batch embedded, the sync
    records, the vector copy writer with its key index, the text index writer after a full check:
    a rebuild when the directory was moved, since the index names its database by path).
@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from memsync.config.settings import Settings
-from memsync.worker.demo import generate
-from memsync.worker.importer import import_records
-from memsync.worker.memory import trim
+from memsync.worker.loop.memory import trim
+from memsync.worker.seed.demo import generate
+from memsync.worker.seed.importer import import_records
 from scripts.bench_lag import rss_mb
 from scripts.benchlib import ROOT, free_port, print_table, reconciled_worker, settings_env, worker_status, write_json
 
@@ -71,7 +71,7 @@ def steps(settings: Settings) -> list[dict[str, Any]]:
 
     def note(what: str, **extra: Any) -> None:
         nonlocal last
-        trim()  # as the worker does after a step that did work (worker.memory)
+        trim()  # as the worker does after a step that did work (worker.loop.memory)
         now = rss_mb(os.getpid())
         out.append({"step": what, "RSS MB": round(now, 1), "added MB": round(now - last, 1), **extra})
         last = now
@@ -80,9 +80,9 @@ def steps(settings: Settings) -> list[dict[str, Any]]:
     import chromadb  # noqa: F401 - what the import costs is the measurement
 
     note("chromadb client libraries")
-    from memsync.config.embedding import make_embedder
-    from memsync.worker import daemon  # noqa: F401 - every worker module
-    from memsync.worker.demo import generate
+    from memsync.embedding import make_embedder
+    from memsync.worker.loop import daemon  # noqa: F401 - every worker module
+    from memsync.worker.seed.demo import generate
 
     note("memsync worker modules")
     embedder = make_embedder(settings)
@@ -90,22 +90,22 @@ def steps(settings: Settings) -> list[dict[str, Any]]:
              for r in generate(n_sessions=40, seed=3)][:256]
     embedder.embed(texts)
     note("model (onnxruntime) + one batch of 256 texts")
-    from memsync.worker.source import SourceReader
-    from memsync.worker.state import ACTIVE_COLLECTION, SyncState
+    from memsync.worker.pipeline.source import SourceReader
+    from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
 
     state = SyncState(settings.state_path)
     collection = state.get_meta(ACTIVE_COLLECTION)
     with SourceReader.open(settings) as reader:
         max_ids = reader.max_ids()
     note("sync records and the source database opened")
-    from memsync.worker.vectorcopy import open_writer
+    from memsync.worker.stores.vectorcopy import open_writer
 
     writer = None
     if collection:
         writer = open_writer(settings, state, collection, embedder.model_id, embedder.dimension)
     note("vector copy writer (key index loaded)", documents=len(writer._keys) if writer else 0,
          key_index_MB=round(writer._keys.nbytes / 2**20, 1) if writer else 0)
-    from memsync.worker.textsync import TextIndexWriter
+    from memsync.worker.stores.textsync import TextIndexWriter
 
     text = TextIndexWriter(settings)
     with SourceReader.open(settings) as reader:

@@ -36,14 +36,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memsync.config.chroma.server import ManagedServer, ServerInfo
+from memsync.chroma.server import ManagedServer, ServerInfo
 from memsync.config.claude_mem.schema import KINDS, TABLES
-from memsync.config.embedding import get_embedder
 from memsync.config.settings import Settings
+from memsync.embedding import get_embedder
 from memsync.search import Filters, Mode, Searcher, SearchRequest
-from memsync.worker.demo import PROJECTS, generate
-from memsync.worker.importer import import_records, init_db
-from memsync.worker.resync import resync
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.seed.demo import PROJECTS, generate
+from memsync.worker.seed.importer import import_records, init_db
 from scripts.bench_lag import rss_mb
 from scripts.bench_search import QUERIES, PoolEmbedder, pct
 from scripts.benchlib import ROOT, free_port, print_table, reconciled_worker, size_mb, write_json

@@ -29,17 +29,17 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from memsync.config.chroma import collections as stores
-from memsync.config.chroma.server import ManagedServer
-from memsync.config.embedding import get_embedder
+from memsync.chroma import collections as stores
+from memsync.chroma.server import ManagedServer
 from memsync.config.settings import LOCAL_MODEL, Settings
+from memsync.embedding import get_embedder
 from memsync.search import Filters, Mode, Searcher, SearchRequest
-from memsync.worker.demo import PROJECTS, generate
-from memsync.worker.importer import import_records, init_db
-from memsync.worker.resync import resync
-from memsync.worker.state import SyncState
-from memsync.worker.textsync import TextSync
-from memsync.worker.vectorcopy import fill_from_store, open_writer
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.pipeline.state import SyncState
+from memsync.worker.seed.demo import PROJECTS, generate
+from memsync.worker.seed.importer import import_records, init_db
+from memsync.worker.stores.textsync import TextSync
+from memsync.worker.stores.vectorcopy import fill_from_store, open_writer
 from scripts.benchlib import ROOT, free_port, print_table, write_json
 
 QUERIES = (
@@ -124,7 +124,7 @@ class QueryTiming:
     would take hours on two cores)."""
 
     def __init__(self, settings: Settings) -> None:
-        from memsync.config.embedding.multilingual import get_multilingual
+        from memsync.embedding.multilingual import get_multilingual
 
         self.inner = get_multilingual(settings.search_embedding_threads, "queries")
         self.model_id = LOCAL_MODEL  # the pool's, which the store recorded

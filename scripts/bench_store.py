@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memsync.config.chroma import collections as stores
-from memsync.config.chroma.server import ManagedServer
-from memsync.config.embedding import get_embedder
-from memsync.worker.resync import resync
-from memsync.worker.sink import ChromaSink
-from memsync.worker.state import SyncState
-from memsync.worker.target import align_records, store_counts
+from memsync.chroma import collections as stores
+from memsync.chroma.server import ManagedServer
+from memsync.embedding import get_embedder
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.pipeline.sink import ChromaSink
+from memsync.worker.pipeline.state import SyncState
+from memsync.worker.pipeline.target import align_records, store_counts
 from scripts.bench_search import PoolEmbedder, build
 from scripts.benchlib import print_table, write_json
 

@@ -43,17 +43,17 @@ from typing import Any
 import numpy as np
 
 from memsync.config.claude_mem.schema import KINDS
-from memsync.config.embedding import Embedder, get_embedder
 from memsync.config.formats.embedding_store import roundtrip, store_path
 from memsync.config.settings import Settings
-from memsync.worker.demo import generate
-from memsync.worker.documents import RowError, build_documents
-from memsync.worker.embedstore import EmbeddingStore, collect_garbage, store_model
-from memsync.worker.importer import import_records, init_db
-from memsync.worker.resync import resync
-from memsync.worker.source import SourceReader
-from memsync.worker.state import ACTIVE_COLLECTION, SyncState
-from memsync.worker.sync import Destination, Syncer, SyncOptions, SyncResult
+from memsync.embedding import Embedder, get_embedder
+from memsync.worker.pipeline.documents import RowError, build_documents
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.pipeline.sync import Destination, Syncer, SyncOptions, SyncResult
+from memsync.worker.seed.demo import generate
+from memsync.worker.seed.importer import import_records, init_db
+from memsync.worker.stores.embedstore import EmbeddingStore, collect_garbage, store_model
 from scripts import peer_langchain
 from scripts.benchlib import print_table, report
 
@@ -101,7 +101,7 @@ def raw_embedding_seconds(settings: Settings, texts: list[str], part: int = 0, p
 
 def server_cpu_seconds(settings: Settings) -> float | None:
     """CPU seconds (user + system) the managed Chroma server used so far; None where unknown."""
-    from memsync.config.chroma.server import ServerInfo
+    from memsync.chroma.server import ServerInfo
 
     info = ServerInfo.read(settings.data_dir)
     try:
@@ -128,7 +128,7 @@ def unchanged_pass_cpu(settings: Settings, embedder: Embedder) -> float:
 def worker_reconciles(settings: Settings, repeats: int) -> tuple[list[float], list[float], float]:
     """Seconds and CPU seconds of ``repeats`` reconciles of a running worker (each a step with a
     reconcile due, as the schedule or SIGUSR1 asks), and seconds of one text index fingerprint check."""
-    from memsync.worker.daemon import Worker
+    from memsync.worker.loop.daemon import Worker
 
     worker = Worker(settings)
     worker._start()
@@ -219,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_sync: {exc}", file=sys.stderr)
         return 2
 
-    from memsync.config.chroma import collections as stores
-    from memsync.worker import logs
+    from memsync.chroma import collections as stores
+    from memsync.worker.loop import logs
 
     logs.configure(level="warning")
     with tempfile.TemporaryDirectory(prefix="memsync-bench-") as tmp:

@@ -36,7 +36,7 @@ from memsync.config.tokens import count_tokens
 from memsync.search import Searcher, SearchRequest
 from memsync.servers.claude_mem_tools import build_profile_server
 from memsync.servers.mcp_tools import build_server
-from memsync.worker.resync import resync
+from memsync.worker.pipeline.resync import resync
 from scripts.benchlib import print_table, write_json
 
 CALLS: list[tuple[str, dict[str, Any]]] = [

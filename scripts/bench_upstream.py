@@ -28,15 +28,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from memsync.config.chroma import collections as stores
-from memsync.config.embedding import upstream_embedder
+from memsync.chroma import collections as stores
 from memsync.config.settings import Settings
-from memsync.worker import logs
-from memsync.worker.embedstore import EmbeddingStore
-from memsync.worker.resync import resync, upstream_resync
-from memsync.worker.source import SourceReader
-from memsync.worker.state import SyncState
-from memsync.worker.sync import SyncResult
+from memsync.embedding import upstream_embedder
+from memsync.worker.loop import logs
+from memsync.worker.pipeline.resync import resync, upstream_resync
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import SyncState
+from memsync.worker.pipeline.sync import SyncResult
+from memsync.worker.stores.embedstore import EmbeddingStore
 from scripts.bench_sync import make_database
 from scripts.benchlib import free_port, report, size_mb
 

@@ -16,12 +16,12 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from memsync.config.embedding import Embedder
 from memsync.config.formats.worker_status import read_worker_status
 from memsync.config.settings import ENV_PREFIX, Settings
-from memsync.worker.demo import generate
-from memsync.worker.importer import import_records, init_db
-from memsync.worker.resync import resync
+from memsync.embedding import Embedder
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.seed.demo import generate
+from memsync.worker.seed.importer import import_records, init_db
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -40,8 +40,8 @@ from memsync.config.records import format_ref
 from memsync.config.settings import Settings
 from memsync.search import Mode, Searcher, SearchRequest
 from memsync.search.fts import expression_for
-from memsync.worker.importer import import_records, init_db
-from memsync.worker.resync import resync
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.seed.importer import import_records, init_db
 from scripts.benchlib import ROOT
 
 DATA = ROOT / "tests" / "data" / "multilingual"

@@ -2,7 +2,7 @@
 
 The peer is LangChain's indexing API: ``index(docs, SQLRecordManager, Chroma, cleanup="incremental",
 source_id_key="row")`` from ``langchain-classic`` / ``langchain-core``, into ``langchain-chroma``.
-It indexes the very documents memsync derives (``worker.documents.build_documents`` on the same
+It indexes the very documents memsync derives (``worker.pipeline.documents.build_documents`` on the same
 rows: same text, same metadata, plus the row's key as LangChain's source id so that incremental
 cleanup works per row) with the very embedder memsync uses (the bundled MiniLM through
 ``get_embedder``, wrapped as a LangChain ``Embeddings``), into the same Chroma (1.5.9, the same
@@ -39,14 +39,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from memsync.config.chroma import collections as stores
-from memsync.config.chroma.server import ManagedServer
+from memsync.chroma import collections as stores
+from memsync.chroma.server import ManagedServer
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.settings import Settings
-from memsync.worker.documents import Document, RowError, build_documents
-from memsync.worker.resync import resync
-from memsync.worker.source import SourceReader
-from memsync.worker.sync import SyncResult
+from memsync.worker.pipeline.documents import Document, RowError, build_documents
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.sync import SyncResult
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_VENV = ROOT / ".bench" / "peer-venv"
@@ -153,7 +153,7 @@ def run_pass(spec: PassSpec) -> PassResult:
     from langchain_core.documents import Document as LCDocument  # pyright: ignore[reportMissingImports]  (the peer's own extra)
     from langchain_core.embeddings import Embeddings  # pyright: ignore[reportMissingImports]  (the peer's own extra)
 
-    from memsync.config.embedding import get_embedder
+    from memsync.embedding import get_embedder
 
     embedder = get_embedder(spec.embedding_model, spec.embedding_batch_size, spec.embedding_max_tokens,
                             spec.embedding_threads)

@@ -24,7 +24,7 @@ def package_dir(root: Path = ROOT) -> dict[str, str]:
 
 
 def package_folders(root: Path = ROOT) -> list[str]:
-    """The installed folders: ``["cli", "config", "worker", "search", "servers"]``."""
+    """The installed folders: ``["cli", "config", "embedding", "chroma", "worker", "search", "servers"]``."""
     return list(package_dir(root).values())
 
 

@@ -46,14 +46,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memsync.config.chroma import collections as stores
-from memsync.config.chroma.server import ServerInfo, pid_alive
+from memsync.chroma import collections as stores
+from memsync.chroma.server import ServerInfo, pid_alive
 from memsync.config.formats.text_index import INDEX_DIR as TEXT_INDEX_DIR
 from memsync.config.formats.vector_copy import DIR as COPY_DIR
 from memsync.config.formats.vector_copy import ENTRIES_FILE, VECTORS_FILE
 from memsync.config.settings import Settings
 from memsync.search import Searcher, SearchRequest
-from memsync.worker.importer import import_records, init_db
+from memsync.worker.seed.importer import import_records, init_db
 from scripts.benchlib import ROOT, free_port, print_table, settings_env, size_mb, worker_status, write_json
 
 MEMSYNC = [sys.executable, "-m", "memsync"]

@@ -27,9 +27,9 @@ import concurrent.futures
 from dataclasses import dataclass, field
 
 from memsync.config.claude_mem.schema import Kind
-from memsync.config.embedding import Embedder
 from memsync.config.formats.database_owner import claim
 from memsync.config.settings import Settings
+from memsync.embedding import Embedder
 from memsync.search import fts, hydrate, links, relevance
 from memsync.search.fusion import Ranked, Weights, fuse
 from memsync.search.hydrate import PageEntry

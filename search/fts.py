@@ -113,7 +113,7 @@ def _word_ranks() -> dict[str, int]:
     global _ranks
     with _ranks_lock:
         if _ranks is None:
-            from memsync.config.embedding.local import tokenizer_json
+            from memsync.embedding.local import tokenizer_json
 
             vocab: dict[str, int] = json.loads(tokenizer_json())["model"]["vocab"]
             first = vocab["the"]  # the entries before it are markers, characters and unused slots

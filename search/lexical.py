@@ -145,7 +145,7 @@ class LexicalSide:
 
     def _unreadable(self, why: str, opened: bool = False) -> None:
         """The text index cannot be read: FTS5 answers this search alone, and its reason says so
-        (the worker rebuilds the index, ``worker.textsync``). ``opened``: it failed after it
+        (the worker rebuilds the index, ``worker.stores.textsync``). ``opened``: it failed after it
         opened (a damaged segment), so later searches skip it too until it is rebuilt."""
         if opened:
             forget(self.settings, why)

@@ -1,5 +1,5 @@
 """Optional reranking of the fused candidates by a cross-encoder behind an OpenAI-style
-``/rerank`` endpoint (``rerank_provider=openai``; the client is ``config.embedding.remote``).
+``/rerank`` endpoint (``rerank_provider=openai``; the client is ``embedding.remote``).
 
 The best ``rerank_top_n`` fused candidates are read from SQLite (one ``IN`` query per kind), sent
 with the query, and put in the reranker's order; the rest follow in fused order. Each row keeps its
@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
-from memsync.config.embedding import make_reranker
 from memsync.config.errors import EmbeddingError, EmbeddingUnavailable
 from memsync.config.settings import Settings
+from memsync.embedding import make_reranker
 from memsync.search.hydrate import PageEntry, records
 from memsync.search.sql import QueryTimeout, SourceRows
 

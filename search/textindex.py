@@ -1,6 +1,6 @@
 """Reading memsync's own BM25 index (tantivy), the fast path of lexical search.
 
-The index (layout: ``config.textindex``) is written by the worker (``worker.textsync``) after each
+The index (layout: ``config.textindex``) is written by the worker (``worker.stores.textsync``) after each
 sync pass; searches only read it. It records per kind the highest row id it holds (its watermark).
 Rows above it (committed since the worker's last pass, or all of them when no worker runs) are the
 *tail*, which the lexical side (``search.lexical``) takes from FTS5: the index can be behind, never

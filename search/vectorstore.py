@@ -2,7 +2,7 @@
 generation, the nearest documents collapsed onto their rows by (kind, id), every call under a deadline.
 
 The query is embedded with the active generation's *recorded* provider and model
-(``config.embedding.generation_embedder``), not the configured one: during ``memsync resync
+(``embedding.generation_embedder``), not the configured one: during ``memsync resync
 --rebuild`` to another model, searches keep answering (hybrid) from the old generation, and move to
 the new one when the pointer flips (checked at most every ``GENERATION_TTL_S``). A remote endpoint
 that cannot embed the query (down, slow, refusing) is a :class:`VectorUnavailable` like Chroma down,
@@ -34,15 +34,15 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
-from memsync.config.chroma import collections as stores
-from memsync.config.chroma.server import heartbeat_failure
+from memsync.chroma import collections as stores
+from memsync.chroma.server import heartbeat_failure
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.docids import DocIdError, parse_doc_id
-from memsync.config.embedding import Embedder, Identity, configured_identity, generation_embedder
 from memsync.config.errors import ConfigError, EmbeddingError, EmbeddingUnavailable, MemsyncError, StoreUnavailable
 from memsync.config.formats.worker_status import worker_state
 from memsync.config.native import guarded
 from memsync.config.settings import Settings
+from memsync.embedding import Embedder, Identity, configured_identity, generation_embedder
 
 RETRY_AFTER_S = 3.0
 ID_CHUNK = 8000  # ids per existence check: 35k ids cost ~640 ms in chunks of 2,000, ~240 ms in 8,000

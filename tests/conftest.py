@@ -23,7 +23,7 @@ import pytest
 
 from memsync.config.claude_mem.schema import Era, Kind
 from memsync.config.settings import Settings
-from memsync.worker.importer import import_records, init_db
+from memsync.worker.seed.importer import import_records, init_db
 
 DAY_MS = 86_400_000
 BASE_MS = 1_780_000_000_000
@@ -177,7 +177,7 @@ def source_db(settings: Settings) -> Path:
 @pytest.fixture
 def chroma(settings: Settings) -> Iterator[Any]:
     """An embedded Chroma client on the settings' data dir, closed afterwards."""
-    from memsync.config.chroma import collections as stores
+    from memsync.chroma import collections as stores
 
     handle = stores.connect(settings)
     try:
@@ -197,8 +197,8 @@ def kill_managed_server(data_dir: Path, store: Path | None = None) -> None:
     """Never leave a managed Chroma server behind, even when a test failed before stopping it: the
     recorded one while its pid is still that server, and every `chroma run` on the store
     (``DATA_DIR/chroma`` unless given) that the process table shows (the record may be gone)."""
-    from memsync.config.chroma.process import chroma_processes
-    from memsync.config.chroma.server import ServerInfo
+    from memsync.chroma.process import chroma_processes
+    from memsync.chroma.server import ServerInfo
 
     info = ServerInfo.read(data_dir)
     pids = {p.pid for p in chroma_processes(store or data_dir / "chroma")}
@@ -214,7 +214,7 @@ def held_server(settings: Settings) -> Iterator[Settings]:
     """The managed `chroma run` of ``settings``, started and held by the test (so that it outlives
     each resync, as it outlives a worker for claude-mem), stopped and, whatever happened, killed at
     the end."""
-    from memsync.config.chroma.server import ManagedServer
+    from memsync.chroma.server import ManagedServer
 
     server = ManagedServer(settings)
     server.ensure()

@@ -28,8 +28,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from memsync.config.embedding import get_embedder
 from memsync.config.settings import LOCAL_MODEL
+from memsync.embedding import get_embedder
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from memsync.worker.importer import import_records, init_db
+from memsync.worker.seed.importer import import_records, init_db
 from scripts.bench_inject import (
     Asked,
     Injected,

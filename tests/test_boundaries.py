@@ -1,10 +1,10 @@
 """Import direction inside the ``memsync`` package, checked on the source with ``ast``.
 
-config ← worker, config ← search; worker and search never import each other; servers sit on the
-libraries; the command (``cli/``: ``memsync.main``, ``memsync.commands``) sits on top and nothing
-below imports it; nothing imports ``scripts``; only the adapters import chromadb; and no module
-imports one of our folders by its bare name (``import config``), which would shadow or be shadowed
-by a user's own ``config`` module.
+The shared kernel (config, embedding, chroma) ← worker, the kernel ← search; worker and search
+never import each other; servers sit on the libraries; the command (``cli/``: ``memsync.main``,
+``memsync.commands``) sits on top and nothing below imports it; nothing imports ``scripts``; only
+the adapters import chromadb; and no module imports one of our folders by its bare name (``import
+config``), which would shadow or be shadowed by a user's own ``config`` module.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from scripts.pkgmap import NOT_INSTALLED, package_dir
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = package_dir()  # import name -> folder: a module's layer is the folder it lives in
 FOLDERS = list(PACKAGE_DIR.values())
-CHROMA_ADAPTERS = {"config/chroma/collections.py", "worker/sink.py"}
+CHROMA_ADAPTERS = {"chroma/collections.py", "worker/pipeline/sink.py"}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -51,6 +51,8 @@ def files(folder: str) -> list[Path]:
 
 @pytest.mark.parametrize(("folder", "forbidden"), [
     ("config", {"worker", "search", "servers", "cli"}),
+    ("embedding", {"worker", "search", "servers", "cli"}),
+    ("chroma", {"worker", "search", "servers", "cli"}),
     ("worker", {"search", "servers", "cli"}),
     ("search", {"worker", "servers", "cli"}),
     ("servers", {"cli"}),
@@ -70,10 +72,11 @@ def test_the_checker_sees_memsync_imports() -> None:
     assert layer_of("memsync.main") == "cli"
     assert layer_of("memsync") == "cli"
     assert layer_of("memsync.commands.search") == "cli"
-    assert layer_of("memsync.config.chroma.process") == "config"
+    assert layer_of("memsync.chroma.process") == "chroma"
+    assert layer_of("memsync.embedding.remote") == "embedding"
     assert layer_of("search.engine") is None
     assert "search" in layers_imported(ROOT / "servers" / "params.py")
-    assert "config" in layers_imported(ROOT / "worker" / "sync.py")
+    assert "config" in layers_imported(ROOT / "worker" / "pipeline" / "sync.py")
 
 
 @pytest.mark.parametrize("folder", [*FOLDERS, *NOT_INSTALLED])

@@ -14,8 +14,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from memsync.commands.options import errors_as_exit
 from memsync.config import errors
+from memsync.config.claude_code.settings_file import ClaudeSettingsError
 from memsync.config.claude_mem.schema import SchemaError
-from memsync.config.claude_settings import ClaudeSettingsError
 from memsync.config.docids import DocIdError
 from memsync.config.errors import (
     BadData,
@@ -36,9 +36,9 @@ from memsync.search.vectorstore import VectorUnavailable
 from memsync.servers.http_api import create_app
 from memsync.servers.mcp_boundary import answers
 from memsync.servers.params import BadRequest
-from memsync.worker.documents import RowError
-from memsync.worker.importer import RecordError
-from memsync.worker.sink import RejectedBatch
+from memsync.worker.pipeline.documents import RowError
+from memsync.worker.pipeline.sink import RejectedBatch
+from memsync.worker.seed.importer import RecordError
 
 
 def all_subclasses(cls: type) -> set[type]:

@@ -58,7 +58,7 @@ GLOSSARY = ROOT / "docs/glossary.md"
 
 def test_the_glossary_names_modules_that_exist() -> None:
     """Each word of docs/glossary.md says where it lives in the code: a module that moved or went is
-    a wrong address (the glossary names them as imported: ``memsync.worker.sync``)."""
+    a wrong address (the glossary names them as imported: ``memsync.worker.pipeline.sync``)."""
     import importlib.util
 
     named = set(re.findall(r"`(memsync(?:\.\w+)+)`", GLOSSARY.read_text(encoding="utf-8")))

@@ -1,5 +1,5 @@
 """``memsync claude-code swap`` / ``restore``: memsync's answers behind claude-mem's search tools in
-Claude Code, in one command, and back (:mod:`memsync.config.claude_code` owns Claude Code's side)."""
+Claude Code, in one command, and back (:mod:`memsync.config.claude_code.registrations` owns Claude Code's side)."""
 
 from __future__ import annotations
 
@@ -18,25 +18,24 @@ import click
 from memsync.commands.options import EXIT_USAGE, common_options, errors_as_exit, fail, settings_from
 from memsync.config.claude_code import (
     SERVER_NAME,
+    ClaudeSettingsError,
+    InjectTarget,
     SettingsChange,
     apply_change,
+    claude_mem_injection,
     config_dir,
+    hook_entry,
+    hook_supported,
+    inject_command,
     plan_restore,
     plan_swap,
+    read_settings,
     registrations,
     settings_path,
     winning_scope,
 )
-from memsync.config.claude_hook import (
-    InjectTarget,
-    claude_mem_injection,
-    hook_entry,
-    hook_supported,
-    inject_command,
-)
 from memsync.config.claude_mem.user_settings import data_dir_choice
 from memsync.config.claude_mem.version import PORT_KEY, installed_version, worker_port, worker_version
-from memsync.config.claude_settings import ClaudeSettingsError, read_settings
 from memsync.config.errors import one_line
 from memsync.config.formats.database_owner import is_demo
 from memsync.config.formats.worker_status import worker_state

@@ -102,7 +102,7 @@ def _refused_exits(settings: Settings) -> None:
     """A remote Chroma that refuses the credentials or lacks the tenant or database is a setup
     error: exit 2 with the reason, rather than answer lexically as for a server that is down
     (which still falls back: that outage passes). The search servers keep falling back, and say why."""
-    from memsync.config.chroma.collections import check_remote
+    from memsync.chroma.collections import check_remote
 
     with contextlib.suppress(StoreUnavailable):
         check_remote(settings, settings.search_timeout_ms / 1000)  # no longer than the search would wait

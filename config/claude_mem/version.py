@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from memsync.config.claude_code import config_dir
+from memsync.config.claude_code.registrations import config_dir
 from memsync.config.claude_mem.user_settings import claude_mem_setting, default_worker_port
 
 # The newest claude-mem schema (``schema_versions`` max) memsync is tested with: what the pinned

@@ -1,5 +1,5 @@
 """memsync's own on-disk formats in its data directory: sync records, text index, vector copy, ``worker.json``.
 
 Each format has one module here that both its writer (``memsync.worker``) and its reader
-(``memsync.search``, ``memsync.worker.status``) import.
+(``memsync.search``, ``memsync.worker.checks.status``) import.
 """

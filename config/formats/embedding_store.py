@@ -1,6 +1,6 @@
 """The layout of memsync's embedding store (``DATA_DIR/embeddings.db``): every vector the sync
 embedded, keyed by what produced it and the exact text, so that no text is embedded twice
-(the reason follows). Written and read by the worker only (``worker.embedstore``).
+(the reason follows). Written and read by the worker only (``worker.stores.embedstore``).
 
 Why: embedding is the whole cost of a sync (about 5 ms per document on two cores, measured)
 and a vector is a pure function of (model, text). A ``resync --rebuild`` with the same model, a
@@ -9,11 +9,11 @@ index) and identical texts (repeated prompts, repeated facts) can all take the s
 
 Layout, one SQLite file in WAL mode (the worker and a ``resync`` may write at the same time):
 
-- ``models``: one line per embedding identity (``config.embedding.vector_identity``: provider,
+- ``models``: one line per embedding identity (``embedding.vector_identity``: provider,
   model id, dimension, endpoint, token limit; vectors of two identities never meet), with the
   model id the sync records name (``docs.model`` in ``state.db``) for the garbage collection;
 - ``vectors``: ``(model, text_hash) → vec``, ``text_hash`` the 16 bytes of a document's
-  ``text_hash`` (a hash of exactly the embedded text, ``worker.documents``), ``vec``
+  ``text_hash`` (a hash of exactly the embedded text, ``worker.pipeline.documents``), ``vec``
   :data:`DTYPE` components followed by the CRC-32 of their bytes, and ``added_s`` (epoch
   seconds) so that a collection never removes a vector whose sync record is still being written.
   A rowid table with a unique index on the key, not a WITHOUT ROWID table keyed by it: the keys

@@ -1,11 +1,11 @@
 """``DATA_DIR/first_sync/<collection>.json``: how far a first sync has come, so that a search
 never presents a partial semantic side as complete.
 
-A full pass goes newest first (``worker.sync``), each kind by id ranges from the top: the rows of a
+A full pass goes newest first (``worker.pipeline.sync``), each kind by id ranges from the top: the rows of a
 kind at or below its cursor are still to compare, every row above it (up to the records'
 watermarks) is synced. While a pass runs over a generation whose records do not yet cover its rows
 (a first sync, or one taken up after a crash), the pass keeps its cursor in this file
-(``worker.frontier``) and deletes it when it is through. A search reads it (one ``stat`` when it is
+(``worker.pipeline.frontier``) and deletes it when it is through. A search reads it (one ``stat`` when it is
 absent, the usual case) and counts the rows of its own scope at or below the cursor: those may lack
 documents (``search.coverage``). A cursor written late only overstates what is missing.
 

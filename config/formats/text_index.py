@@ -1,5 +1,5 @@
 """The layout of memsync's own BM25 index of the agent's rows (tantivy), shared by the worker, which
-owns and writes it (``worker.textsync``), and the search, which only reads it (``search.textindex``).
+owns and writes it (``worker.stores.textsync``), and the search, which only reads it (``search.textindex``).
 
 Why it exists: FTS5 scores every row a query matches (bm25 runs per matching row, and a prefix term
 first merges every matching term's whole doclist), so an OR of common words costs 25-70 ms per

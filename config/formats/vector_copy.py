@@ -1,5 +1,5 @@
 """memsync's own copy of the vectors it wrote to Chroma, for exact filtered ranking: the layout,
-shared by the worker, which writes it (``worker.vectorcopy``) beside every Chroma write, and the
+shared by the worker, which writes it (``worker.stores.vectorcopy``) beside every Chroma write, and the
 search, which only reads it (``search.vectorcopy``).
 
 Why it exists: a search with a window or a project filter must rank exactly the rows that pass
@@ -23,7 +23,7 @@ Layout, one directory per collection generation, ``DATA_DIR/vectors/<collection>
 Checked, never trusted: a copy whose files are shorter than its manifest counts, whose
 entries name codes its tables lack, or whose entries' checksum differs (:func:`damage`) is damaged.
 Searches then use Chroma as for an incomplete copy, and the worker discards it and fills it again
-(``worker.vectorcopy``). The checksum leaves out the ``live`` byte so that marking an entry dead in
+(``worker.stores.vectorcopy``). The checksum leaves out the ``live`` byte so that marking an entry dead in
 place changes nothing, and appending only continues it (crc32 runs on): a writer never reads the
 file again to keep it. Checking the whole entries file costs a copy and a crc32 of 32 bytes an
 entry: 2 ms at 100k entries, 8-9 ms at 313k (measured on two busy cores); readers check only the
@@ -36,7 +36,7 @@ never covered them, and random bytes written over the vectors file changed ranki
 writer continues the last block's crc32 as it appends (it never reads the file again) and a rewrite
 computes them as it writes. Checking them reads the whole file (120 MB at 313k documents, 384
 dimensions: a crc32 per 1.5 MB block, 40-90 ms), too much for a search; the worker checks them
-on its schedule in slices (``worker.maintenance``), ``status`` and ``verify`` whole. A version 3
+on its schedule in slices (``worker.loop.maintenance``), ``status`` and ``verify`` whole. A version 3
 manifest has none: the next writer records those of the vectors it finds (no rebuild), as for the
 entries' checksum of version 2.
 
@@ -46,7 +46,7 @@ atomically after the appended bytes are on disk, so a reader never sees an entry
 ``complete`` says the copy holds every document Chroma acknowledged for the generation (a
 generation started with the copy, or one filled from Chroma); a reader uses nothing else.
 
-A rewrite (``worker.vectorcopy`` ``reorder``) drops the dead entries and sorts the live ones by
+A rewrite (``worker.stores.vectorcopy`` ``reorder``) drops the dead entries and sorts the live ones by
 date into files of a new ``layout`` number (``vectors.N.i8``, ``entries.N.bin``; layout 0 is the
 plain names), then switches the manifest: a reader that mapped the old files keeps them until it
 is done, and positions never change under it. ``ordered`` entries from the start are sorted by

@@ -1,8 +1,8 @@
 """``DATA_DIR/worker.json``: what the running worker says about itself.
 
-Written by the worker (``memsync.worker.health``) and read by ``memsync status`` and the HTTP
-server's status (``memsync.worker.status``), and by a second worker that finds the lock taken
-(``memsync.worker.lock``, for the pid in its error).
+Written by the worker (``memsync.worker.loop.health``) and read by ``memsync status`` and the HTTP
+server's status (``memsync.worker.checks.status``), and by a second worker that finds the lock taken
+(``memsync.worker.loop.lock``, for the pid in its error).
 
 The worker writes the file as soon as it holds its lock (``phase`` ``starting``), then replaces it
 atomically (temp file + rename) when a pass ran, and at least every ``HEARTBEAT_EVERY_S`` as a
@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memsync.config.chroma.server import pid_alive
+from memsync.chroma.server import pid_alive
 
 STATUS_FILE = "worker.json"
 HEARTBEAT_FILE = "worker.heartbeat"  # the same record, written in place when worker.json cannot be
 HEARTBEAT_BYTES = 16384  # its fixed size: the record padded with spaces (a record is 1-3 KB)
 HEARTBEAT_EVERY_S = 5.0  # an idle worker rewrites the file this often
 STALE_MS = 30_000  # a heartbeat older than this: the worker is not up (hung, or killed without a word)
-DEFAULT_MAX_LAG_S = 60.0  # seconds of lag a health check tolerates (worker.status.verdict)
+DEFAULT_MAX_LAG_S = 60.0  # seconds of lag a health check tolerates (worker.checks.status.verdict)
 
 # What the worker is doing (not down while starting): it took its lock and is opening the stores; its first full
 # pass, which on a large database embeds for a long time; following the database after it.
@@ -56,7 +56,7 @@ class WorkerStatus:
     heartbeat_ms: int = 0
     phase: str = PHASE_STARTING
     pass_rows_done: int = 0  # rows the running (or last) pass has compared so far: the first pass's progress
-    # During the first pass (worker.progress): searchable_from_ms, rows_left, documents_left,
+    # During the first pass (worker.loop.progress): searchable_from_ms, rows_left, documents_left,
     # window_rows_left, window_days, docs_per_s, rows_per_s, eta_window_s, eta_all_s.
     first_sync: dict[str, Any] | None = None
     chroma_reachable: bool = False
@@ -77,7 +77,7 @@ class WorkerStatus:
     failed_rows: int = 0
     stopping: bool = False
     totals: dict[str, int] = field(default_factory=dict)
-    # The active collection against the sync records (worker.target.check_store), at every
+    # The active collection against the sync records (worker.pipeline.target.check_store), at every
     # reconcile and health check: its count, when it was read, the records' acknowledged documents,
     # since when the two counts differ (None: equal), and how many alignments corrected records.
     store_documents: int | None = None
@@ -85,11 +85,11 @@ class WorkerStatus:
     records_documents: int = 0
     store_differs_since_ms: int | None = None
     store_repairs: int = 0
-    # The server's vector index (worker.target.IndexWarmup): loading since (None: not loading), and
+    # The server's vector index (worker.pipeline.target.IndexWarmup): loading since (None: not loading), and
     # how long its last load took.
     index_loading_since_ms: int | None = None
     index_loaded_in_ms: int | None = None
-    # A call the loop waits on now (worker.health.Health.busy): what, since when, and the longest it
+    # A call the loop waits on now (worker.loop.health.Health.busy): what, since when, and the longest it
     # can take; the heartbeat is refreshed meanwhile, for that long at most. None: not waiting.
     waiting_on: dict[str, Any] | None = None
 

@@ -22,7 +22,7 @@ def register(api: ApiKit) -> None:
     def api_status(max_lag: Annotated[float, Query(ge=0, description="Seconds of lag the health verdict "
                                                    "tolerates, as `memsync status --check --max-lag`.")]
                    = DEFAULT_MAX_LAG_S) -> dict[str, Any]:
-        from memsync.worker.status import status, verdict
+        from memsync.worker.checks.status import status, verdict
 
         state = status(settings)
         report = state.as_dict()

@@ -25,7 +25,19 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from memsync.config.claude_code import (
+from memsync.config.claude_code.hook import (
+    HOOK_AT,
+    HOOK_TIMEOUT_S,
+    SEMANTIC_INJECT_KEY,
+    InjectTarget,
+    claude_mem_injection,
+    hook_entry,
+    hook_installed,
+    hook_supported,
+    inject_command,
+    parse_inject_command,
+)
+from memsync.config.claude_code.registrations import (
     CLAUDE_MEM_SERVER,
     DENY_RULES,
     SEARCH_TOOLS,
@@ -39,19 +51,7 @@ from memsync.config.claude_code import (
     settings_path,
     winning_scope,
 )
-from memsync.config.claude_hook import (
-    HOOK_AT,
-    HOOK_TIMEOUT_S,
-    SEMANTIC_INJECT_KEY,
-    InjectTarget,
-    claude_mem_injection,
-    hook_entry,
-    hook_installed,
-    hook_supported,
-    inject_command,
-    parse_inject_command,
-)
-from memsync.config.claude_settings import (
+from memsync.config.claude_code.settings_file import (
     RECORD_KEY,
     ClaudeSettingsError,
     RecordedEdit,

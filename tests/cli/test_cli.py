@@ -137,7 +137,7 @@ class TestSyncCommands:
         assert "vector copy: 21 documents, complete" in out and "text index: up to date" in out
         code, out, _ = invoke("resync", *args)
         assert code == 0 and json.loads(invoke("status", *args, "--json")[1])["vector_copy"]["documents"] == 18
-        from memsync.worker.status import vector_copy_state
+        from memsync.worker.checks.status import vector_copy_state
 
         off = settings.model_copy(update={"vector_copy": False})
         assert vector_copy_state(off, "memsync-g1") == {"enabled": False}

@@ -21,8 +21,8 @@ from memsync.config.claude_mem.schema import TABLES, Kind
 from memsync.config.settings import Settings
 from memsync.main import main
 from memsync.search import Response, Searcher, Signal
-from memsync.worker.demo import PROJECTS, generate
-from memsync.worker.resync import resync
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.seed.demo import PROJECTS, generate
 
 TEXTS = {Kind.OBSERVATION: ("title", "subtitle", "narrative", "facts"),
          Kind.SUMMARY: ("request", "investigated", "learned", "completed", "next_steps", "notes"),

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from memsync.config.settings import Settings
 from memsync.main import main
-from memsync.worker.status import store_state
+from memsync.worker.checks.status import store_state
 from tests.conftest import make_db, mixed_records
 
 NOW = 1_800_000_000_000

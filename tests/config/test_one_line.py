@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from memsync.config.chroma import server as chroma_server
+from memsync.chroma import server as chroma_server
 from memsync.config.errors import StoreUnavailable, one_line
 from memsync.config.settings import Settings
-from memsync.worker.health import Health
+from memsync.worker.loop.health import Health
 from tests.conftest import free_port
 
 # What `chroma run` prints before it fails: its logo in ( and #, coloured log lines, a progress bar

@@ -15,9 +15,9 @@ from memsync.config.claude_mem.schema import Era, Kind
 from memsync.config.settings import Settings
 from memsync.search import Filters, Mode, Order, Searcher, SearchRequest, fts
 from memsync.search.lexical_index import FORMAT, INDEX_FILE
-from memsync.worker.importer import import_records
-from memsync.worker.state import now_ms
-from memsync.worker.textsync import TextSync
+from memsync.worker.pipeline.state import now_ms
+from memsync.worker.seed.importer import import_records
+from memsync.worker.stores.textsync import TextSync
 from tests.conftest import make_db, obs, prompt, summary
 
 ZH = "修复退款金额的舍入错误"  # fixed the rounding error in refund amounts

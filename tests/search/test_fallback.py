@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from memsync.config.chroma.server import ServerInfo
+from memsync.chroma.server import ServerInfo
 from memsync.config.settings import Settings
 from memsync.search import Mode, Searcher, SearchRequest
 from memsync.search.vectorstore import VectorUnavailable, probe

@@ -15,8 +15,8 @@ from memsync.search import Mode, Searcher, SearchRequest
 from memsync.search.lexical import EXCLUDED_CAP, LexicalSide
 from memsync.search.models import Filters, Order, Scope, Window
 from memsync.search.sql import SourceRows
-from memsync.worker.importer import import_records
-from memsync.worker.textsync import TextSync
+from memsync.worker.seed.importer import import_records
+from memsync.worker.stores.textsync import TextSync
 from tests.conftest import BASE_MS, make_db, mixed_records, obs, prompt, summary, write
 
 ALL_TIME = Window(0, None, None, "all_time")

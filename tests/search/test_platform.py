@@ -15,7 +15,7 @@ from memsync.config.claude_mem.platform import normalize_platform
 from memsync.config.claude_mem.schema import Era, Kind
 from memsync.config.settings import Settings
 from memsync.search import Filters, Mode, Searcher, SearchRequest
-from memsync.worker.resync import resync
+from memsync.worker.pipeline.resync import resync
 from tests.conftest import make_db
 
 DAY_MS = 86_400_000

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from memsync.config.claude_mem.schema import Era, Kind
 from memsync.config.settings import Settings
 from memsync.search import Filters, Mode, Order, Searcher, SearchError, SearchRequest, Signal
-from memsync.worker.resync import resync
+from memsync.worker.pipeline.resync import resync
 from tests.conftest import make_db
 
 DAY_MS = 86_400_000
@@ -188,7 +188,7 @@ def test_managed_server_down_falls_back_to_lexical(tmp_path: Path) -> None:
 
 
 def test_real_server_up_then_stopped(tmp_path: Path) -> None:
-    from memsync.config.chroma.server import ManagedServer
+    from memsync.chroma.server import ManagedServer
 
     settings = build(tmp_path, corpus()[125:], chroma_mode="managed", chroma_port=_free_port())
     server = ManagedServer(settings)
@@ -278,7 +278,7 @@ def test_database_without_fts_uses_own_index(tmp_path: Path) -> None:
     try:
         resp = engine.search(SearchRequest(query="zebra crossings", window_days=0, mode=Mode.LEXICAL))
         assert [(r.kind, r.id) for r in resp.results] == [(Kind.OBSERVATION, 1)]
-        from memsync.worker.importer import import_records
+        from memsync.worker.seed.importer import import_records
 
         import_records(settings.db, [o("a later zebra sighting", 0.5)])
         again = engine.search(SearchRequest(query="zebra", window_days=0, mode=Mode.LEXICAL))

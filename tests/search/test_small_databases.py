@@ -25,7 +25,7 @@ import pytest
 from memsync.config.claude_mem.schema import KINDS, TABLES, Kind
 from memsync.config.settings import Settings
 from memsync.search import Mode, Searcher, SearchRequest, fts
-from memsync.worker.resync import resync
+from memsync.worker.pipeline.resync import resync
 from tests.conftest import make_db
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "small" / "cases.json"

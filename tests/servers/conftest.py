@@ -18,7 +18,7 @@ import pytest
 from memsync.config.settings import Settings
 from memsync.search import Searcher
 from memsync.servers.http_api import create_app
-from memsync.worker.resync import resync
+from memsync.worker.pipeline.resync import resync
 from scripts.benchlib import settings_env
 from tests.conftest import free_port
 from tests.search.test_search import o, p, s
@@ -48,7 +48,7 @@ def corpus() -> list[dict[str, Any]]:
 @pytest.fixture(scope="package")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """Settings of a synced database with its managed Chroma server running (stopped at the end)."""
-    from memsync.config.chroma.server import ManagedServer
+    from memsync.chroma.server import ManagedServer
     from tests.upstream.written import written_db
 
     tmp = tmp_path_factory.mktemp("served")

@@ -26,7 +26,7 @@ from memsync.config.settings import Settings
 from memsync.search import SearchRequest
 from memsync.servers.claude_mem_tools import SCHEMAS, comma_list, date_value, whole
 from memsync.servers.params import BadRequest
-from memsync.worker.resync import resync
+from memsync.worker.pipeline.resync import resync
 from scripts.real_claude_mem import BUN, MCP_SERVER, NO_TELEMETRY, ClaudeMemWorker, mcp_server_params
 from tests.servers.conftest import MEMSYNC, ROOT, mcp_over_http, server_env
 

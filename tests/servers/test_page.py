@@ -61,8 +61,8 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, HttpServer]]:
     """A database of this module's own (the shared corpus plus a memory holding HTML), synced into
     its own managed Chroma, served: the live test writes to it."""
-    from memsync.config.chroma.server import ManagedServer
-    from memsync.worker.resync import resync
+    from memsync.chroma.server import ManagedServer
+    from memsync.worker.pipeline.resync import resync
     from tests.upstream.written import written_db
 
     tmp = tmp_path_factory.mktemp("page")
@@ -200,7 +200,7 @@ def test_the_recent_view_is_live_and_projects_filter_it(own: tuple[Settings, Htt
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from memsync.worker.daemon import Worker
+    from memsync.worker.loop.daemon import Worker
 
     settings, server = own
     wait = WebDriverWait(browser, 30)

@@ -30,11 +30,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.settings import Settings
-from memsync.worker.resync import upstream_resync
-from memsync.worker.source import SourceReader
-from memsync.worker.state import SyncState
+from memsync.worker.pipeline.resync import upstream_resync
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import SyncState
 from scripts.real_claude_mem import ClaudeMemWorker
 from tests.conftest import free_port, held_server
 

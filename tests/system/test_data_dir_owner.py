@@ -14,7 +14,7 @@ import pytest
 from memsync.commands.db import make_demo_db
 from memsync.config.formats.database_owner import DatabaseIdentity, demo_db_path, recorded
 from memsync.config.settings import Settings
-from memsync.worker.verify import verify
+from memsync.worker.checks.verify import verify
 from tests.conftest import mixed_records
 from tests.system.test_e2e import MEMSYNC, ROOT, env_for, memsync
 from tests.system.test_worker import WorkerProcess

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from memsync.config.chroma.server import INFO_FILE, ServerInfo, chroma_executable, heartbeat, pid_alive
+from memsync.chroma.server import INFO_FILE, ServerInfo, chroma_executable, heartbeat, pid_alive
 from memsync.config.errors import ConfigError
 from memsync.config.settings import Settings
-from memsync.worker.verify import verify
+from memsync.worker.checks.verify import verify
 from scripts.benchlib import settings_env
 from tests.conftest import free_port, mixed_records
 from tests.upstream.written import written_db
@@ -34,7 +34,7 @@ def memsync(settings: Settings, *args: str, **extra: str) -> subprocess.Complete
 
 
 def chroma_ids(settings: Settings) -> list[str]:
-    from memsync.config.chroma import collections as stores
+    from memsync.chroma import collections as stores
 
     with stores.connect(settings) as handle:
         col = stores.open_collection(handle.client, settings, "all-MiniLM-L6-v2-int8", 384)
@@ -83,7 +83,7 @@ def managed(managed: Settings) -> Settings:
 
 
 def test_managed_mode_starts_and_stops_its_own_server(managed: Settings) -> None:
-    from memsync.config.chroma.server import LOG_FILE, LOG_ROTATE_BYTES
+    from memsync.chroma.server import LOG_FILE, LOG_ROTATE_BYTES
 
     log = managed.data_dir / LOG_FILE
     managed.data_dir.mkdir(parents=True)
@@ -103,7 +103,7 @@ def test_managed_mode_starts_and_stops_its_own_server(managed: Settings) -> None
 
 
 def test_managed_mode_adopts_a_running_server(managed: Settings) -> None:
-    from memsync.config.chroma.server import ManagedServer
+    from memsync.chroma.server import ManagedServer
 
     owner = ManagedServer(managed)
     info = owner.ensure()
@@ -118,8 +118,8 @@ def test_managed_mode_adopts_a_running_server(managed: Settings) -> None:
 
 
 def test_embedded_mode_refuses_while_a_managed_server_owns_the_store(managed: Settings) -> None:
-    from memsync.config.chroma import collections as stores
-    from memsync.config.chroma.server import ManagedServer
+    from memsync.chroma import collections as stores
+    from memsync.chroma.server import ManagedServer
 
     owner = ManagedServer(managed)
     owner.ensure()
@@ -131,7 +131,7 @@ def test_embedded_mode_refuses_while_a_managed_server_owns_the_store(managed: Se
 
 
 def test_embedded_mode_is_exclusive(settings: Settings) -> None:
-    from memsync.config.chroma import collections as stores
+    from memsync.chroma import collections as stores
 
     with stores.connect(settings), pytest.raises(ConfigError, match="single-process"):
         stores.connect(settings)
@@ -145,7 +145,7 @@ def test_http_mode_against_a_separate_chroma_server(tmp_path: Path) -> None:
         s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http",
                      chroma_port=port, chroma_start_timeout_s=60)
         written_db(s.db, mixed_records(3))
-        from memsync.config.chroma.server import ManagedServer
+        from memsync.chroma.server import ManagedServer
 
         assert ManagedServer(s)._wait_healthy(ServerInfo(server.pid, "127.0.0.1", port, ""), server)
         result = memsync(s, "resync", "--json")
@@ -173,7 +173,7 @@ def test_server_left_by_a_killed_memsync_is_taken_over_and_stopped(managed: Sett
         "import os, sys\n"
         "from pathlib import Path\n"
         "from memsync.config.settings import Settings\n"
-        "from memsync.config.chroma.server import ManagedServer\n"
+        "from memsync.chroma.server import ManagedServer\n"
         "s = Settings(db=Path(sys.argv[1]), data_dir=Path(sys.argv[2]), chroma_port=int(sys.argv[3]))\n"
         "ManagedServer(s).ensure()\n"
         "os._exit(0)\n"

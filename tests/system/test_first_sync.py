@@ -10,9 +10,9 @@ import pytest
 
 from memsync.config.settings import Settings
 from memsync.search import Mode, Response, Searcher, SearchRequest
-from memsync.worker.importer import import_records
-from memsync.worker.status import status
-from memsync.worker.verify import verify
+from memsync.worker.checks.status import status
+from memsync.worker.checks.verify import verify
+from memsync.worker.seed.importer import import_records
 from tests.conftest import make_db, mixed_records, prompt
 from tests.system.test_worker import WorkerProcess, wait_for
 

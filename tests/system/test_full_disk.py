@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from memsync.config.settings import Settings
-from memsync.worker.backoff import Backoff
-from memsync.worker.importer import import_records
-from memsync.worker.verify import verify
+from memsync.worker.checks.verify import verify
+from memsync.worker.loop.backoff import Backoff
+from memsync.worker.seed.importer import import_records
 from tests.conftest import free_port, mixed_records, prompt
 from tests.system.test_e2e import memsync
 from tests.system.test_worker import WorkerProcess, chroma_servers, wait_for
@@ -136,7 +136,7 @@ def fill_under_a_worker(s: Settings, full: Path, new_rows: int, reason: str,
 
 
 def most_failures(seconds: float, interval: float, cap: float) -> int:
-    """The most failed steps a worker backing off (``worker.backoff``) can make in ``seconds``
+    """The most failed steps a worker backing off (``worker.loop.backoff``) can make in ``seconds``
     after its first failure: steps take time too, so a real worker makes at most this many."""
     backoff, spent = Backoff(interval, cap), 0.0
     backoff.fail()

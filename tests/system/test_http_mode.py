@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from memsync.config.chroma.server import ServerInfo, chroma_executable, pid_alive
+from memsync.chroma.server import ServerInfo, chroma_executable, pid_alive
 from memsync.config.settings import Settings
-from memsync.worker.verify import verify
+from memsync.worker.checks.verify import verify
 from tests.conftest import free_port, mixed_records
 from tests.servers.conftest import MEMSYNC, ROOT, HttpServer, server_env
 from tests.system.test_worker import write_rows
@@ -36,7 +36,7 @@ def test_worker_and_two_search_servers_share_one_remote_chroma(tmp_path: Path) -
     s.data_dir.mkdir(parents=True)
     log = (s.data_dir / "worker.log").open("w")
     try:
-        from memsync.config.chroma.server import ManagedServer
+        from memsync.chroma.server import ManagedServer
 
         assert ManagedServer(s)._wait_healthy(ServerInfo(chroma.pid, "127.0.0.1", port, ""), chroma)
         worker = subprocess.Popen([MEMSYNC, "worker", "--poll-interval", "0.2"], env=server_env(s), cwd=ROOT,

@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.claude_mem.schema import Kind
-from memsync.config.embedding import configured_identity, generation_embedder, make_embedder, vector_identity
 from memsync.config.settings import LOCAL_MODEL, MULTILINGUAL_MODEL, Settings
+from memsync.embedding import configured_identity, generation_embedder, make_embedder, vector_identity
 from memsync.search import Mode, Searcher, SearchRequest
-from memsync.worker.importer import import_records
-from memsync.worker.resync import resync
-from memsync.worker.status import CJK_SUGGEST_SHARE, status
-from memsync.worker.verify import verify
+from memsync.worker.checks.status import CJK_SUGGEST_SHARE, status
+from memsync.worker.checks.verify import verify
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.seed.importer import import_records
 from tests.conftest import make_db, obs, prompt, summary
 from tests.system.test_e2e import memsync
 from tests.system.test_worker import WorkerProcess, max_ids, wait_for
@@ -99,8 +99,8 @@ def test_status_suggests_it_then_a_rebuild_switches(settings: Settings) -> None:
 def test_a_missing_extra_names_the_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import builtins
 
-    from memsync.config.embedding import multilingual as module
     from memsync.config.errors import EmbeddingError
+    from memsync.embedding import multilingual as module
 
     real_import = builtins.__import__
 

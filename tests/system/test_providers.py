@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from memsync.config.chroma.server import ManagedServer
+from memsync.chroma.server import ManagedServer
 from memsync.config.formats.worker_status import STALE_MS
 from memsync.config.settings import LOCAL_MODEL, Settings
 from memsync.search import Searcher, SearchRequest
 from memsync.search import vectorstore as vectorstore_module
 from memsync.search.models import Mode
-from memsync.worker.importer import import_records
-from memsync.worker.resync import resync
-from memsync.worker.status import status
-from memsync.worker.verify import verify
+from memsync.worker.checks.status import status
+from memsync.worker.checks.verify import verify
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.seed.importer import import_records
 from tests.conftest import BASE_MS, mixed_records, obs, prompt
 from tests.system.test_e2e import memsync
 from tests.system.test_worker import WorkerProcess, status_check, wait_for
@@ -112,10 +112,10 @@ def test_worker_is_degraded_not_failing_rows_while_the_endpoint_is_down(
     try:
         wait_for(lambda: worker.status().get("degraded") and worker.status().get("embedding_reachable") is False,
                  60, "the worker to report the endpoint unavailable")
-        assert "embeddings endpoint" in str(worker.status().get("last_error"))
+        assert "embeddings endpoint" in str(worker.checks.status().get("last_error"))
         openai_server.stop()  # gone altogether: refused connections are the same degraded state
         import_records(settings.db, [obs(202)])
-        wait_for(lambda: "cannot connect" in str(worker.status().get("last_error")), 60, "refused connections")
+        wait_for(lambda: "cannot connect" in str(worker.checks.status().get("last_error")), 60, "refused connections")
         assert worker.proc.poll() is None and failed_rows(s) == 0
         shown = memsync(s, "status")
         assert "embedding: openai (endpoint unavailable)" in shown.stdout, shown.stdout

@@ -13,8 +13,8 @@ import threading
 import pytest
 
 from memsync.config.settings import Settings
-from memsync.worker.importer import import_records
-from memsync.worker.status import status
+from memsync.worker.checks.status import status
+from memsync.worker.seed.importer import import_records
 from tests.conftest import make_db, mixed_records, prompt
 from tests.system.test_e2e import ROOT, env_for
 from tests.system.test_worker import wait_for

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from memsync.config.settings import Settings
-from memsync.worker.verify import verify
+from memsync.worker.checks.verify import verify
 from tests.conftest import mixed_records
 from tests.system.test_e2e import memsync
 from tests.system.test_providers import remote

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from memsync.config.chroma.server import ManagedServer, ServerInfo, chroma_executable, pid_alive
+from memsync.chroma.server import ManagedServer, ServerInfo, chroma_executable, pid_alive
 from memsync.config.settings import Settings
-from memsync.worker.verify import verify
+from memsync.worker.checks.verify import verify
 from tests.conftest import free_port, mixed_records
 from tests.system.test_e2e import memsync
 from tests.system.test_worker import WorkerProcess, wait_for

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from memsync.config.chroma.server import INFO_FILE, ServerInfo, heartbeat, pid_alive
-from memsync.config.claude_hook import HOOK_AT
+from memsync.chroma.server import INFO_FILE, ServerInfo, heartbeat, pid_alive
+from memsync.config.claude_code.hook import HOOK_AT
 from memsync.config.settings import Settings
 from memsync.main import main
 from memsync.search import Mode, Searcher, SearchRequest
-from memsync.worker.verify import verify
+from memsync.worker.checks.verify import verify
 from tests.cli.test_claude_code import stand_in_claude
 from tests.conftest import mixed_records, obs
 from tests.system.test_e2e import env_for

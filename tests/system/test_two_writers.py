@@ -34,9 +34,9 @@ from typing import Any
 
 import pytest
 
-from memsync.config.chroma.server import chroma_executable
+from memsync.chroma.server import chroma_executable
 from memsync.config.settings import Settings
-from memsync.worker.logs import STORE_ALIGNED
+from memsync.worker.loop.logs import STORE_ALIGNED
 from scripts.real_claude_mem import ClaudeMemWorker, HarnessMissing
 from tests.conftest import free_port, write
 from tests.system.test_e2e import memsync

@@ -23,7 +23,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.types import CallToolResult
 
 from memsync.config.settings import Settings
-from memsync.worker.resync import resync
+from memsync.worker.pipeline.resync import resync
 from scripts.real_claude_mem import CHROMA_MCP, seed_default_model
 from tests.conftest import free_port, held_server
 from tests.upstream.written import written_db

@@ -84,7 +84,7 @@ def test_installed_wheel_runs_beside_a_users_own_config_and_search(wheel: tuple[
     assert "resync" in help_text and "search" in help_text
     probe = ("import config, search\n"
              "from memsync.search import Searcher\n"
-             "import memsync.config.settings, memsync.worker.daemon, memsync.servers.http_api, memsync.main\n"
+             "import memsync.config.settings, memsync.worker.loop.daemon, memsync.servers.http_api, memsync.main\n"
              "assert config.USER == 'config' and search.USER == 'search'\n"
              "print(Searcher.__module__, memsync.config.settings.__file__)\n")
     out = run([str(venv / "bin" / "python"), "-c", probe], user).stdout

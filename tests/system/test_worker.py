@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from memsync.config.chroma.server import INFO_FILE, ServerInfo, chroma_executable, heartbeat, pid_alive
+from memsync.chroma.server import INFO_FILE, ServerInfo, chroma_executable, heartbeat, pid_alive
 from memsync.config.claude_mem.schema import TABLES, Kind
 from memsync.config.formats.worker_status import read_worker_status
 from memsync.config.settings import Settings
 from memsync.search.textindex import TextIndex
-from memsync.worker.importer import import_records
-from memsync.worker.verify import verify
+from memsync.worker.checks.verify import verify
+from memsync.worker.seed.importer import import_records
 from tests.conftest import mixed_records, prompt
 from tests.system.test_e2e import ROOT, env_for, free_port
 from tests.upstream.written import written_db
@@ -91,7 +91,7 @@ class WorkerProcess:
 
     def wait_caught_up(self, timeout: float = 180.0) -> None:
         """Until every row in the database has a sync record (judged from memsync's own state)."""
-        from memsync.worker.status import status
+        from memsync.worker.checks.status import status
 
         wait_for(lambda: status(self.settings).pending_rows == 0, timeout, "worker to catch up")
 
@@ -136,7 +136,7 @@ def write_rows(db: Path, total: int, per_txn: int, start: int = 1000) -> subproc
     code = (
         "import sys, json\n"
         "from pathlib import Path\n"
-        "from memsync.worker.importer import import_records\n"
+        "from memsync.worker.seed.importer import import_records\n"
         "from tests.conftest import prompt, obs\n"
         "db, total, per, start = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])\n"
         "for base in range(start, start + total, per):\n"

@@ -1,6 +1,6 @@
 """Backoff: grows to a cap, resets, logs degraded and recovered once."""
 
-from memsync.worker.backoff import Backoff
+from memsync.worker.loop.backoff import Backoff
 
 
 def test_grows_to_cap_and_resets() -> None:

@@ -10,12 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.settings import Settings
-from memsync.worker.compact import compact, due, reclaim
-from memsync.worker.resync import resync
-from memsync.worker.state import ACTIVE_COLLECTION, SyncState
-from memsync.worker.verify import verify
+from memsync.worker.checks.verify import verify
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.stores.compact import compact, due, reclaim
 from scripts.benchlib import settings_env
 from tests.conftest import FakeEmbedder, make_db, mixed_records
 

@@ -1,4 +1,4 @@
-"""The vector copy writer's key index (``worker.copykeys``): packed keys, the sorted arrays and the
+"""The vector copy writer's key index (``worker.stores.copykeys``): packed keys, the sorted arrays and the
 dict of recent keys against a plain dict, and its memory; and the writer using it across restarts,
 rewrites and a corpus that deletes as much as it adds."""
 
@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsync.config.settings import Settings
-from memsync.worker import copykeys
-from memsync.worker.copykeys import ROW_MAX, ROW_MIN, KeyIndex, pack, pack_arrays, unpack
-from memsync.worker.importer import import_records
-from memsync.worker.vectorcopy import VectorCopyWriter
+from memsync.worker.seed.importer import import_records
+from memsync.worker.stores import copykeys
+from memsync.worker.stores.copykeys import ROW_MAX, ROW_MIN, KeyIndex, pack, pack_arrays, unpack
+from memsync.worker.stores.vectorcopy import VectorCopyWriter
 from tests.conftest import FakeEmbedder, make_db, mixed_records
 
 MODEL, DIM = "test-model", 8
@@ -182,7 +182,8 @@ class TestWorkerRewritesItsCopy:
     def test_a_busy_worker_rewrites_its_copy_when_due(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """Rows arriving at every step (the worker is never idle) must not keep the copy from being
         rewritten: a corpus that deletes as much as it adds would otherwise grow its copy forever."""
-        from memsync.worker import daemon, maintenance, vectorcopy
+        from memsync.worker.loop import daemon, maintenance
+        from memsync.worker.stores import vectorcopy
 
         s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="embedded",
                      text_index=False)

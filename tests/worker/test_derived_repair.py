@@ -25,14 +25,15 @@ from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.search.textindex import TextIndex
 from memsync.search.vectorcopy import VectorCopy
 from memsync.servers.render import header
-from memsync.worker import daemon, textsync
-from memsync.worker.maintenance import CopyCheck, fill_copy
-from memsync.worker.state import ACTIVE_COLLECTION, SyncState
-from memsync.worker.status import status
-from memsync.worker.target import SyncTarget
-from memsync.worker.textsync import TextSync
-from memsync.worker.vectorcopy import VectorCopyWriter
-from memsync.worker.verify import verify
+from memsync.worker.checks.status import status
+from memsync.worker.checks.verify import verify
+from memsync.worker.loop import daemon
+from memsync.worker.loop.maintenance import CopyCheck, fill_copy
+from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.pipeline.target import SyncTarget
+from memsync.worker.stores import textsync
+from memsync.worker.stores.textsync import TextSync
+from memsync.worker.stores.vectorcopy import VectorCopyWriter
 from tests.conftest import FakeEmbedder, make_db, mixed_records
 
 ROWS = 8  # per kind
@@ -136,7 +137,7 @@ class TestVectorCopyDamage:
                 assert target.open(state) and target.copy is not None and target.copy.complete
                 _damage_copy(s, how)
                 if how == "truncate_entries":
-                    target.close_copy()  # as after a write that failed on the short file (worker.sync)
+                    target.close_copy()  # as after a write that failed on the short file (worker.pipeline.sync)
                 with capture_logs() as logged:
                     CopyCheck().run(target, state)
                 assert [e for e in logged if e["event"] == "vector_copy_damaged"]

@@ -11,11 +11,18 @@ import pytest
 from memsync.config.claude_mem.schema import KINDS, Era, Kind
 from memsync.config.claude_mem.values import parse_list
 from memsync.config.settings import Settings
-from memsync.worker.documents import MAX_TEXT_CHARS, RowError, SourceRow, build_documents, epoch_ms, row_values_hash
-from memsync.worker.resync import resync
-from memsync.worker.source import SourceReader
-from memsync.worker.status import status
-from memsync.worker.verify import verify
+from memsync.worker.checks.status import status
+from memsync.worker.checks.verify import verify
+from memsync.worker.pipeline.documents import (
+    MAX_TEXT_CHARS,
+    RowError,
+    SourceRow,
+    build_documents,
+    epoch_ms,
+    row_values_hash,
+)
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.pipeline.source import SourceReader
 from tests.conftest import FakeEmbedder, make_db, mixed_records, obs
 
 

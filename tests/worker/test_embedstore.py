@@ -16,15 +16,16 @@ import numpy.typing as npt
 import pytest
 from structlog.testing import capture_logs
 
-from memsync.config.chroma import collections as stores
-from memsync.config.embedding import vector_identity
+from memsync.chroma import collections as stores
 from memsync.config.formats.embedding_store import decode, encode, roundtrip, store_path
 from memsync.config.settings import Settings
-from memsync.worker import embedstore, logs
-from memsync.worker.embedstore import GC_GRACE_S, EmbeddingStore, collect_garbage
-from memsync.worker.resync import resync
-from memsync.worker.state import SyncState
-from memsync.worker.verify import verify
+from memsync.embedding import vector_identity
+from memsync.worker.checks.verify import verify
+from memsync.worker.loop import logs
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.pipeline.state import SyncState
+from memsync.worker.stores import embedstore
+from memsync.worker.stores.embedstore import GC_GRACE_S, EmbeddingStore, collect_garbage
 from scripts.bench_sync import documents_of
 from tests.conftest import FakeEmbedder, make_db, mixed_records, obs, prompt, summary
 
@@ -187,7 +188,7 @@ class TestGarbageCollection:
         assert rebuilt.added == 83 and embedder.embedded == 0
 
     def test_records_rebuilt_from_the_store_name_their_texts_again(self, settings: Settings) -> None:
-        """state.db lost: its records come back from Chroma without text hashes (worker.target);
+        """state.db lost: its records come back from Chroma without text hashes (worker.pipeline.target);
         the next pass names the texts again, so the collection keeps every vector."""
         make_db(settings.db, mixed_records(12))
         resync(settings, embedder=FakeEmbedder())
@@ -208,7 +209,7 @@ class TestGarbageCollection:
     def test_worker_collects_after_a_full_pass_that_deleted_documents(
         self, settings: Settings, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        from memsync.worker import daemon
+        from memsync.worker.loop import daemon
 
         make_db(settings.db, mixed_records(12))
         embedder = FakeEmbedder()

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.settings import Settings
 from memsync.search import Filters, Mode, Searcher, SearchRequest
-from memsync.worker.resync import resync
-from memsync.worker.state import ACTIVE_COLLECTION, SyncState
-from memsync.worker.tail import SourceTail
-from memsync.worker.verify import verify
+from memsync.worker.checks.verify import verify
+from memsync.worker.loop.tail import SourceTail
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
 from tests.conftest import make_db, obs, prompt, summary
 
 

@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.claude_mem.schema import TABLES, Kind
 from memsync.config.formats.first_sync import INF_ID, mark_path, read_mark, write_mark
 from memsync.config.settings import Settings
 from memsync.search import Filters, Mode, Searcher, SearchRequest, Signal
-from memsync.worker.sink import ChromaSink
-from memsync.worker.source import SourceReader
-from memsync.worker.state import SyncState
-from memsync.worker.sync import Destination, SyncOptions
-from memsync.worker.syncpass import EVERY_ROW, Scope, StoreCollection, SyncPass
+from memsync.worker.pipeline.sink import ChromaSink
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import SyncState
+from memsync.worker.pipeline.sync import Destination, SyncOptions
+from memsync.worker.pipeline.syncpass import EVERY_ROW, Scope, StoreCollection, SyncPass
 from tests.conftest import FakeEmbedder, make_db
 from tests.worker.test_sync import RecordingSink
 

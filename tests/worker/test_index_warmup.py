@@ -1,4 +1,4 @@
-"""The worker's first query after connecting (``worker.target.IndexWarmup``): reported as loading
+"""The worker's first query after connecting (``worker.pipeline.target.IndexWarmup``): reported as loading
 while the server answers it, then as loaded with the time it took; retried while the server fails,
 and abandoned when the worker stops."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from memsync.worker.target import IndexWarmup
+from memsync.worker.pipeline.target import IndexWarmup
 
 
 class SlowCollection:

@@ -1,4 +1,4 @@
-"""worker.lock: the second worker names the first one's real pid (it once said ``pid ?``)."""
+"""worker.loop.lock: the second worker names the first one's real pid (it once said ``pid ?``)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import pytest
 
 from memsync.config.errors import ConfigError
 from memsync.config.formats.worker_status import WorkerStatus
-from memsync.worker.lock import LOCK_FILE, WorkerLock, holder_db, holder_pid
+from memsync.worker.loop.lock import LOCK_FILE, WorkerLock, holder_db, holder_pid
 
 HOLD = """
 import sys
 from pathlib import Path
-from memsync.worker.lock import WorkerLock
+from memsync.worker.loop.lock import WorkerLock
 lock = WorkerLock(Path(sys.argv[1]))
 lock.acquire()
 print("held", flush=True)

@@ -1,4 +1,4 @@
-"""Parts of the worker loop without a worker: change detection (worker.tail) and health (worker.health)."""
+"""Parts of the worker loop without a worker: change detection (worker.loop.tail) and health (worker.loop.health)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 from memsync.config.errors import StoreUnavailable
 from memsync.config.formats.worker_status import read_worker_status
 from memsync.config.settings import Settings
-from memsync.worker.health import Health
-from memsync.worker.importer import import_records
-from memsync.worker.state import SyncState
-from memsync.worker.tail import SourceTail
+from memsync.worker.loop.health import Health
+from memsync.worker.loop.tail import SourceTail
+from memsync.worker.pipeline.state import SyncState
+from memsync.worker.seed.importer import import_records
 from tests.conftest import make_db, mixed_records
 
 

@@ -1,4 +1,4 @@
-"""Giving freed memory back to the system (``worker.memory``): when the worker trims."""
+"""Giving freed memory back to the system (``worker.loop.memory``): when the worker trims."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.settings import Settings
-from memsync.worker import memory
-from memsync.worker.sink import ChromaSink
+from memsync.worker.loop import memory
+from memsync.worker.pipeline.sink import ChromaSink
 from tests.conftest import free_port, held_server
 
 

@@ -1,4 +1,4 @@
-"""worker.progress: what a first sync (newest first) has made searchable and when the rest will be."""
+"""worker.loop.progress: what a first sync (newest first) has made searchable and when the rest will be."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from memsync.config.claude_mem.schema import Kind
 from memsync.config.formats.first_sync import INF_ID, every_kind, write_mark
 from memsync.config.formats.worker_status import PHASE_FIRST_PASS
 from memsync.config.settings import Settings
-from memsync.worker import logs
-from memsync.worker.health import Health
-from memsync.worker.progress import FirstSyncProgress
-from memsync.worker.source import SourceReader
-from memsync.worker.state import now_ms
+from memsync.worker.loop import logs
+from memsync.worker.loop.health import Health
+from memsync.worker.loop.progress import FirstSyncProgress
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import now_ms
 from tests.conftest import BASE_MS, make_db, obs, prompt, summary
 
 DAY_MS = 86_400_000
@@ -55,7 +55,7 @@ def test_the_status_line_says_it_in_words() -> None:
 
 def test_worker_json_tells_a_first_sync_only_while_its_cursor_is_kept(tmp_path: Path) -> None:
     """A worker restarted on synced records runs a first pass too; it embeds nothing it is not told
-    of, so worker.json gives no first-sync figures unless the pass keeps a cursor (worker.frontier)."""
+    of, so worker.json gives no first-sync figures unless the pass keeps a cursor (worker.pipeline.frontier)."""
     db = make_db(tmp_path / "claude-mem.db", [obs(i) for i in range(4)])
     settings = Settings(db=db, data_dir=tmp_path / "data")
     health = Health(settings, logs.get_logger())

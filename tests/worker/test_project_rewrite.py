@@ -10,16 +10,16 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.settings import Settings
 from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.search.models import Scope, Window
 from memsync.search.textindex import TextIndex
 from memsync.search.vectorcopy import VectorCopy
-from memsync.worker.resync import resync
-from memsync.worker.state import ACTIVE_COLLECTION, SyncState
-from memsync.worker.verify import verify
+from memsync.worker.checks.verify import verify
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
 from tests.conftest import FakeEmbedder, make_db, mixed_records
 
 ALL = Window(0, None, None, "all_time")

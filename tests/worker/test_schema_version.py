@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from memsync.config.settings import Settings
 from memsync.main import main
-from memsync.worker.source import SourceReader
-from memsync.worker.status import status
+from memsync.worker.checks.status import status
+from memsync.worker.pipeline.source import SourceReader
 from tests.conftest import write
 
 

@@ -19,11 +19,11 @@ from memsync.config.claude_mem.schema import SchemaError
 from memsync.config.errors import SourceUnavailable
 from memsync.config.formats.worker_status import read_worker_status
 from memsync.config.settings import Settings
-from memsync.worker.health import Health
-from memsync.worker.source import SourceReader
-from memsync.worker.sync import SyncResult
-from memsync.worker.tail import SourceTail
-from memsync.worker.watch import _Hint
+from memsync.worker.loop.health import Health
+from memsync.worker.loop.tail import SourceTail
+from memsync.worker.loop.watch import _Hint
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.sync import SyncResult
 from tests.conftest import make_db, mixed_records
 from tests.worker.test_loop_parts import Events
 

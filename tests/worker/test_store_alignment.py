@@ -1,7 +1,7 @@
 """Sync records bound to the store they describe: a store wiped, partly lost, restored or replaced,
 and records lost or damaged, are all repaired by the next pass, embedding only what is really
 missing or changed (real embedded Chroma, a counting fake embedder). What is missing is written
-again from the embedding store (``worker.embedstore``): ``reused`` counts it, and nothing is
+again from the embedding store (``worker.stores.embedstore``): ``reused`` counts it, and nothing is
 embedded."""
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.docids import parse_doc_id
 from memsync.config.settings import Settings
-from memsync.worker import logs
-from memsync.worker.resync import resync
-from memsync.worker.sink import ChromaSink
-from memsync.worker.state import DAMAGED_SUFFIX, HELD_SUFFIX, SyncState
-from memsync.worker.target import align_records, check_store
-from memsync.worker.vectorcopy import open_writer
-from memsync.worker.verify import VerifyReport, verify
+from memsync.worker.checks.verify import VerifyReport, verify
+from memsync.worker.loop import logs
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.pipeline.sink import ChromaSink
+from memsync.worker.pipeline.state import DAMAGED_SUFFIX, HELD_SUFFIX, SyncState
+from memsync.worker.pipeline.target import align_records, check_store
+from memsync.worker.stores.vectorcopy import open_writer
 from tests.conftest import FakeEmbedder, make_db, mixed_records
 
 N = 20  # rows per kind: 60 rows, 140 documents
@@ -165,7 +165,7 @@ def test_copy_entries_of_documents_the_store_lost_are_removed(settings: Settings
 
 def test_worker_pass_repairs_a_deleted_store_and_reports_it(settings: Settings,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from memsync.worker import daemon
+    from memsync.worker.loop import daemon
 
     total, embedder = synced(settings)
     monkeypatch.setattr(daemon, "make_embedder", lambda *a, **k: embedder)
@@ -195,7 +195,7 @@ def test_rebuild_stays_the_explicit_full_rebuild(settings: Settings) -> None:
 def test_running_worker_notices_its_embedded_store_deleted(settings: Settings,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The health check sees the directory gone, reconnects to a new store and refills it."""
-    from memsync.worker import daemon
+    from memsync.worker.loop import daemon
 
     make_db(settings.db, mixed_records(N))
     embedder = FakeEmbedder()

@@ -13,21 +13,21 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.claude_mem.schema import TABLES, Kind
 from memsync.config.docids import parse_doc_id
 from memsync.config.formats.embedding_store import store_path
 from memsync.config.settings import Settings
-from memsync.worker import sync as sync_module
-from memsync.worker.documents import SourceRow
-from memsync.worker.embedstore import EmbeddingStore
-from memsync.worker.resync import resync
-from memsync.worker.sink import ChromaSink
-from memsync.worker.source import SourceReader
-from memsync.worker.state import SyncState
-from memsync.worker.sync import CHUNKS_IN_FLIGHT, Destination, Syncer, SyncOptions, SyncResult
-from memsync.worker.syncpass import EVERY_ROW, Scope, StoreCollection, SyncPass
-from memsync.worker.verify import verify
+from memsync.worker.checks.verify import verify
+from memsync.worker.pipeline import sync as sync_module
+from memsync.worker.pipeline.documents import SourceRow
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.pipeline.sink import ChromaSink
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import SyncState
+from memsync.worker.pipeline.sync import CHUNKS_IN_FLIGHT, Destination, Syncer, SyncOptions, SyncResult
+from memsync.worker.pipeline.syncpass import EVERY_ROW, Scope, StoreCollection, SyncPass
+from memsync.worker.stores.embedstore import EmbeddingStore
 from tests.conftest import BASE_MS, FakeEmbedder, make_db, mixed_records, obs, prompt, summary, write
 
 
@@ -160,7 +160,7 @@ class TestChanges:
     def test_new_rows_are_added_and_nothing_else_written(
         self, settings: Settings, chroma: Any, fake_embedder: FakeEmbedder
     ) -> None:
-        from memsync.worker.importer import import_records
+        from memsync.worker.seed.importer import import_records
 
         import_records(settings.db, [obs(100, "gamma")])
         result, sink = run(settings, chroma, fake_embedder)
@@ -173,7 +173,7 @@ class TestChanges:
     ) -> None:
         from structlog.testing import capture_logs
 
-        from memsync.worker.importer import import_records
+        from memsync.worker.seed.importer import import_records
 
         import_records(settings.db, [obs(100, "gamma")])
         with capture_logs() as logged:  # the worker's fast path: only rows above each watermark
@@ -291,7 +291,7 @@ class TestUnchangedRowsAreNotRead:
     def test_a_new_derivation_version_derives_every_row_again_and_writes_nothing(
         self, synced: Settings, chroma: Any, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        from memsync.worker import documents
+        from memsync.worker.pipeline import documents
 
         monkeypatch.setattr(documents, "ROW_HASH_SALT", documents.ROW_HASH_SALT + b"next:")
         result, sink, full = run_reading(synced, chroma, fake_embedder)
@@ -434,7 +434,7 @@ class TestOutcomes:
     """Per-batch outcomes are values: summed on the sync thread, never shared with the upsert thread."""
 
     def test_outcomes_sum_field_by_field_and_any_interruption_interrupts(self) -> None:
-        from memsync.worker.sync import STOPPED, Outcome
+        from memsync.worker.pipeline.sync import STOPPED, Outcome
 
         a = Outcome(added=2, unchanged=5, rows=3, upsert_seconds=0.5, failures=(("prompt", 1, "bad"),))
         b = Outcome(added=-1, updated=1, rows=4, upsert_seconds=0.25, failures=(("summary", 2, "worse"),))
@@ -444,7 +444,7 @@ class TestOutcomes:
         assert not total.interrupted and (total + STOPPED).interrupted
 
     def test_a_pass_result_carries_its_outcome_under_the_same_names(self) -> None:
-        from memsync.worker.sync import Outcome
+        from memsync.worker.pipeline.sync import Outcome
 
         result = SyncResult.of("c", Outcome(added=3, deleted=1, reused=2, read_seconds=0.1), 1.5, dry_run=False)
         assert (result.collection, result.added, result.deleted, result.reused) == ("c", 3, 1, 2)

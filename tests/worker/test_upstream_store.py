@@ -26,19 +26,19 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS, Era, Kind
-from memsync.config.embedding import upstream_embedder
 from memsync.config.settings import UPSTREAM_DEFAULT_PORT, Settings
+from memsync.embedding import upstream_embedder
 from memsync.main import main
-from memsync.worker import upstream
-from memsync.worker.daemon import Worker
-from memsync.worker.embedstore import EmbeddingStore
-from memsync.worker.resync import resync, upstream_resync
-from memsync.worker.source import SourceReader
-from memsync.worker.state import SyncState
-from memsync.worker.syncpass import Scope
-from memsync.worker.upstream import build_upstream_documents
+from memsync.worker.loop.daemon import Worker
+from memsync.worker.pipeline import upstream
+from memsync.worker.pipeline.resync import resync, upstream_resync
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import SyncState
+from memsync.worker.pipeline.syncpass import Scope
+from memsync.worker.pipeline.upstream import build_upstream_documents
+from memsync.worker.stores.embedstore import EmbeddingStore
 from tests.conftest import free_port, held_server, make_db, obs, write
 from tests.worker.upstream_reference import reference_documents
 from tests.worker.upstream_shapes import LONG, shapes_db

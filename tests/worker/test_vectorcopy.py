@@ -11,18 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.formats.vector_copy import ENTRIES_FILE, LIVE_OFFSET, Manifest, copy_dir
 from memsync.config.settings import Settings
 from memsync.search.models import Filters, Window
 from memsync.search.vectorcopy import VectorCopy
-from memsync.worker.compact import compact
-from memsync.worker.resync import resync
-from memsync.worker.sink import ChromaSink, MirroredSink
-from memsync.worker.state import ACTIVE_COLLECTION, SyncState
-from memsync.worker.vectorcopy import VectorCopyWriter, fill_from_store, open_writer
-from memsync.worker.verify import verify
+from memsync.worker.checks.verify import verify
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.pipeline.sink import ChromaSink, MirroredSink
+from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.stores.compact import compact
+from memsync.worker.stores.vectorcopy import VectorCopyWriter, fill_from_store, open_writer
 from tests.conftest import FakeEmbedder, make_db, mixed_records
 
 MODEL, DIM = "test-model", 8
@@ -268,7 +268,7 @@ def test_a_copy_write_that_fails_is_dropped_and_rebuilt_by_the_next_pass(
     and tells its owner once; the next pass fills it from Chroma again."""
     from structlog.testing import capture_logs
 
-    from memsync.worker import logs
+    from memsync.worker.loop import logs
 
     make_db(settings.db, mixed_records(6))
     logs.configure()  # before capturing: a first configuration inside would replace the capture
@@ -315,7 +315,7 @@ def test_the_daemon_reopens_a_copy_its_pass_dropped_and_fills_it_without_embeddi
     and idle steps fill it from Chroma: nothing is embedded again and the copy ends level with the store."""
     from structlog.testing import capture_logs
 
-    from memsync.worker import daemon, logs
+    from memsync.worker.loop import daemon, logs
 
     make_db(settings.db, mixed_records(6))
     logs.configure()  # before capturing: a first configuration inside would replace the capture
@@ -396,7 +396,7 @@ def _answers(copy: VectorCopy, queries: np.ndarray) -> list[list[tuple[Kind, int
 
 def test_reorder_drops_the_dead_sorts_by_date_and_changes_no_answer(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("memsync.worker.vectorcopy.REORDER_MIN", 100)
+    monkeypatch.setattr("memsync.worker.stores.vectorcopy.REORDER_MIN", 100)
     rng = np.random.default_rng(11)
     n = 600
     vecs = unit(rng, n)
@@ -484,7 +484,7 @@ def test_a_crashed_rewrite_leaves_the_copy_as_it_was(tmp_path: Path) -> None:
 
 def test_resync_leaves_the_copy_in_date_order(settings: Settings, fake_embedder: FakeEmbedder,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("memsync.worker.vectorcopy.REORDER_MIN", 1)  # this corpus is small
+    monkeypatch.setattr("memsync.worker.stores.vectorcopy.REORDER_MIN", 1)  # this corpus is small
     make_db(settings.db, mixed_records(20))
     resync(settings, embedder=fake_embedder)
     copy = VectorCopy.open(settings, _active(settings), fake_embedder.model_id, fake_embedder.dimension)

@@ -28,13 +28,13 @@ from memsync.config.formats.vector_copy import (
 from memsync.config.settings import Settings
 from memsync.main import main
 from memsync.search.vectorcopy import VectorCopy
-from memsync.worker import maintenance
-from memsync.worker.maintenance import CopyCheck, fill_copy
-from memsync.worker.state import SyncState
-from memsync.worker.status import status
-from memsync.worker.target import SyncTarget
-from memsync.worker.vectorcopy import VectorCopyWriter
-from memsync.worker.verify import verify
+from memsync.worker.checks.status import status
+from memsync.worker.checks.verify import verify
+from memsync.worker.loop import maintenance
+from memsync.worker.loop.maintenance import CopyCheck, fill_copy
+from memsync.worker.pipeline.state import SyncState
+from memsync.worker.pipeline.target import SyncTarget
+from memsync.worker.stores.vectorcopy import VectorCopyWriter
 from tests.conftest import FakeEmbedder
 from tests.worker.test_derived_repair import _active, _once, _search, overwrite, synced
 
@@ -106,7 +106,7 @@ class TestChecksums:
 
     def test_a_rewrite_computes_them_for_its_new_files(self, writer: VectorCopyWriter,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr("memsync.worker.vectorcopy.REWRITE_CHUNK", 5)  # chunks across block bounds
+        monkeypatch.setattr("memsync.worker.stores.vectorcopy.REWRITE_CHUNK", 5)  # chunks across block bounds
         _put(writer, range(0, 30))
         writer.delete([f"prompt_{i}" for i in range(0, 30, 3)])
         result = writer.reorder()

@@ -15,8 +15,8 @@ import pytest
 from memsync.config.errors import ConfigError
 from memsync.config.formats.worker_status import STALE_MS, STATUS_FILE, WorkerStatus, read_worker_status, worker_state
 from memsync.config.settings import Settings
-from memsync.worker.lock import WorkerLock
-from memsync.worker.state import now_ms
+from memsync.worker.loop.lock import WorkerLock
+from memsync.worker.pipeline.state import now_ms
 
 
 def dead_pid() -> int:
@@ -73,7 +73,7 @@ def test_the_heartbeat_goes_on_while_the_loop_waits_within_the_bound_only(
         settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     """While the loop waits on a call (``Health.busy``) the heartbeat thread refreshes worker.json,
     saying what it waits on; past the call's bound it stops, so a hung call reads as stale."""
-    from memsync.worker import health as health_module
+    from memsync.worker.loop import health as health_module
     from tests.worker.test_loop_parts import Events
 
     monkeypatch.setattr(health_module, "HEARTBEAT_EVERY_S", 0.05)

@@ -12,16 +12,16 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from memsync.config.chroma import collections as stores
+from memsync.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.errors import StoreUnavailable
 from memsync.config.formats.first_sync import Cursor, every_kind
 from memsync.config.settings import Settings
-from memsync.worker.sink import ChromaSink
-from memsync.worker.source import SourceReader
-from memsync.worker.state import SYNCED, SyncState
-from memsync.worker.sync import Destination, Syncer, SyncOptions
-from memsync.worker.verify import verify
+from memsync.worker.checks.verify import verify
+from memsync.worker.pipeline.sink import ChromaSink
+from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.pipeline.state import SYNCED, SyncState
+from memsync.worker.pipeline.sync import Destination, Syncer, SyncOptions
 from tests.conftest import FakeEmbedder, make_db
 from tests.worker.test_frontier import year_of_rows
 from tests.worker.test_sync import RecordingSink

@@ -1,5 +1,5 @@
 """``memsync status`` says who writes the upstream-readable store: memsync, claude-mem's own worker,
-or both (``worker.writers``), from claude-mem's settings as its worker resolves them."""
+or both (``worker.pipeline.writers``), from claude-mem's settings as its worker resolves them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from memsync.main import main
-from memsync.worker.writers import claude_mem_settings, upstream_writers
+from memsync.worker.pipeline.writers import claude_mem_settings, upstream_writers
 from tests.conftest import make_db, obs
 
 STORE = {"host": "127.0.0.1", "port": 8000, "tenant": "default_tenant", "database": "default_database",

