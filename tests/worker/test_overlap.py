@@ -5,7 +5,9 @@ of embedding."""
 
 from __future__ import annotations
 
+import ast
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -179,3 +181,36 @@ class TestPacer:
         pacer.learn(300, 1.0)
         assert pacer.chars_per_s == 200.0
 
+
+THREAD_MAKERS = {"Thread", "ThreadPoolExecutor", "ProcessPoolExecutor", "start_new_thread"}
+# worker.target warms the collection's index up on a thread of its own, beside the pass (not part of it).
+OUTSIDE_THE_PASS = {"target"}
+
+
+def _pass_modules() -> set[str]:
+    """The worker modules a sync pass runs: ``worker.syncpass`` and what it imports, transitively."""
+    root = Path(__file__).resolve().parents[2] / "worker"
+    seen: set[str] = set()
+    todo = ["syncpass"]
+    while todo:
+        name = todo.pop()
+        if name in seen or not (root / f"{name}.py").exists():
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse((root / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "memsync.worker":
+                todo += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memsync.worker."):
+                todo.append((node.module or "").split(".")[2])
+    return seen
+
+
+def test_the_writer_is_the_one_module_of_the_sync_pass_that_starts_threads() -> None:
+    root = Path(__file__).resolve().parents[2] / "worker"
+    modules = _pass_modules()
+    assert {"sync", "overlap", "sink", "embedstore"} <= modules
+    starting = {name for name in modules
+                for node in ast.walk(ast.parse((root / f"{name}.py").read_text()))
+                if (isinstance(node, ast.Name) and node.id in THREAD_MAKERS)
+                or (isinstance(node, ast.Attribute) and node.attr in THREAD_MAKERS)}
+    assert starting - OUTSIDE_THE_PASS == {"overlap"}
