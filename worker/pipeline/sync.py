@@ -13,26 +13,27 @@ an orphan unaccounted for. Documents to embed are first looked up in the embeddi
 (``worker.stores.embedstore``): a text already embedded by the same model, in this pass or any earlier
 one, is not embedded again.
 
-Embedding (CPU, the sync thread) overlaps writing (I/O, one upsert thread per pass with its own
-connection to the records): a chunk's upsert and records, and a batch's finish (its rows marked
-once every chunk is acknowledged), run on the upsert thread in order, while the sync thread reads,
-plans and embeds the next. At most one chunk is in flight. What follows a batch's finish (a full
-pass's cursor moving) happens only once it resolved, and a pass returns only when every write it
-started has.
+A batch is a pipeline of named stages, called in order by :meth:`Syncer._sync_range`: read
+(``_read``) → derive and compare (``_plan``) → embed (``_write_embedded``, a chunk at a time) →
+write (``_Writes.chunk``: intents, ``sink.upsert``, records) → finish (``_Writes.finish``: the
+batch's rows marked once every chunk is acknowledged). Embedding (CPU, the sync thread) overlaps
+writing (I/O): the write and finish stages run in order on the pass's writer thread, with its own
+connection to the records (``worker.pipeline.overlap.OrderedWriter``, the one place of the pass that starts
+a thread), while the sync thread reads, plans and embeds the next chunk; at most
+``CHUNKS_IN_FLIGHT`` chunks are in flight. What follows a batch's finish (a full pass's cursor
+moving) happens only once it resolved, and a pass returns only when every write it started has.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import threading
 import time
-from collections import defaultdict, deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +44,7 @@ from memsync.config.settings import Settings
 from memsync.embedding import Embedder
 from memsync.worker.loop import logs
 from memsync.worker.pipeline.documents import OWN, Derivation, Document, RowError, SourceRow, row_values_hash
+from memsync.worker.pipeline.overlap import OrderedWriter, Pacer
 from memsync.worker.pipeline.sink import RejectedBatch, VectorSink
 from memsync.worker.pipeline.source import SourceReader
 from memsync.worker.pipeline.state import FAILED, SYNCED, DocRecord, RowFailed, RowRecord, RowSynced, SyncState
@@ -69,7 +71,6 @@ FIRST_RANGE_ROWS = 32  # a kind's first range of such a pass, before its rate is
 # "Time to useful"); what is in flight is written before anything else touches the sink.
 CHUNKS_IN_FLIGHT = 3
 
-_T = TypeVar("_T")
 ProgressFn = Callable[[int, int], None]  # (rows processed, documents embedded) since last call
 YieldFn = Callable[[], bool]  # asked between a full pass's ranges: True when new rows wait
 MovedFn = Callable[[Cursor], None]  # a full pass's cursor after a range (rows above it are compared)
@@ -206,11 +207,37 @@ class _Plan:
 
 @dataclass(frozen=True, slots=True)
 class _Chunk:
-    """What the upsert thread did with one chunk: the rows Chroma refused (source id → reason) and
+    """What the writer thread did with one chunk: the rows Chroma refused (source id → reason) and
     the time spent writing."""
 
     rejected: dict[int, str]
     seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """One batch's writes: its kind, and what the writer thread did with each of its chunks so far
+    (appended there only, read by the batch's finish after them)."""
+
+    kind: Kind
+    chunks: list[_Chunk] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _ChunkWrite:
+    """The write stage's input: a chunk of a batch's documents with their vectors."""
+
+    batch: _Batch
+    docs: list[Document]
+    vectors: npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class _BatchEnd:
+    """The finish stage's input: a batch whose chunks were all handed in, and its plan."""
+
+    batch: _Batch
+    plan: _Plan
 
 
 def _records(docs: Sequence[Document]) -> list[DocRecord]:
@@ -235,15 +262,13 @@ class Syncer:
         self._store_model: int | None = None
         self.stop = options.stop
         self.log = logs.get_logger(collection=self.collection)
-        # The upsert thread of a pass that writes, its own connection to the records, the chunks in
-        # flight (oldest first), and the batches' finishes (or what waits for them: None) in
-        # submission order.
-        self._pool: ThreadPoolExecutor | None = None
-        self._writes: SyncState | None = None
-        self._in_flight: deque[Future[_Chunk]] = deque()
-        self._finishing: deque[tuple[Future[Outcome] | None, Callable[[], None] | None]] = deque()
-        self._finished = Outcome()  # what resolved finishes did (added to the pass's at its end)
-        self._chars_per_s: float | None = None  # embedding rate of this pass's chunks that may yield
+        # The write and finish stages (run on the writer thread, with their own connection to the
+        # records), and the writer: chunks and finishes in order, at most CHUNKS_IN_FLIGHT chunks.
+        self._writes = _Writes(self.state, into, embedder.model_id, self.log)
+        self._writer: OrderedWriter[_ChunkWrite | _BatchEnd, Outcome] = OrderedWriter(
+            self._writes.write, bound=CHUNKS_IN_FLIGHT, name="memsync-upsert")
+        # The size of the chunks of a pass that may yield, from this syncer's embedding rate.
+        self._pacer = Pacer(target_s=YIELD_CHUNK_S, first=FIRST_CHUNK_DOCS, least=MIN_CHUNK_DOCS)
 
     def run(
         self, kinds: Sequence[Kind] = KINDS, project: str | None = None, dry_run: bool = False,
@@ -257,7 +282,7 @@ class Syncer:
         takes up a full pass where it yielded, or starts one the caller follows."""
         t0 = time.perf_counter()
         cursor: Cursor | None = None
-        with self._writer():
+        with self._writes, self._writer:  # a pass with nothing to write opens neither
             if start_after is None:
                 # The caller's cursor is moved in place as ranges are through (rows compared and
                 # their writes acknowledged): the worker reads it for its progress.
@@ -287,68 +312,9 @@ class Syncer:
         if self.options.progress:
             self.options.progress(rows, embedded)
 
-    @contextlib.contextmanager
-    def _writer(self) -> Iterator[None]:
-        """The scope of the pass's upsert thread and its connection to the records, opened by the
-        first write (:meth:`_submit`; a pass with nothing to write, a dry run, opens neither). On
-        the way out every write started is waited for, also when the pass raised: what a write did
-        is recorded by the write itself, so nothing is lost, and nothing is left running."""
-        try:
-            yield
-        finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-            if self._writes is not None:
-                self._writes.close()
-            self._pool = self._writes = None
-            self._in_flight.clear()
-            self._finishing.clear()
-            self._finished = Outcome()
-
-    def _submit(self, fn: Callable[..., _T], *args: object) -> Future[_T]:
-        """Run ``fn`` on the upsert thread, after what was submitted before it."""
-        if self._pool is None:
-            self._writes = self.state.sibling()
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memsync-upsert")
-        return self._pool.submit(fn, *args)
-
-    def _await_chunks(self, keep: int = 0) -> None:
-        """Wait until at most ``keep`` chunks are in flight, oldest first (an error is raised
-        here), then take up what resolved."""
-        while len(self._in_flight) > keep:
-            self._in_flight.popleft().result()
-        self._collect(block=False)
-
-    def _then(self, action: Callable[[], None]) -> None:
-        """Do ``action`` once every finish submitted so far has resolved (at once when none waits)."""
-        if self._finishing:
-            self._finishing.append((None, action))
-        else:
-            action()
-
-    def _collect(self, block: bool) -> None:
-        """Take up resolved finishes in order (all of them when ``block``): add what they did, and
-        do what waited for them. A finish that failed raises here."""
-        while self._finishing:
-            finish, action = self._finishing[0]
-            if finish is not None and not (block or finish.done()):
-                return
-            self._finishing.popleft()
-            if finish is not None:
-                self._finished += finish.result()
-            if action is not None:
-                action()
-
-    def _drain_writes(self) -> None:
-        """Wait for every write submitted so far, and take up what resolved."""
-        self._await_chunks()
-        self._collect(block=True)
-
     def _drain(self) -> Outcome:
-        """Wait for every write of the pass; what the finishes did."""
-        self._drain_writes()
-        done, self._finished = self._finished, Outcome()
-        return done
+        """Wait for every write handed in so far; what they did since the last drain."""
+        return sum(self._writer.drain(), Outcome())
 
     def _newest_first(self, below: Cursor, project: str | None, dry_run: bool) -> Outcome:
         """Every row of ``kinds``, compared in id ranges from the newest rows backward, the kinds
@@ -378,7 +344,7 @@ class Syncer:
             # Each kind's top range first: then every row below the records' watermarks belongs to
             # this pass and every row above them to a tail pass (what the worker yields to).
             top = [k for k, at in ahead.items() if at == INF_ID]
-            kind = top[0] if top else max(ahead, key=lambda k: self.reader.newest_at_or_below(k, ahead[k]) or -1)
+            kind = top[0] if top else self._newest_kind(ahead)
             hi, n = ahead[kind], sizes[kind]
             t = time.perf_counter()
             hashes = self.reader.row_hashes_below(kind, hi, n, project)
@@ -390,15 +356,12 @@ class Syncer:
             out += settled if settled is not None else self._sync_range(kind, project, dry_run, lo, hi, yield_to)
             if out.interrupted:
                 return out
-            if lo == 0:
-                del ahead[kind]
-            else:
-                ahead[kind] = lo
-            self._then(functools.partial(self._moved, below, kind, lo))
+            _lower(ahead, kind, lo)
+            self._writer.after(functools.partial(self._moved, below, kind, lo))
             if hi == INF_ID:
                 # The records' watermarks (what a tail pass starts above, and what yield_to compares
                 # with) are the top ranges' rows: marked before anything else is asked.
-                self._drain_writes()
+                out += self._drain()
             if self.options.yield_to is not None:
                 sizes[kind] = self._range_rows(len(hashes), time.perf_counter() - t)
                 if ahead and not top[1:] and self.options.yield_to():
@@ -407,12 +370,13 @@ class Syncer:
 
     def _moved(self, below: Cursor, kind: Kind, lo: int) -> None:
         """A range of ``kind`` down to ``lo`` is through, its writes acknowledged: move the cursor."""
-        if lo == 0:
-            del below[kind]
-        else:
-            below[kind] = lo
+        _lower(below, kind, lo)
         if self.options.moved is not None:
             self.options.moved(below)
+
+    def _newest_kind(self, ahead: Cursor) -> Kind:
+        """The kind whose next rows below ``ahead`` are the newest."""
+        return max(ahead, key=lambda k: self.reader.newest_at_or_below(k, ahead[k]) or -1)
 
     def _range_rows(self, rows: int, seconds: float) -> int:
         """The rows of the next range of a pass that may yield: as many as the last range's rate
@@ -458,31 +422,40 @@ class Syncer:
     def _sync_range(self, kind: Kind, project: str | None, dry_run: bool, after: int, up_to: int,
                     yield_to: YieldFn | None = None) -> Outcome:
         """Read the rows of (after, up_to] in full, compare them row by row and document by document
-        with the records, and sync what differs; with ``yield_to``, the range is left between its
-        chunks when it says rows wait (``interrupted``, its rows not marked)."""
+        with the records, and sync what differs, a read batch at a time: read → derive and compare
+        (the plan) → embed, write and finish (:meth:`_write`). With ``yield_to``, the range is left
+        between its chunks when it says rows wait (``interrupted``, its rows not marked)."""
         out = Outcome()
         while True:
             if self.stop.is_set():
                 return out + STOPPED
-            t = time.perf_counter()
-            rows = self.reader.read_batch(kind, after, self.options.read_batch_rows, project, up_to)
-            out += Outcome(read_seconds=time.perf_counter() - t)
+            rows, read = self._read(kind, project, after, up_to)
             hi = rows[-1].id if len(rows) == self.options.read_batch_rows else up_to
             plan = self._plan(kind, rows, after, hi, project)
-            out += plan.outcome()
+            out += read + plan.outcome()
             if not dry_run:
-                out += self._execute(kind, plan, yield_to)
+                out += self._write(kind, plan, yield_to)
                 if out.interrupted:
                     return out
             out += Outcome(rows=len(rows))
-            self._progress(len(rows), len(plan.embed))
-            if rows or plan.delete:  # a tail pass over a kind with nothing new is not a batch
-                self.log.info(logs.SYNC_BATCH, kind=kind.value, rows=len(rows), first_id=after + 1,
-                              embed=len(plan.embed), relabel=len(plan.relabel), delete=len(plan.delete),
-                              failed=len(plan.failed_rows), dry_run=dry_run)
+            self._batch_done(kind, rows, after, plan, dry_run)
             if hi == up_to:
                 return out
             after = hi
+
+    def _read(self, kind: Kind, project: str | None, after: int, up_to: int) -> tuple[list[SourceRow], Outcome]:
+        """The read stage: the next read batch of (after, up_to], fully fetched, and its time."""
+        t = time.perf_counter()
+        rows = self.reader.read_batch(kind, after, self.options.read_batch_rows, project, up_to)
+        return rows, Outcome(read_seconds=time.perf_counter() - t)
+
+    def _batch_done(self, kind: Kind, rows: list[SourceRow], after: int, plan: _Plan, dry_run: bool) -> None:
+        """A batch is through (its writes handed in): progress, and its log line."""
+        self._progress(len(rows), len(plan.embed))
+        if rows or plan.delete:  # a tail pass over a kind with nothing new is not a batch
+            self.log.info(logs.SYNC_BATCH, kind=kind.value, rows=len(rows), first_id=after + 1,
+                          embed=len(plan.embed), relabel=len(plan.relabel), delete=len(plan.delete),
+                          failed=len(plan.failed_rows), dry_run=dry_run)
 
     def _plan(self, kind: Kind, rows: list[SourceRow], lo: int, hi: int, project: str | None) -> _Plan:
         known_rows = {k: v for k, v in self.state.rows_in_range(self.collection, kind, lo, hi).items()
@@ -554,49 +527,27 @@ class Syncer:
         plan.delete.extend(records)  # fields that vanished: a shrunk facts list, a cleared narrative
         plan.done_rows[row.id] = RowSynced(row.id, rh, row.project, row.merged_into_project, len(docs))
 
-    def _execute(self, kind: Kind, plan: _Plan, yield_to: YieldFn | None = None) -> Outcome:
-        """Apply a plan: what needs no vector at once, its chunks and then its finish on the upsert
-        thread. What it did so far beyond the plan's own counts, ``interrupted`` when stopped (or
-        yielding to new rows, ``yield_to``) in between (everything recorded so far is exact: the
-        batch's rows are then not marked)."""
+    def _write(self, kind: Kind, plan: _Plan, yield_to: YieldFn | None = None) -> Outcome:
+        """Apply a plan: what needs no vector at once, then embed and write its chunks, then its
+        finish (both on the writer thread). What it did so far beyond the plan's own counts,
+        ``interrupted`` when stopped (or yielding to new rows, ``yield_to``) in between
+        (everything recorded so far is exact: the batch's rows are then not marked)."""
         out = self._write_unembedded(kind, plan)
-        written, chunks = self._write_embedded(kind, plan, yield_to)
+        batch = _Batch(kind)
+        written, chunks = self._write_embedded(batch, plan, yield_to)
         out += written
         if out.interrupted:
             return out
         if chunks or plan.done_rows or plan.failed_rows:  # a batch with nothing to mark opens no thread
-            self._finishing.append((self._submit(self._finish, kind, plan, chunks), None))
+            # The finish stage, on the writer thread after the batch's chunks: _Writes.finish.
+            self._writer.put(_BatchEnd(batch, plan), bounded=False)
         return out
-
-    def _finish(self, kind: Kind, plan: _Plan, chunks: list[Future[_Chunk]]) -> Outcome:
-        """On the upsert thread, after the batch's chunks (so they resolved): mark its rows synced,
-        or failed with their reason when Chroma refused one of their documents. A chunk that
-        failed raises here, and none of the batch's rows is marked (the next pass takes them up)."""
-        assert self._writes is not None
-        done_rows, failed_rows = dict(plan.done_rows), list(plan.failed_rows)
-        rejected: dict[int, str] = {}
-        results = [c.result() for c in chunks]
-        for c in results:  # a row's first refusal names it
-            for sid, reason in c.rejected.items():
-                rejected.setdefault(sid, reason)
-        for sid, reason in rejected.items():
-            done = done_rows.pop(sid, None)
-            if done is not None:
-                failed_rows.append(RowFailed(sid, done.row_hash, done.project, done.merged_into_project, reason))
-        if done_rows:
-            self._writes.mark_rows(self.collection, kind, list(done_rows.values()))
-        if failed_rows:
-            self._writes.mark_failed(self.collection, kind, failed_rows)
-            for failed in failed_rows:
-                self.log.warning(logs.ROW_FAILED, kind=kind.value, id=failed.source_id, reason=failed.reason[:200])
-        return Outcome(failed_rows=len(failed_rows), upsert_seconds=sum(c.seconds for c in results),
-                       failures=tuple((kind.value, f.source_id, f.reason) for f in failed_rows))
 
     def _write_unembedded(self, kind: Kind, plan: _Plan) -> Outcome:
         """What needs no vector: deletes, rows gone, texts named, metadata updates."""
         assert self.sink is not None
         if plan.delete or plan.relabel:
-            self._await_chunks()  # the sink (and the vector copy behind it) is written by one thread at a time
+            self._writer.settle()  # the sink (and the vector copy behind it) is written by one thread at a time
         upsert_s = 0.0
         if plan.delete:
             t = time.perf_counter()
@@ -615,68 +566,89 @@ class Syncer:
             self.state.record_synced(self.collection, kind, _records(plan.relabel), self.embedder.model_id)
         return Outcome(upsert_seconds=upsert_s)
 
-    def _write_embedded(self, kind: Kind, plan: _Plan, yield_to: YieldFn | None = None
-                        ) -> tuple[Outcome, list[Future[_Chunk]]]:
-        """Embed (or look up) the documents to embed, chunk by chunk, each chunk's upsert submitted
-        to the upsert thread once fewer than ``CHUNKS_IN_FLIGHT`` (of this batch or an earlier one)
-        are unresolved; what embedding did, and the chunks' futures. With ``yield_to``: chunks of about
-        ``YIELD_CHUNK_S`` of embedding, and ``yield_to`` asked after each (the first is always
-        written, so a pass that yields at every chunk still goes on)."""
+    def _write_embedded(self, batch: _Batch, plan: _Plan, yield_to: YieldFn | None = None) -> tuple[Outcome, int]:
+        """The embed stage: embed (or look up) the documents to embed, chunk by chunk, each chunk
+        handed to the write stage (``_Writes.chunk``, on the writer thread) once fewer than
+        ``CHUNKS_IN_FLIGHT`` (of this batch or an earlier one) are unresolved; what embedding did,
+        and the chunks handed in. With ``yield_to``: chunks of about ``YIELD_CHUNK_S`` of embedding
+        (the pacer), and ``yield_to`` asked after each (the first is always written, so a pass that
+        yields at every chunk still goes on)."""
         if plan.embed and self.store is not None and self._store_model is None:
             self._store_model = store_model(self.store, self.embedder)
         vectors_of = BatchVectors(self.embedder, self.store, self._store_model, self.options.busy)
         plan.embed = vectors_of.order(plan.embed)
-        chunks: list[Future[_Chunk]] = []
-        unwritten = Outcome()
-        start = 0
+        unwritten, start, chunks = Outcome(), 0, 0
         while start < len(plan.embed):
             if self.stop.is_set() or (start > 0 and yield_to is not None and yield_to()):
-                # Report what was done, not what was planned: un-count the chunks left out.
-                left = plan.embed[start:]
-                new = sum(1 for d in left if d.doc_id in plan.new)
-                unwritten = Outcome(added=-new, updated=-(len(left) - new), interrupted=True)
-                self._await_chunks()
+                unwritten = _left_out(plan, start)
+                self._writer.settle()
                 break
-            end = (start + self.options.batch_size) if yield_to is None else \
-                self._chunk_end(plan.embed, start, vectors_of)
+            limit = min(len(plan.embed), start + self.options.batch_size)
+            end = limit if yield_to is None else self._pacer.end(plan.embed, start, limit, vectors_of.cost)
             chunk = plan.embed[start:end]
             embed_s = vectors_of.embed_s
             vectors = vectors_of.vectors(chunk)
             if yield_to is not None:
-                self._paced(chunk, vectors_of, vectors_of.embed_s - embed_s)
-            self._await_chunks(keep=CHUNKS_IN_FLIGHT - 1)
-            chunks.append(self._submit(self._write_chunk, kind, chunk, vectors))
-            self._in_flight.append(chunks[-1])
+                self._pacer.learn(sum(vectors_of.cost(d) for d in chunk), vectors_of.embed_s - embed_s)
+            self._writer.put(_ChunkWrite(batch, chunk, vectors))  # the write stage: _Writes.chunk
+            chunks += 1
             start = end
         return unwritten + Outcome(embedded=vectors_of.embedded, reused=vectors_of.reused,
                                    embed_seconds=vectors_of.embed_s, store_seconds=vectors_of.store_s), chunks
 
-    def _chunk_end(self, docs: Sequence[Document], start: int, vectors_of: BatchVectors) -> int:
-        """Where the chunk from ``start`` ends when it should hold about ``YIELD_CHUNK_S`` of
-        embedding: the model's cost follows the characters it reads, and a text the embedding store
-        holds costs none."""
-        limit = min(len(docs), start + self.options.batch_size)
-        if self._chars_per_s is None:
-            return min(limit, start + FIRST_CHUNK_DOCS)
-        budget, end = self._chars_per_s * YIELD_CHUNK_S, start
-        while end < limit and (end - start < MIN_CHUNK_DOCS or budget > 0):
-            budget -= vectors_of.cost(docs[end])
-            end += 1
-        return end
 
-    def _paced(self, chunk: Sequence[Document], vectors_of: BatchVectors, seconds: float) -> None:
-        """Learn the embedding rate (characters a second) from a chunk that embedded enough to time."""
-        chars = sum(vectors_of.cost(d) for d in chunk)
-        if seconds > 0.05 and chars > 0:
-            rate = chars / seconds
-            self._chars_per_s = rate if self._chars_per_s is None else 0.5 * (self._chars_per_s + rate)
+def _lower(cursor: Cursor, kind: Kind, lo: int) -> None:
+    """Move ``cursor`` of ``kind`` down to ``lo`` (0: the kind is through, gone from it)."""
+    if lo == 0:
+        del cursor[kind]
+    else:
+        cursor[kind] = lo
 
-    def _write_chunk(self, kind: Kind, docs: list[Document], vectors: npt.NDArray[np.float32]) -> _Chunk:
-        """Intent records, upsert, then records of what Chroma acknowledged (on the upsert thread,
-        with its own connection to the records)."""
-        assert self.sink is not None and self._writes is not None
-        model = self.embedder.model_id
-        self._writes.record_intents(self.collection, kind, [(d.doc_id, d.source_id) for d in docs], model)
+
+def _left_out(plan: _Plan, start: int) -> Outcome:
+    """A batch left before its chunk from ``start``: report what was done, not what was planned
+    (the chunks left out un-counted), and that it was interrupted."""
+    left = plan.embed[start:]
+    new = sum(1 for d in left if d.doc_id in plan.new)
+    return Outcome(added=-new, updated=-(len(left) - new), interrupted=True)
+
+
+class _Writes:
+    """The write and finish stages of a pass's batches, run on its writer thread in the order
+    handed in (:meth:`write`), with their own connection to the records (opened by the first
+    write; :meth:`close` at the end of the pass)."""
+
+    def __init__(self, state: SyncState, into: Destination, model: str, log: Any) -> None:
+        self.state, self.sink, self.derivation, self.collection = state, into.sink, into.derivation, into.collection
+        self.model, self.log = model, log
+        self._records: SyncState | None = None
+
+    def __enter__(self) -> _Writes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection to the records (once the writer thread is through)."""
+        if self._records is not None:
+            self._records.close()
+        self._records = None
+
+    def write(self, job: _ChunkWrite | _BatchEnd) -> Outcome:
+        """Write a chunk (what it did is kept with its batch, for the finish) or finish a batch."""
+        if self._records is None:
+            self._records = self.state.sibling()
+        if isinstance(job, _BatchEnd):
+            return self.finish(job, self._records)
+        job.batch.chunks.append(self.chunk(job, self._records))
+        return Outcome()
+
+    def chunk(self, job: _ChunkWrite, records: SyncState) -> _Chunk:
+        """The write stage: intent records, upsert, then records of what Chroma acknowledged."""
+        assert self.sink is not None
+        docs, vectors, kind = job.docs, job.vectors, job.batch.kind
+        records.record_intents(self.collection, kind, [(d.doc_id, d.source_id) for d in docs], self.model)
         t = time.perf_counter()
         metas = [self.derivation.metadata(d) for d in docs]
         texts = [d.text if d.stored is None else d.stored for d in docs] if self.derivation.stores_text else None
@@ -695,5 +667,29 @@ class Syncer:
                 except RejectedBatch as exc:
                     rejected.setdefault(d.source_id, str(exc))
         seconds = time.perf_counter() - t
-        self._writes.record_synced(self.collection, kind, _records(ok), model)
+        records.record_synced(self.collection, kind, _records(ok), self.model)
         return _Chunk(rejected, seconds)
+
+    def finish(self, job: _BatchEnd, records: SyncState) -> Outcome:
+        """The finish stage, after the batch's chunks (so they were written): mark its rows synced,
+        or failed with their reason when Chroma refused one of their documents. When a chunk
+        failed, the finish does not run (``worker.pipeline.overlap``): none of the batch's rows is marked,
+        and the next pass takes them up."""
+        kind, plan = job.batch.kind, job.plan
+        done_rows, failed_rows = dict(plan.done_rows), list(plan.failed_rows)
+        rejected: dict[int, str] = {}
+        for c in job.batch.chunks:  # a row's first refusal names it
+            for sid, reason in c.rejected.items():
+                rejected.setdefault(sid, reason)
+        for sid, reason in rejected.items():
+            done = done_rows.pop(sid, None)
+            if done is not None:
+                failed_rows.append(RowFailed(sid, done.row_hash, done.project, done.merged_into_project, reason))
+        if done_rows:
+            records.mark_rows(self.collection, kind, list(done_rows.values()))
+        if failed_rows:
+            records.mark_failed(self.collection, kind, failed_rows)
+            for failed in failed_rows:
+                self.log.warning(logs.ROW_FAILED, kind=kind.value, id=failed.source_id, reason=failed.reason[:200])
+        return Outcome(failed_rows=len(failed_rows), upsert_seconds=sum(c.seconds for c in job.batch.chunks),
+                       failures=tuple((kind.value, f.source_id, f.reason) for f in failed_rows))
