@@ -100,6 +100,7 @@ LOOP = Policy((
     ((StoreUnavailable, SourceUnavailable, EmbeddingUnavailable, StoreRefused, NoSpace), Action.DEGRADE),
 ))
 STOPS = Policy()  # any failure stops the worker
+OWN = Policy()  # a thread beside the loop: it handles its own failures (logged), none reaches the loop
 
 
 L = TypeVar("L")  # the loop the jobs run on: the Worker (a fake one in tests)
@@ -134,10 +135,10 @@ JOBS: tuple[Job[Worker], ...] = (
         run=lambda w: w.request_reconcile(), every=lambda s: s.reconcile_interval_s),
     Job("health", Kind.TIMER, "every health_interval_s (wakes a loop backing off for Chroma)", policy=STOPS,
         run=lambda w: w._request_health(), every=lambda s: s.health_interval_s),
-    Job("file events", Kind.THREAD, "watchdog event on the database: wakes the loop (a hint)", policy=STOPS),
-    Job("heartbeat", Kind.THREAD, "while the loop waits on a long call: worker.json (worker.health)", policy=STOPS),
-    Job("injection listener", Kind.THREAD, "per prompt; started by `memsync worker` (servers.inject_listener), "
-        "a failure is a warning, never a stop", policy=STOPS),
+    Job("file events", Kind.THREAD, "watchdog event on the database: wakes the loop (a hint)", policy=OWN),
+    Job("heartbeat", Kind.THREAD, "while the loop waits on a long call: worker.json (worker.health)", policy=OWN),
+    Job("injection listener", Kind.THREAD, "per prompt; started by `memsync worker` (servers.inject_listener: "
+        "the worker may not import servers), a failure is a warning", policy=OWN),
     Job("health check", Kind.FIRST, "the health flag raised", due=lambda w: w.health_due.is_set(),
         run=lambda w: w._check_health()),
     Job("text index step", Kind.FIRST, "every step, before Chroma (worker.textsync decides)",

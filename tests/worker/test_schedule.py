@@ -18,7 +18,7 @@ from memsync.config.errors import (
     StoreUnavailable,
 )
 from memsync.config.settings import Settings
-from memsync.worker.schedule import JOBS, LOOP, STEP, STOPS, Action, Job, Kind, Policy, run_jobs, timers
+from memsync.worker.schedule import JOBS, LOOP, OWN, STEP, STOPS, Action, Job, Kind, Policy, run_jobs, timers
 
 
 class Loop:
@@ -80,9 +80,10 @@ class TestTheTable:
         s = settings.model_copy(update={"reconcile_interval_s": 123, "health_interval_s": 7})
         assert {j.name: j.every(s) for j in timers() if j.every is not None} == {"reconcile": 123, "health": 7}
 
-    def test_the_jobs_of_a_step_share_the_loops_policy_and_the_rest_stop_on_failure(self) -> None:
+    def test_the_jobs_of_a_step_share_the_loops_policy_and_the_threads_handle_their_own(self) -> None:
         assert all(j.policy is LOOP for j in JOBS if j.kind in STEP)
-        assert all(j.policy is STOPS for j in JOBS if j.kind not in STEP)
+        assert all(j.policy is OWN for j in JOBS if j.kind is Kind.THREAD)
+        assert all(j.policy is STOPS for j in JOBS if j.kind in (Kind.AFTER, Kind.TIMER))
 
 
 class TestPriorities:
