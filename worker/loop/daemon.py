@@ -1,7 +1,8 @@
 """``memsync worker``: keeps Chroma in step with the agent's database, beside the agent.
 
-The loop only (schedule, wake, back off, stop); each unit of work is a sync pass
-(``worker.pipeline.syncpass``, the one ``resync`` runs too) run on this thread:
+The loop only (wake, back off, stop); what a step runs, in which order and with which failure
+policy is one table, ``worker.loop.schedule.JOBS`` (where to add a job). Each unit of work is a sync
+pass (``worker.pipeline.syncpass``, the one ``resync`` runs too) run on this thread:
 - **Tail**: every ``poll_interval_s`` (or sooner, when a file event wakes it) compare the database
   files' stamp; only when it moved, read the highest ids, and sync rows above the watermarks
   (``worker.loop.tail``). Polling is the truth; watchdog events are hints, and no work runs
@@ -48,7 +49,6 @@ from typing import Any
 from memsync.chroma.server import PORT_ATTEMPTS
 from memsync.config.diskspace import explain, no_space
 from memsync.config.errors import (
-    EmbeddingUnavailable,
     NoSpace,
     SourceUnavailable,
     StoreDamaged,
@@ -66,6 +66,7 @@ from memsync.worker.loop.lock import WorkerLock
 from memsync.worker.loop.maintenance import Compaction, CopyCheck, CopyOrder, fill_copy
 from memsync.worker.loop.memory import Trimmer, freeze_startup
 from memsync.worker.loop.progress import FirstSyncProgress
+from memsync.worker.loop.schedule import JOBS, Action, Failure, Kind, run_jobs, timers
 from memsync.worker.loop.signals import SignalRelay
 from memsync.worker.loop.tail import SourceTail
 from memsync.worker.pipeline.sink import MirroredSink, VectorSink
@@ -95,26 +96,28 @@ class Worker:
         self.stop = stop or threading.Event()  # `once` shares the command's Ctrl-C event
         self.wake = threading.Event()
         self.reconcile_due = threading.Event()
-        self.health_due = threading.Event()
+        self.health_due: threading.Event = threading.Event()
         self.log = logs.get_logger(component="worker")
         self.health = Health(settings, self.log)
         # Retries of a remote endpoint wait on the stop event: a stop is never held up by a backoff.
         embedder = make_embedder(settings, wait=self.stop.wait)
-        self._target = SyncTarget(settings, embedder, wait=self.stop.wait)
+        self._target: SyncTarget = SyncTarget(settings, embedder, wait=self.stop.wait)
         self._tail = SourceTail(settings.db, settings.sqlite_busy_timeout_ms, self.reconcile_due,
                                 settings.excluded_projects)
-        self._compaction = Compaction(settings, self.stop, self.log)
-        self._copy_order = CopyOrder()
-        self._copy_check = CopyCheck()
+        self._compaction: Compaction = Compaction(settings, self.stop, self.log)
+        self._copy_order: CopyOrder = CopyOrder()
+        self._copy_check: CopyCheck = CopyCheck()
         self._serving = False  # the loop runs (not --once): worth warming the server's index for searches
         self._trimmer = Trimmer()
-        self._text = TextSync(settings, self.stop)
+        self._text: TextSync = TextSync(settings, self.stop)
         self._lock = WorkerLock(settings.data_dir, settings.db)
         self._state: SyncState | None = None
         self._store: EmbeddingStore | None = None  # the embedding store, open while the worker runs
-        self._collection = StoreCollection(None, due=False)
+        self._collection: StoreCollection = StoreCollection(None, due=False)
         self._signals: SignalRelay | None = None
         self._store_due = True  # check the collection against the records at the next step
+        self._full: bool = False  # this step's full pass starts from the top (worker.loop.schedule: store check)
+        self._worked = False  # this step did work (not idle): the memory trimmer trims after it
         self._upstream_level = False  # the upstream-readable store's records known level with ours
         # A full pass that yielded to rows committed meanwhile: where it goes on (worker.pipeline.sync).
         self._resume: Cursor | None = None
@@ -178,10 +181,10 @@ class Worker:
         freeze_startup()  # what it holds from here on lives as long as it: collections skip it
         scheduler = BackgroundScheduler(daemon=True)
         # Jobs only raise flags: the work itself happens on this thread, never on theirs.
-        scheduler.add_job(self.request_reconcile, "interval", seconds=self.s.reconcile_interval_s,
-                          id="reconcile", max_instances=1, coalesce=True)
-        scheduler.add_job(self._request_health, "interval", seconds=self.s.health_interval_s,
-                          id="health", max_instances=1, coalesce=True)
+        for job in timers():
+            assert job.every is not None
+            scheduler.add_job(job.run, "interval", args=(self,), seconds=job.every(self.s), id=job.name,
+                              max_instances=1, coalesce=True)
         observer: Any = None
         self.log.info("worker_started", pid=os.getpid(), db=str(self.s.db), mode=self.s.chroma_mode,
                       poll_interval_s=self.s.poll_interval_s)
@@ -294,82 +297,102 @@ class Worker:
     # -- one step ------------------------------------------------------------------------------
 
     def step(self) -> float:
-        """Check, sync what is due, record status. Returns how long to wait before the next step."""
-        idle = False
-        try:
-            if self.health_due.is_set():
-                self.health_due.clear()
-                self.health.check_chroma(self._target)
-                self._store_due = True
-            indexed = self._text.step()  # before Chroma: it keeps the lexical fallback fast while Chroma is down
-            state = self._ensure_open()
-            collection = self._target.collection
-            assert collection is not None
-            replaced, excluded = self._tail.replaced(), self._tail.exclusion_changed()  # both looked at
-            full = self.reconcile_due.is_set() or replaced or excluded
-            if full or self._store_due:
-                # Records that no longer say what the store holds were just aligned with it: a full
-                # pass re-drives exactly those rows.
-                full = self._check_store(state) or full
-            if full or self._resume is not None:
-                self._full_pass_part(restart=full)
-            elif self._tail.changed(state, collection, pending=bool(self.health.status.pending_rows)) or \
-                    self._upstream_behind(state, collection):
-                self._pass(full=False)
-                self._compaction.rows_arrived()
-            elif self._target.copy is not None and not self._target.copy.complete:
-                fill_copy(self._target, state)
-            elif self._collection.due():
-                self._collection.run(state)
-            elif self._compaction.due(state, collection):
-                result = self._compaction.run(self._target, state)
-                self.health.status.compactions += 0 if result.interrupted else 1
-            else:
-                idle = indexed is None
-            if self._copy_check.due(self._target):
-                self._copy_check.run(self._target, state)
-            if self._copy_order.due(self._target):
-                # Busy or idle: a worker that gets rows every second is never idle, and
-                # its copy would keep every dead entry and grow in a corpus of constant size.
-                self._copy_order.run(self._target)
-                idle = False
-        except StoreDamaged as exc:
-            return self._repair(exc)
-        except (sqlite3.Error, OSError) as exc:
-            # A write to memsync's own files (state.db, the copy, the text index, worker.json)
-            # failed: a full disk is a degraded state that ends when space returns;
-            # anything else is a defect and stops the worker as before.
-            no_room = no_space(exc, self.s)
-            if no_room is None:
-                raise
-            self._degrade(no_room)
-            return self.health.backoff.delay
-        except (StoreUnavailable, SourceUnavailable, EmbeddingUnavailable, StoreRefused, NoSpace) as exc:
-            # An embedding endpoint that is down is no fault of the rows: they stay pending (no
-            # attempt counted), and the next step retries them after the backoff.
-            # StoreRefused (Chroma refused the token, has no such tenant or database, or its
-            # certificate did not verify) is a setup error, yet the daemon retries it with the same
-            # backoff rather than exit: the fix is usually made on the server (token granted,
-            # tenant or database created, certificate renewed) and is picked up with no restart,
-            # while an exit would have a service manager (Restart=on-failure, KeepAlive) restart it
-            # every few seconds, logging each time. One `chroma_refused` line per distinct reason,
-            # the reason in worker.json (`status --check` fails). `worker --once`, resync and the
-            # other commands exit 2 with the reason instead. A token changed in memsync's own
-            # settings needs a restart: settings are read at start.
-            self._degrade(exc)
-            return self.health.backoff.delay
-        self.health.recovered()
-        self.health.status.index_loading_since_ms = self._target.warmup.loading_since_ms
-        self.health.status.index_loaded_in_ms = self._target.warmup.loaded_in_ms
-        self.health.publish()
-        if not idle:
-            self._trimmer.worked()
-        self._trimmer.maybe()  # what the step freed goes back to the system (worker.loop.memory)
+        """Check, sync what is due, record status (the jobs of ``worker.loop.schedule``, in its order).
+        Returns how long to wait before the next step."""
+        outcome = run_jobs(self, JOBS)
+        if outcome.failure is not None:
+            return self._failed(outcome.failure)
+        self._worked = outcome.worked
+        run_jobs(self, JOBS, (Kind.AFTER,))
         if self._resume is not None:
             return 0.0  # a full pass yielded to new rows: their tail pass, then the pass, at once
         # A stamp that just moved gets its second look soon: the commit behind it may not have been
         # visible yet, and waiting a whole poll interval would add up to a second of lag.
         return self.s.poll_interval_s if self._tail.settled else min(self.s.poll_interval_s, 0.1)
+
+    def _failed(self, failure: Failure) -> float:
+        """A job failed with an exception its policy handles (``worker.loop.schedule.Policy``): a damaged
+        collection is repaired; a failed write to memsync's own files (state.db, the copy, the text
+        index, worker.json) degrades when the disk is full (it ends when space returns) and stops the
+        worker otherwise (a defect); the rest degrade with backoff.
+
+        An embedding endpoint that is down is no fault of the rows: they stay pending (no attempt
+        counted), and the next step retries them after the backoff. StoreRefused (Chroma refused
+        the token, has no such tenant or database, or its certificate did not verify) is a setup
+        error, yet the daemon retries it with the same backoff rather than exit: the fix is usually
+        made on the server and is picked up with no restart, while an exit would have a service
+        manager (Restart=on-failure, KeepAlive) restart it every few seconds, logging each time. One
+        `chroma_refused` line per distinct reason, the reason in worker.json (`status --check`
+        fails). `worker --once`, resync and the other commands exit 2 with the reason instead."""
+        exc = failure.error
+        if failure.action is Action.REPAIR:
+            assert isinstance(exc, StoreDamaged)
+            return self._repair(exc)
+        if failure.action is Action.DEGRADE_IF_FULL_DISK:
+            no_room = no_space(exc, self.s) if isinstance(exc, sqlite3.Error | OSError) else None
+            if no_room is None:
+                raise exc
+            exc = no_room
+        assert isinstance(exc, Degrading)
+        self._degrade(exc)
+        return self.health.backoff.delay
+
+    # -- the jobs' parts (what worker.loop.schedule's table calls) ----------------------------------
+
+    def _opened(self) -> SyncState:
+        """The records, open (the ``open`` job ran earlier in the step)."""
+        assert self._state is not None
+        return self._state
+
+    def _active(self) -> str:
+        """The active collection's name (connected: the ``open`` job ran earlier in the step)."""
+        collection = self._target.collection
+        assert collection is not None
+        return collection
+
+    def _check_health(self) -> None:
+        """Chroma's heartbeat (the health flag was raised); a new check of the store follows."""
+        self.health_due.clear()
+        self.health.check_chroma(self._target)
+        self._store_due = True
+
+    def _look_for_full(self) -> None:
+        """Whether a full pass (from the top) is due: a reconcile asked for, the database replaced,
+        the exclusions changed (both always looked at), or records corrected by a check of the store,
+        which runs with any of those or when due. Records that no longer say what the store holds
+        were just aligned with it: a full pass re-drives exactly those rows."""
+        state, _ = self._opened(), self._active()
+        replaced, excluded = self._tail.replaced(), self._tail.exclusion_changed()
+        full = self.reconcile_due.is_set() or replaced or excluded
+        if full or self._store_due:
+            full = self._check_store(state) or full
+        self._full = full
+
+    def _tail_due(self) -> bool:
+        """New rows (the stamp moved), or the upstream-readable store behind ours."""
+        state, collection = self._opened(), self._active()
+        return self._tail.changed(state, collection, pending=bool(self.health.status.pending_rows)) or \
+            self._upstream_behind(state, collection)
+
+    def _tail_pass(self) -> None:
+        self._pass(full=False)
+        self._compaction.rows_arrived()
+
+    def _compact(self) -> None:
+        result = self._compaction.run(self._target, self._opened())
+        self.health.status.compactions += 0 if result.interrupted else 1
+
+    def _record_step(self) -> None:
+        """The step went through: end a degraded run, publish the status."""
+        self.health.recovered()
+        self.health.status.index_loading_since_ms = self._target.warmup.loading_since_ms
+        self.health.status.index_loaded_in_ms = self._target.warmup.loaded_in_ms
+        self.health.publish()
+
+    def _trim(self) -> None:
+        if self._worked:
+            self._trimmer.worked()
+        self._trimmer.maybe()  # what the step freed goes back to the system (worker.memory)
 
     def _full_pass_part(self, restart: bool) -> None:
         """A full pass, from the top (``restart``) or where it yielded. It goes newest first and
