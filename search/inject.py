@@ -42,8 +42,9 @@ recall 0.35): the search's first result is evidence for about two questions in f
 summaries fill many places (the relevance model counts a summary of a session holding evidence as
 relevant; the benchmark counts only the evidence turns themselves).
 
-Fewer, better memories over a full budget: the budget is shared in the search's order, each memory's
-text cut to what is left for it; a memory that would be cut below ``MIN_BODY_TOKENS`` is left out
+Fewer, better memories over a full budget: the most confident memory may take up to ``LEAD_SHARE``
+of the budget, so that the one most likely to answer is read and not only named; the rest is shared
+in the search's order, each memory's text cut to what is left for it; a memory that would be cut below ``MIN_BODY_TOKENS`` is left out
 rather than shown as a stub. The most confident result always stays (the cap or a short budget take
 from the others). Nothing eligible, or not even the first memory's heading within the budget:
 nothing (silence). No recency prior: the confidence is a calibrated chance, a bonus on it would
@@ -68,6 +69,7 @@ RATIO = 0.0  # ... and at least this share of the best one's
 MAX_MEMORIES = 16
 WORDS_ONLY = True  # whether a result found by words only (no similarity) may be injected
 MIN_BODY_TOKENS = 8  # a memory whose text would be cut below this is left out rather than shown as a stub
+LEAD_SHARE = 0.2  # of the budget, what the most confident memory may take (the others share the rest)
 ELLIPSIS = " …"
 
 Counter = Callable[[str], int]
@@ -146,23 +148,33 @@ def choose(results: Sequence[Candidate], budget_tokens: int, seen: Collection[st
         size -= 1
     placed = {c.ref for c in in_line[:size]}
     kept = [c for c in near if c.ref in placed]
-    out: list[Chosen] = []
-    left = budget_tokens
-    for n, c in enumerate(kept):
-        share = left // (len(kept) - n)  # what is left, shared by the memories still to come
-        head = heads[c.ref]
-        whole = head + count(c.body)
-        if whole <= share:
-            out.append(Chosen(c.ref, c.heading, c.body, whole))
-            left -= whole
-            continue
-        body = cut(c.body, share - head, count)
-        if body is None:
-            continue  # not even its heading and a few words fit (none fit: silence)
-        tokens = head + count(body)
-        out.append(Chosen(c.ref, c.heading, body, tokens))
-        left -= tokens
-    return out
+    # The most confident memory is read, not only named: it may take up to LEAD_SHARE of the budget
+    # (what it needs, at least its equal share); the others share what is left, in the search's order.
+    lead = next(c for c in kept if c.ref == best_ref)
+    chosen: dict[str, Chosen] = {}
+    if (first := _fit(lead, max(budget_tokens // len(kept), int(budget_tokens * LEAD_SHARE)), heads[lead.ref],
+                      count)) is not None:
+        chosen[lead.ref] = first
+    left = budget_tokens - (first.tokens if first is not None else 0)
+    rest = [c for c in kept if c.ref != best_ref]
+    for n, c in enumerate(rest):
+        share = left // (len(rest) - n)  # what is left, shared by the memories still to come
+        if (one := _fit(c, share, heads[c.ref], count)) is not None:
+            chosen[c.ref] = one
+            left -= one.tokens
+    return [chosen[c.ref] for c in kept if c.ref in chosen]
+
+
+def _fit(c: Candidate, share: int, head: int, count: Counter) -> Chosen | None:
+    """``c`` within ``share`` tokens: whole, or its text cut; None when not even its heading and a
+    few words fit."""
+    whole = head + count(c.body)
+    if whole <= share:
+        return Chosen(c.ref, c.heading, c.body, whole)
+    body = cut(c.body, share - head, count)
+    if body is None:
+        return None
+    return Chosen(c.ref, c.heading, body, head + count(body))
 
 
 def cut(text: str, tokens: int, count: Counter = count_tokens) -> str | None:

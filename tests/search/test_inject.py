@@ -109,6 +109,18 @@ class TestBudget:
         assert only.body.endswith(" …") and LONG.startswith(only.body[:-2])
         assert 80 < only.tokens <= 100  # the budget is used, not wasted
 
+    def test_the_most_confident_memory_is_read_while_the_others_are_named(self) -> None:
+        """With many memories each line gets little room; the most confident one gets up to
+        LEAD_SHARE of the budget, wherever the search ranked it, and is whole when that holds it."""
+        answer = "The jellyfish service reads its deploy config from deploy/jelly.toml, not from the chart."
+        others = [cand(f"#{i}", 0.3, body=LONG) for i in range(MAX_MEMORIES - 1)]
+        chosen = choose([*others[:3], cand("#best", 0.7, body=answer), *others[3:]], 485, set())
+        by_ref = {c.ref: c for c in chosen}
+        assert len(chosen) == MAX_MEMORIES and by_ref["#best"].body == answer
+        assert all(c.body.endswith(" …") for c in chosen if c.ref != "#best")
+        assert [c.ref for c in chosen].index("#best") == 3  # still in the search's order
+        assert sum(c.tokens for c in chosen) <= 485
+
     def test_a_short_memory_is_whole(self) -> None:
         (only,) = choose([cand("#1", 0.8)], 600, set())
         assert only.body == SHORT
