@@ -82,6 +82,8 @@ run: $(BIN)/.installed
 # (the last test it started) and the crashing thread's stack, last, where a CI log's tail shows
 # them (tests/conftest.py: each worker writes $(TEST_TRACE).gwN and $(TEST_TRACE).gwN.crash). A Bus
 # error in the parallel run is found there: the worker's crash file is the one that is not empty.
+# Under --dist loadgroup xdist (3.8.0) gives a crashed test to each replacement worker until
+# "maximum crashed workers reached" stops the run: the test is named, the tests after it do not run.
 TEST_TRACE := test-artifacts/pytest-trace.txt
 TEST_WORKERS ?= 3
 test: $(BIN)/.installed $(CHROMA_MCP_VENV)/.installed $(CLAUDE_MEM_DIR)/.installed $(CLAUDE_CODE_DIR)/.installed
