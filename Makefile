@@ -71,20 +71,36 @@ $(CLAUDE_CODE_DIR)/.installed: tests/upstream/versions.json
 run: $(BIN)/.installed
 	$(BIN)/memsync worker
 
-# When pytest itself dies (a signal in native code leaves no report), the last test it started and
-# the crashing thread's stack are printed last, where a CI log's tail shows them (tests/conftest.py).
+# The whole suite on pytest-xdist: TEST_WORKERS processes (more than the 2 cores pay: most system
+# tests wait on subprocesses), `--dist loadgroup` so that the tests of one xdist group run one after
+# another on one worker. The serial group (tests/conftest.py: SERIAL_PATHS and the `serial` marker:
+# the real claude-mem worker, Claude Code, the soak, the chromium page, timing-bound system tests)
+# thus runs in order beside the parallel rest, in the same run: one report, one status, one list
+# of the 20 slowest tests (a second serial pass would print two).
+# When a worker dies (a signal in native code leaves no report), xdist reports "worker 'gwN'
+# crashed while running '<test>'" among the failures, and `make test` prints that worker's trace
+# (the last test it started) and the crashing thread's stack, last, where a CI log's tail shows
+# them (tests/conftest.py: each worker writes $(TEST_TRACE).gwN and $(TEST_TRACE).gwN.crash). A Bus
+# error in the parallel run is found there: the worker's crash file is the one that is not empty.
+# Under --dist loadgroup xdist (3.8.0) gives a crashed test to each replacement worker until
+# "maximum crashed workers reached" stops the run: the test is named, the tests after it do not run.
 TEST_TRACE := test-artifacts/pytest-trace.txt
+TEST_WORKERS ?= 3
 test: $(BIN)/.installed $(CHROMA_MCP_VENV)/.installed $(CLAUDE_MEM_DIR)/.installed $(CLAUDE_CODE_DIR)/.installed
-	@mkdir -p $(dir $(TEST_TRACE)) && rm -f $(TEST_TRACE) $(TEST_TRACE).crash
-	@MEMSYNC_TEST_TRACE=$(TEST_TRACE) $(BIN)/python -m pytest; status=$$?; \
-	if [ $$status -gt 128 ]; then \
-	  echo "pytest died (status $$status) in the last test it started:"; tail -n 2 $(TEST_TRACE); \
-	  grep -A 12 "^Current thread" $(TEST_TRACE).crash; \
+	@mkdir -p $(dir $(TEST_TRACE)) && rm -f $(TEST_TRACE)*
+	@MEMSYNC_TEST_TRACE=$(TEST_TRACE) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup; status=$$?; \
+	if [ $$status -ne 0 ]; then \
+	  for crash in $(TEST_TRACE)*.crash; do \
+	    [ -s "$$crash" ] || continue; trace=$${crash%.crash}; \
+	    echo "a test process died ($$trace) in the last test it started:"; tail -n 2 "$$trace"; \
+	    grep -A 12 "^Current thread\|^Fatal Python error" "$$crash"; \
+	  done; \
 	fi; exit $$status
 
-# The unit tests only (no real subprocesses or servers): about a minute.
+# The unit tests only (no real subprocesses or servers, nothing over ~5 s, no mypy: `make lint`
+# runs it) on two workers: under a minute on 2 idle cores.
 test-fast: $(BIN)/.installed
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" -n 2 --dist loadgroup
 
 # ruff on every Python file of the checkout (it skips what .gitignore names: .venv, build/); mypy
 # strict on the installed package; pyright over the source folders, for imports that do not resolve.

@@ -29,19 +29,41 @@ DAY_MS = 86_400_000
 BASE_MS = 1_780_000_000_000
 
 
-# Where a crash of the test process itself (a signal in native code: no pytest report) happened:
-# with MEMSYNC_TEST_TRACE set (`make test` sets it), each test's start is appended to that file with
-# the seconds since the run began, and faulthandler writes its dump of every thread beside it
-# (``<file>.crash``). `make test` prints both when pytest dies, so a CI log's tail names the test.
+# Where a crash of a test process (a signal in native code: no pytest report) happened: with
+# MEMSYNC_TEST_TRACE set (`make test` sets it), each test's start is appended to that file with the
+# seconds since the run began, and faulthandler writes its dump of every thread beside it
+# (``<file>.crash``). Under xdist each worker has its own pair (``<file>.gw0``, ``<file>.gw0.crash``);
+# the controller reports "worker 'gwN' crashed while running '<test>'" itself, and `make test`
+# prints the dead worker's files, so a CI log's tail names the test and shows its stack.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 _TRACE = os.environ.get("MEMSYNC_TEST_TRACE")
+if _TRACE and _WORKER:
+    _TRACE = f"{_TRACE}.{_WORKER}"
 _TRACE_START = time.monotonic()
 _crash_file: Any = None
+
+# Tests that run one after another on one xdist worker (`--dist loadgroup`, group "serial"), beside
+# the parallel rest: they start the real claude-mem worker, Claude Code, the soak, or a chromium
+# page, or time what they wait for. A folder or file here, or a test marked ``serial``.
+SERIAL_PATHS = ("tests/system/", "tests/cli/test_claude_code.py", "tests/servers/test_page.py",
+                "tests/servers/test_claude_mem_profile.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put the serial tests in one xdist group."""
+    root = Path(str(config.rootpath))
+    for item in items:
+        rel = Path(str(item.path)).relative_to(root).as_posix()
+        serial = item.get_closest_marker("serial") or rel.startswith(SERIAL_PATHS)
+        if serial and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group("serial"))
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's faulthandler plugin pointed it at stderr
 def pytest_configure(config: pytest.Config) -> None:
     """Send faulthandler's dump to the crash file."""
     global _crash_file
+    config.addinivalue_line("markers", "xdist_group(name): run on the one worker of this group")
     if _TRACE:
         Path(_TRACE).write_text("")
         _crash_file = open(_TRACE + ".crash", "w")  # noqa: SIM115 - open for the whole run

@@ -26,6 +26,10 @@ def test_ruff_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+# mypy takes about a minute: `make lint` runs it, `make test` runs these, `make test-fast` does not.
+# One xdist group: the runs share the checkout's .mypy_cache.
+@pytest.mark.slow
+@pytest.mark.xdist_group("mypy")
 def test_mypy_strict_passes_on_the_package() -> None:
     result = mypy()
     assert result.returncode == 0, result.stdout + result.stderr
@@ -36,6 +40,8 @@ def test_mypy_strict_passes_on_the_package() -> None:
     assert checked >= on_disk, (checked, on_disk)  # (+ the page's data folder, which mypy counts)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("mypy")
 @pytest.mark.parametrize(("annotation", "fails"), [("int", True), ("str", False)])
 def test_mypy_sees_types_across_packages(tmp_path: Path, annotation: str, fails: bool) -> None:
     """A wrong type across a package boundary is an error, not a silent ``Any``."""

@@ -147,6 +147,7 @@ def row(settings: Settings, kind: Kind, id_: int) -> tuple[str, str]:
     return found[0].removeprefix("mem-"), " ".join(v or "" for v in found[1:])
 
 
+@pytest.mark.slow  # builds the demo with the real model: about 30 s
 class TestDemoSearches:
     def test_a_paraphrase_finds_a_memory_that_shares_no_word_with_it(self, demo: Settings,
                                                                      searched: dict[str, Response]) -> None:

@@ -113,6 +113,7 @@ class TestConfidence:
         assert relevance.rank([], np.zeros((0, len(INGREDIENTS))), LOCAL) == []
 
 
+@pytest.mark.slow  # refits each shipped model: about 10 s each
 class TestModelFiles:
     @pytest.mark.parametrize(("name", "dump"), [("local", "local"), ("lexical", "local"),
                                                 ("local-multilingual", "local-multilingual")])

@@ -174,6 +174,7 @@ def test_window_uses_milliseconds(searcher: Searcher) -> None:
 
 
 # -- degradation: Chroma down, full text answers ---------------------------------------------------
+@pytest.mark.slow  # a real chroma run server
 def test_managed_server_down_falls_back_to_lexical(tmp_path: Path) -> None:
     settings = build(tmp_path, corpus()[125:], chroma_mode="managed", chroma_port=_free_port())
     # resync started and stopped its own managed server: nothing is running now.
@@ -187,6 +188,7 @@ def test_managed_server_down_falls_back_to_lexical(tmp_path: Path) -> None:
         engine.close()
 
 
+@pytest.mark.slow  # a real chroma run server
 def test_real_server_up_then_stopped(tmp_path: Path) -> None:
     from memsync.chroma.server import ManagedServer
 

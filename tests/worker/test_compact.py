@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from memsync.chroma import collections as stores
 from memsync.config.settings import Settings
 from memsync.worker.checks.verify import verify
@@ -20,6 +22,8 @@ from scripts.benchlib import settings_env
 from tests.conftest import FakeEmbedder, make_db, mixed_records
 
 ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow  # churn rounds and a worker process: 8-16 s each
 
 
 def churn_rounds(settings: Settings, embedder: FakeEmbedder, rounds: int) -> None:

@@ -164,6 +164,7 @@ class TestReuse:
         assert vector_identity(FakeEmbedder()).startswith("local|all-MiniLM-L6-v2-int8|dim=384")
 
 
+@pytest.mark.slow  # churns the store until GC runs: 8-45 s
 class TestGarbageCollection:
     def test_removes_unreferenced_vectors_and_keeps_referenced_ones(self, settings: Settings) -> None:
         make_db(settings.db, mixed_records(12))
