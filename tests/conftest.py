@@ -50,13 +50,17 @@ SERIAL_PATHS = ("tests/system/", "tests/cli/test_claude_code.py", "tests/servers
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put the serial tests in one xdist group."""
+    """Put the serial tests in one xdist group, and every other file's tests in a group of their
+    own: a file's tests then run on one worker in their order, as they do without xdist (a module's
+    fixture is set up once, and a test that leans on what an earlier one did, a mistake of its own,
+    fails every time rather than on the runs where xdist happens to split them)."""
     root = Path(str(config.rootpath))
     for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
         rel = Path(str(item.path)).relative_to(root).as_posix()
         serial = item.get_closest_marker("serial") or rel.startswith(SERIAL_PATHS)
-        if serial and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group("serial"))
+        item.add_marker(pytest.mark.xdist_group("serial" if serial else rel))
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's faulthandler plugin pointed it at stderr

@@ -66,6 +66,7 @@ def test_timeline_records_similar_status_health_metrics(http_server: HttpServer)
     assert status["totals"]["observations"]["documents"] > 0 and "lag_ms" in status and "worker" in status
 
     assert get(http_server, "/healthz").json() == {"ok": True}
+    assert get(http_server, "/api/search", q="retry").status_code == 200  # counted below, whatever ran before
     metrics = get(http_server, "/metrics").text
     assert 'memsync_http_requests_total{route="/api/search",status="200"}' in metrics
     assert 'memsync_search_answers_total{mode="hybrid"}' in metrics

@@ -112,10 +112,10 @@ def test_worker_is_degraded_not_failing_rows_while_the_endpoint_is_down(
     try:
         wait_for(lambda: worker.status().get("degraded") and worker.status().get("embedding_reachable") is False,
                  60, "the worker to report the endpoint unavailable")
-        assert "embeddings endpoint" in str(worker.checks.status().get("last_error"))
+        assert "embeddings endpoint" in str(worker.status().get("last_error"))
         openai_server.stop()  # gone altogether: refused connections are the same degraded state
         import_records(settings.db, [obs(202)])
-        wait_for(lambda: "cannot connect" in str(worker.checks.status().get("last_error")), 60, "refused connections")
+        wait_for(lambda: "cannot connect" in str(worker.status().get("last_error")), 60, "refused connections")
         assert worker.proc.poll() is None and failed_rows(s) == 0
         shown = memsync(s, "status")
         assert "embedding: openai (endpoint unavailable)" in shown.stdout, shown.stdout
