@@ -392,7 +392,7 @@ class Worker:
     def _trim(self) -> None:
         if self._worked:
             self._trimmer.worked()
-        self._trimmer.maybe()  # what the step freed goes back to the system (worker.memory)
+        self._trimmer.maybe()  # what the step freed goes back to the system (worker.loop.memory)
 
     def _full_pass_part(self, restart: bool) -> None:
         """A full pass, from the top (``restart``) or where it yielded. It goes newest first and
