@@ -51,9 +51,11 @@ SERIAL_PATHS = ("tests/system/", "tests/cli/test_claude_code.py", "tests/servers
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put the serial tests in one xdist group, and every other file's tests in a group of their
-    own: a file's tests then run on one worker in their order, as they do without xdist (a module's
-    fixture is set up once, and a test that leans on what an earlier one did, a mistake of its own,
-    fails every time rather than on the runs where xdist happens to split them)."""
+    own: a file's tests then run on one worker in their order, as they do without xdist, the same
+    on every run (a module's fixture is set up once; which worker takes a file may vary, what runs
+    beside a test within its file does not). Splitting a file's tests across workers found one test
+    leaning on an earlier test's request; it was fixed, and the grouping keeps any other such
+    dependency from turning into a flake that depends on xdist's split."""
     root = Path(str(config.rootpath))
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
