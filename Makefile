@@ -72,11 +72,11 @@ run: $(BIN)/.installed
 	$(BIN)/memsync worker
 
 # The whole suite on pytest-xdist: TEST_WORKERS processes (more than the 2 cores pay: most system
-# tests wait on subprocesses), `--dist loadgroup` so that the tests of one xdist group run one after
-# another on one worker. The serial group (tests/conftest.py: SERIAL_PATHS and the `serial` marker:
-# the real claude-mem worker, Claude Code, the soak, the chromium page, timing-bound system tests)
-# thus runs in order beside the parallel rest, in the same run: one report, one status, one list
-# of the 20 slowest tests (a second serial pass would print two).
+# tests wait on subprocesses), `--dist loadgroup` with each file its own group (tests/conftest.py):
+# xdist hands out whole files, the files holding slow tests first, and a file's tests run in their
+# order on one worker. No file needs the machine to itself (each test has its own temporary
+# directories and free ports; leftover-process checks match only their own paths): one report,
+# one status, one list of the 20 slowest tests.
 # When a worker dies (a signal in native code leaves no report), xdist reports "worker 'gwN'
 # crashed while running '<test>'" among the failures, and `make test` prints that worker's trace
 # (the last test it started) and the crashing thread's stack, last, where a CI log's tail shows

@@ -65,6 +65,11 @@ BACKLOG = 16
 ACCEPT_POLL_S = 0.25  # how soon the accept loop sees a stop
 WARM_RETRY_S = 2.0
 WARM_FOR_S = 300.0  # a managed Chroma may take its start timeout (60 s) a try, a first pass longer
+# How long a stop waits for the prompts being answered and the warm-up step in flight. They run native
+# code (the ONNX model, tantivy) with the GIL released: left running on a daemon thread while the
+# process exits, they met the libraries' static destructors, and the worker died of an abort
+# ("terminate called without an active exception", exit -6) instead of exiting 0.
+STOP_JOIN_S = 20.0
 READ_LIMIT = MAX_PAYLOAD_BYTES + 4096  # a request line: the payload plus the protocol's bytes
 
 
@@ -156,6 +161,7 @@ class InjectListener:
         self._sock: socket.socket | None = None
         self._inode: int | None = None
         self._thread: threading.Thread | None = None
+        self._warm: threading.Thread | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="memsync-inject")
         self._save_failed = False
 
@@ -173,12 +179,14 @@ class InjectListener:
         self._thread.start()
         warm = getattr(self._answer, "warm", None)
         if callable(warm):
-            threading.Thread(target=warm, args=(self._stop,), name="memsync-inject-warm", daemon=True).start()
+            self._warm = threading.Thread(target=warm, args=(self._stop,), name="memsync-inject-warm", daemon=True)
+            self._warm.start()
         log.info("inject_listening", path=str(self.path))
         return True
 
     def stop(self) -> None:
-        """Stop accepting, remove the socket (if still ours), release the searcher."""
+        """Stop accepting, remove the socket (if still ours), let the answers and the warm-up step in
+        flight end (``STOP_JOIN_S`` at most), release the searcher."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -186,7 +194,11 @@ class InjectListener:
             with contextlib.suppress(OSError):
                 self._sock.close()
             self._remove_socket()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)  # the prompts not yet started are dropped
+        if self._warm is not None:
+            self._warm.join(timeout=STOP_JOIN_S)
+            if self._warm.is_alive():
+                log.warning("inject_warm_still_running", waited_s=STOP_JOIN_S)
         close = getattr(self._answer, "close", None)
         if callable(close):
             with contextlib.suppress(Exception):

@@ -42,27 +42,28 @@ if _TRACE and _WORKER:
 _TRACE_START = time.monotonic()
 _crash_file: Any = None
 
-# Tests that run one after another on one xdist worker (`--dist loadgroup`, group "serial"), beside
-# the parallel rest: they start the real claude-mem worker, Claude Code, the soak, or a chromium
-# page, or time what they wait for. A folder or file here, or a test marked ``serial``.
-SERIAL_PATHS = ("tests/system/", "tests/cli/test_claude_code.py", "tests/servers/test_page.py",
-                "tests/servers/test_claude_mem_profile.py")
 
-
+# tryfirst: xdist's worker reads the groups in a pytest_collection_modifyitems of its own, which
+# pluggy calls before a conftest's (its plugin was registered later): without it the markers come
+# too late and every test is handed out alone.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put the serial tests in one xdist group, and every other file's tests in a group of their
-    own: a file's tests then run on one worker in their order, as they do without xdist, the same
-    on every run (a module's fixture is set up once; which worker takes a file may vary, what runs
-    beside a test within its file does not). Splitting a file's tests across workers found one test
-    leaning on an earlier test's request; it was fixed, and the grouping keeps any other such
-    dependency from turning into a flake that depends on xdist's split."""
+    """Give each file's tests an xdist group of their own (``make test`` runs ``--dist loadgroup``),
+    and hand out the files that hold slow tests first.
+
+    A file's tests then run on one worker in their order, as they do without xdist: a module's
+    fixture is set up once, and what runs before a test within its file is the same on every run
+    (which worker takes a file may vary). Files run beside each other: each test works in its own
+    temporary directories and on free ports, and the tests that look for leftover processes match
+    only their own paths or ``HOME`` (``pgrep -f <path>``, ``/proc/*/environ``), so no file needs
+    the machine to itself. Slow files first, because xdist hands out whole files in this order: a
+    long file taken last would run alone at the end."""
     root = Path(str(config.rootpath))
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: files and tests keep their order
     for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        rel = Path(str(item.path)).relative_to(root).as_posix()
-        serial = item.get_closest_marker("serial") or rel.startswith(SERIAL_PATHS)
-        item.add_marker(pytest.mark.xdist_group("serial" if serial else rel))
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(Path(str(item.path)).relative_to(root).as_posix()))
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's faulthandler plugin pointed it at stderr
@@ -87,8 +88,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
     """Append the starting test to the trace file."""
     if _TRACE:
+        cpu = os.times()  # this process's and its waited-for children's CPU seconds so far
         with open(_TRACE, "a") as fh:
-            fh.write(f"{time.monotonic() - _TRACE_START:8.1f} {nodeid}\n")
+            fh.write(f"{time.monotonic() - _TRACE_START:8.1f} {sum(cpu[:4]):8.1f} {nodeid}\n")
 
 
 @pytest.fixture(autouse=True)

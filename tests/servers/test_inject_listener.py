@@ -224,3 +224,24 @@ def test_the_prompts_search_gives_up_before_the_client_does(settings: Settings) 
     quick = settings.model_copy(update={"search_timeout_ms": 300})
     assert search_settings(quick).search_timeout_ms == 300  # a shorter deadline of the user's stays
     assert search_settings(settings).db == settings.db
+
+
+def test_a_stop_waits_for_the_warm_up_step_in_flight(settings: Settings) -> None:
+    """The warm-up runs native code (the model, the text index) on a daemon thread: a stop that
+    returned while it ran let the process exit under it, and the worker died of an abort (-6)."""
+
+    class Warming(StandIn):
+        def __init__(self) -> None:
+            super().__init__()
+            self.entered, self.finished = threading.Event(), threading.Event()
+
+        def warm(self, stop: threading.Event) -> None:
+            self.entered.set()
+            self.release.wait(1.0)  # a step that does not look at ``stop`` (a model load, a search)
+            self.finished.set()
+
+    answer = Warming()
+    listener = start_listener(settings, answer)
+    assert listener is not None and answer.entered.wait(10)
+    listener.stop()
+    assert answer.finished.is_set()

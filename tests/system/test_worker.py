@@ -110,6 +110,10 @@ class WorkerProcess:
             stacks = "".join(e.get("text", "") for e in self.lines if e.get("event") == "text")
             raise AssertionError(f"worker did not stop within {timeout} s; its threads:\n{stacks[-6000:]}") from None
         self._close()
+        if code < 0 and -code != sig:  # died of a signal it was not sent (an abort): say what it printed
+            text = "".join(e.get("text", "") for e in self.lines if e.get("event") == "text")
+            raise AssertionError(f"worker died of signal {-code}; what it printed that is not a log line:\n"
+                                 f"{text[-6000:]}\nits last log lines: {self.lines[-5:]}")
         return code
 
     def kill(self) -> None:

@@ -219,6 +219,7 @@ def repair_damaged(settings: Settings, client: Any, exc: StoreDamaged, model_id:
 
 
 WARMUP_ATTEMPTS = 30  # first queries tried (each bounded by chroma_timeout_s) before giving up
+WARMUP_JOIN_S = 10.0  # how long a close waits for the warm-up's query in flight
 
 
 class IndexWarmup:
@@ -241,6 +242,12 @@ class IndexWarmup:
         self._thread = threading.Thread(target=self._run, args=(collection, dimension, stop),
                                         name="memsync-index-warmup", daemon=True)
         self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        """Wait for the query in flight (after ``stop`` was set): with embedded Chroma it runs in
+        native code, which must not be left running while the process exits."""
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
 
     def _run(self, collection: Any, dimension: int, stop: threading.Event) -> None:
         started = self.loading_since_ms or now_ms()
@@ -374,7 +381,9 @@ class SyncTarget:
             self.copy = None
 
     def close(self) -> None:
-        """Close everything and stop the managed server if this worker started it."""
+        """Close everything (after the index warm-up's query in flight) and stop the managed server
+        if this worker started it."""
+        self.warmup.join(timeout=WARMUP_JOIN_S)
         self.close_store()
         self.close_copy()
         if self.server is not None:
