@@ -65,7 +65,7 @@ def settings_cmd(as_json: bool, **kwargs: Any) -> None:
 class _ProgressBar:
     """resync's bar on a terminal: rows (both passes with the upstream store), documents embedded,
     and, while memsync's own pass runs (newest first), how far back search by meaning reaches and
-    when the default window is done (``worker.loop.progress``, looked at every few seconds)."""
+    when the default window is done (``worker.pipeline.progress``, looked at every few seconds)."""
 
     LOOK_EVERY_S = 5.0
 
@@ -73,9 +73,9 @@ class _ProgressBar:
         from tqdm import tqdm
 
         from memsync.config.formats.first_sync import every_kind
-        from memsync.worker.loop.progress import FirstSyncProgress
+        from memsync.worker.pipeline.progress import FirstSyncProgress
         from memsync.worker.pipeline.resync import count_rows
-        from memsync.worker.pipeline.source import SourceReader
+        from memsync.worker.rows.source import SourceReader
 
         # A pseudo-terminal may report a 0x0 size, with which tqdm draws nothing: assume 100x24 then.
         size = os.get_terminal_size(sys.stderr.fileno())
@@ -317,7 +317,7 @@ def _phase_text(w: dict[str, Any]) -> str:
 
 
 def first_sync_text(first: dict[str, Any]) -> str:
-    """The first pass's figures (``worker.json`` ``first_sync``, from ``worker.loop.progress``) in words:
+    """The first pass's figures (``worker.json`` ``first_sync``, from ``worker.pipeline.progress``) in words:
     how far back search by meaning reaches, what is left, the rate, and when the default window
     and all of it will be done."""
     since = first.get("searchable_from_ms")
