@@ -143,7 +143,7 @@ def graceful_stop() -> Iterator[threading.Event]:
 
     The first signal is handled on a relay thread (worker.process.signals: a raw handler that sets an event
     or writes to stderr can deadlock the main thread); the second raises KeyboardInterrupt."""
-    from memsync.worker.process.signals import SignalRelay
+    from memsync.worker.process import SignalRelay
 
     stop = threading.Event()
 
