@@ -17,7 +17,7 @@
     │   └── SearchError        a search the engine cannot answer: bad anchor, unknown id (search.models)
     │       └── BadRequest     a request value a front end refuses: past a limit, a bad date (search.request)
     ├── BadData                data memsync cannot use, handled where met (a failed row); retrying will not help
-    │   ├── RowError           a source row with nothing usable (worker.pipeline.documents)
+    │   ├── RowError           a source row with nothing usable (worker.rows.documents)
     │   ├── RejectedBatch      a batch Chroma refused for its data (worker.pipeline.sink)
     │   └── DocIdError         not a memsync/claude-mem document id (config.docids)
     ├── SourceUnavailable      the agent's database is missing, locked or unreadable: retry later

@@ -44,9 +44,9 @@ from typing import Any
 
 from memsync.config.claude_mem.schema import KINDS, SUMMARY_FIELDS, TABLES
 from memsync.config.settings import Settings
-from memsync.worker.pipeline.documents import RowError, build_documents
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import ACTIVE_COLLECTION, now_ms
+from memsync.worker.rows.documents import RowError, build_documents
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import ACTIVE_COLLECTION, now_ms
 from memsync.worker.seed.demo import generate
 from memsync.worker.seed.importer import import_records, init_db
 from scripts.bench_sync import raw_embedding_seconds
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(".bench/bench_first_sync.json"))
     args = parser.parse_args(argv)
 
-    from memsync.worker.loop import logs
+    from memsync.worker.process import logs
 
     logs.configure(level="warning")
     with tempfile.TemporaryDirectory(prefix="memsync-first-sync-") as tmp:

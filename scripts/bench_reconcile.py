@@ -24,9 +24,9 @@ from typing import Any
 from memsync.chroma import collections as stores
 from memsync.config.claude_mem.schema import KINDS
 from memsync.embedding import get_embedder
-from memsync.worker.loop import logs
 from memsync.worker.pipeline.resync import resync
-from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.process import logs
+from memsync.worker.rows.source import SourceReader
 from scripts.bench_search import PoolEmbedder, build
 from scripts.bench_sync import unchanged_pass_cpu, worker_reconciles
 from scripts.benchlib import report

@@ -8,7 +8,7 @@ copy of what ``scripts/bench_search.py`` builds. The runs WRITE to it (a worker 
 directory up to date, and the run without the vector copy deletes the copy): use a copy.
 
 1. Steps, in a fresh process: RSS after each thing a worker loads (after a trim, as the worker
-   trims after work: ``worker.loop.memory``), in the order it does
+   trims after work: ``worker.process.memory``), in the order it does
    (Python and memsync's modules, chromadb's client, the model with one batch embedded, the sync
    records, the vector copy writer with its key index, the text index writer after a full check:
    a rebuild when the directory was moved, since the index names its database by path).
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from memsync.config.settings import Settings
-from memsync.worker.loop.memory import trim
+from memsync.worker.process.memory import trim
 from memsync.worker.seed.demo import generate
 from memsync.worker.seed.importer import import_records
 from scripts.bench_lag import rss_mb
@@ -71,7 +71,7 @@ def steps(settings: Settings) -> list[dict[str, Any]]:
 
     def note(what: str, **extra: Any) -> None:
         nonlocal last
-        trim()  # as the worker does after a step that did work (worker.loop.memory)
+        trim()  # as the worker does after a step that did work (worker.process.memory)
         now = rss_mb(os.getpid())
         out.append({"step": what, "RSS MB": round(now, 1), "added MB": round(now - last, 1), **extra})
         last = now
@@ -90,8 +90,8 @@ def steps(settings: Settings) -> list[dict[str, Any]]:
              for r in generate(n_sessions=40, seed=3)][:256]
     embedder.embed(texts)
     note("model (onnxruntime) + one batch of 256 texts")
-    from memsync.worker.pipeline.source import SourceReader
-    from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
+    from memsync.worker.rows.source import SourceReader
+    from memsync.worker.rows.state import ACTIVE_COLLECTION, SyncState
 
     state = SyncState(settings.state_path)
     collection = state.get_meta(ACTIVE_COLLECTION)

@@ -35,7 +35,7 @@ from memsync.config.settings import LOCAL_MODEL, Settings
 from memsync.embedding import get_embedder
 from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.worker.pipeline.resync import resync
-from memsync.worker.pipeline.state import SyncState
+from memsync.worker.rows.state import SyncState
 from memsync.worker.seed.demo import PROJECTS, generate
 from memsync.worker.seed.importer import import_records, init_db
 from memsync.worker.stores.textsync import TextSync

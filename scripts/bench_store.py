@@ -25,8 +25,8 @@ from memsync.chroma.server import ManagedServer
 from memsync.embedding import get_embedder
 from memsync.worker.pipeline.resync import resync
 from memsync.worker.pipeline.sink import ChromaSink
-from memsync.worker.pipeline.state import SyncState
 from memsync.worker.pipeline.target import align_records, store_counts
+from memsync.worker.rows.state import SyncState
 from scripts.bench_search import PoolEmbedder, build
 from scripts.benchlib import print_table, write_json
 

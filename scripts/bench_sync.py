@@ -46,11 +46,11 @@ from memsync.config.claude_mem.schema import KINDS
 from memsync.config.formats.embedding_store import roundtrip, store_path
 from memsync.config.settings import Settings
 from memsync.embedding import Embedder, get_embedder
-from memsync.worker.pipeline.documents import RowError, build_documents
 from memsync.worker.pipeline.resync import resync
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.pipeline.sync import Destination, Syncer, SyncOptions, SyncResult
+from memsync.worker.rows.documents import RowError, build_documents
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.seed.demo import generate
 from memsync.worker.seed.importer import import_records, init_db
 from memsync.worker.stores.embedstore import EmbeddingStore, collect_garbage, store_model
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from memsync.chroma import collections as stores
-    from memsync.worker.loop import logs
+    from memsync.worker.process import logs
 
     logs.configure(level="warning")
     with tempfile.TemporaryDirectory(prefix="memsync-bench-") as tmp:

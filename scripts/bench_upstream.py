@@ -31,11 +31,11 @@ from typing import Any
 from memsync.chroma import collections as stores
 from memsync.config.settings import Settings
 from memsync.embedding import upstream_embedder
-from memsync.worker.loop import logs
 from memsync.worker.pipeline.resync import resync, upstream_resync
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import SyncState
 from memsync.worker.pipeline.sync import SyncResult
+from memsync.worker.process import logs
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import SyncState
 from memsync.worker.stores.embedstore import EmbeddingStore
 from scripts.bench_sync import make_database
 from scripts.benchlib import free_port, report, size_mb

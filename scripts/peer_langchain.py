@@ -2,7 +2,7 @@
 
 The peer is LangChain's indexing API: ``index(docs, SQLRecordManager, Chroma, cleanup="incremental",
 source_id_key="row")`` from ``langchain-classic`` / ``langchain-core``, into ``langchain-chroma``.
-It indexes the very documents memsync derives (``worker.pipeline.documents.build_documents`` on the same
+It indexes the very documents memsync derives (``worker.rows.documents.build_documents`` on the same
 rows: same text, same metadata, plus the row's key as LangChain's source id so that incremental
 cleanup works per row) with the very embedder memsync uses (the bundled MiniLM through
 ``get_embedder``, wrapped as a LangChain ``Embeddings``), into the same Chroma (1.5.9, the same
@@ -43,10 +43,10 @@ from memsync.chroma import collections as stores
 from memsync.chroma.server import ManagedServer
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.settings import Settings
-from memsync.worker.pipeline.documents import Document, RowError, build_documents
 from memsync.worker.pipeline.resync import resync
-from memsync.worker.pipeline.source import SourceReader
 from memsync.worker.pipeline.sync import SyncResult
+from memsync.worker.rows.documents import Document, RowError, build_documents
+from memsync.worker.rows.source import SourceReader
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_VENV = ROOT / ".bench" / "peer-venv"

@@ -125,3 +125,129 @@ def test_no_servers_module_imports_one_that_imports_it_back() -> None:
     looping = sorted(name for name in graph if comes_back(name))
     assert not looping, f"modules of servers/ that import themselves back: {looping}"
     assert "memsync.servers.mcp_boundary" in graph["memsync.servers.claude_mem_tools"]  # not a vacuous pass
+
+
+# The worker's rooms, bottom to top: a room imports only rooms of a lower layer, never one of its own
+# layer or above. ``process`` (logs, freed memory, signals) and ``seed`` stand alone; ``checks`` and
+# ``loop`` both sit on the pass and never import each other.
+WORKER_LAYERS = (("process", "seed"), ("rows",), ("stores",), ("pipeline",), ("checks", "loop"))
+LAYER_OF_ROOM = {room: n for n, layer in enumerate(WORKER_LAYERS) for room in layer}
+
+
+def room_of(module: str) -> str | None:
+    """The worker room of a ``memsync.worker.<room>...`` module (the room's package included)."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["memsync", "worker"] and len(parts) > 2 and parts[2] in LAYER_OF_ROOM else None
+
+
+def own_room(path: Path) -> str:
+    return path.relative_to(ROOT / "worker").parts[0]
+
+
+def rooms_imported(path: Path, own: str) -> dict[str, int]:
+    """Every room other than ``own`` a module imports, with the line of its first import."""
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for room in {r for m in modules if (r := room_of(m)) is not None and r != own}:
+            found.setdefault(room, node.lineno)
+    return found
+
+
+def room_files() -> list[Path]:
+    return [p for p in files("worker") if p.parent != ROOT / "worker"]
+
+
+class TestWorkerRooms:
+    """The worker's rooms import one way (``WORKER_LAYERS``), checked on every import statement of a
+    module: at the top, inside a function, and under ``TYPE_CHECKING`` alike. A deferred import is
+    still the lower room needing the higher one to run, and a type-only one still makes the lower
+    room's reader and its type checker read the higher room; either turns into a cycle the day the
+    name is needed at run time. Relative imports are not used (the bare-name test above keeps imports
+    absolute)."""
+
+    def test_every_room_is_in_the_order(self) -> None:
+        rooms = {p.name for p in (ROOT / "worker").iterdir() if (p / "__init__.py").exists()}
+        assert rooms == set(LAYER_OF_ROOM), "a worker room missing from WORKER_LAYERS, or one that is gone"
+
+    def test_no_room_imports_one_above_or_beside_it(self) -> None:
+        bad = []
+        for path in room_files():
+            own = own_room(path)
+            bad += [f"{path.relative_to(ROOT)}:{line} (worker/{own}/) imports worker/{room}/, not below it"
+                    for room, line in rooms_imported(path, own).items() if LAYER_OF_ROOM[room] >= LAYER_OF_ROOM[own]]
+        assert not bad, "\n".join(bad)
+
+    def test_no_import_cycle_between_rooms(self) -> None:
+        """Read from the imports alone, whatever the order above says: no room reaches itself."""
+        graph: dict[str, set[str]] = {room: set() for room in LAYER_OF_ROOM}
+        for path in room_files():
+            graph[own_room(path)] |= set(rooms_imported(path, own_room(path)))
+
+        def reaches(start: str) -> set[str]:
+            seen, todo = set[str](), [start]
+            while todo:
+                for room in graph[todo.pop()] - seen:
+                    seen.add(room)
+                    todo.append(room)
+            return seen
+
+        looping = sorted(room for room in graph if room in reaches(room))
+        assert not looping, f"rooms that import themselves back: {looping} ({graph})"
+        assert {"rows", "stores", "process"} <= graph["pipeline"]  # not a vacuous pass
+
+    def test_the_checker_sees_every_kind_of_import(self, tmp_path: Path) -> None:
+        """Guard against a vacuous pass: a top-level, a deferred and a type-only import all count."""
+        module = tmp_path / "probe.py"
+        module.write_text(
+            "from typing import TYPE_CHECKING\n"
+            "import memsync.worker.loop.daemon\n"
+            "if TYPE_CHECKING:\n    from memsync.worker.checks import verdict\n"
+            "def f() -> None:\n    from memsync.worker.stores.vectorcopy import open_writer\n"
+            "from memsync.worker.rows import state\n",
+        )
+        assert set(rooms_imported(module, "rows")) == {"loop", "checks", "stores"}
+
+
+class TestRoomExports:
+    """Each room's ``__init__`` exports, in ``__all__``, what other rooms and packages use, and imports
+    none of its modules until a name is used: the command imports a room, and ``memsync --help`` (and
+    the hook client) must not load numpy, tantivy or pydantic through it."""
+
+    @staticmethod
+    def declared(room: str) -> dict[str, str]:
+        """Name -> module of the room, from the ``TYPE_CHECKING`` imports type checkers read."""
+        tree = ast.parse((ROOT / "worker" / room / "__init__.py").read_text())
+        block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+        prefix = f"memsync.worker.{room}."
+        return {a.asname or a.name: node.module.removeprefix(prefix) for node in block.body
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(prefix)
+                for a in node.names}
+
+    @pytest.mark.parametrize("room", sorted(LAYER_OF_ROOM))
+    def test_all_is_what_type_checkers_read_and_what_runs(self, room: str) -> None:
+        import importlib
+
+        package = importlib.import_module(f"memsync.worker.{room}")
+        declared = self.declared(room)
+        assert sorted(package.__all__) == sorted(declared)
+        for name, module in declared.items():
+            assert getattr(package, name) is getattr(importlib.import_module(f"memsync.worker.{room}.{module}"), name)
+
+    @pytest.mark.parametrize("room", sorted(LAYER_OF_ROOM))
+    def test_no_export_shares_a_module_name(self, room: str) -> None:
+        """Importing a module sets it on its package under its name, which would hide the export."""
+        modules = {p.stem for p in (ROOT / "worker" / room).glob("*.py")}
+        assert not set(self.declared(room)) & modules
+
+    @pytest.mark.parametrize("room", sorted(LAYER_OF_ROOM))
+    def test_importing_a_room_imports_none_of_its_modules(self, room: str) -> None:
+        tree = ast.parse((ROOT / "worker" / room / "__init__.py").read_text())
+        run_time = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+        assert {ast.unparse(n) for n in run_time} <= {"from typing import TYPE_CHECKING",
+                                                       "from memsync.worker import lazy_exports"}

@@ -36,8 +36,8 @@ from memsync.search.vectorstore import VectorUnavailable
 from memsync.servers.http_api import create_app
 from memsync.servers.mcp_boundary import answers
 from memsync.servers.params import BadRequest
-from memsync.worker.pipeline.documents import RowError
 from memsync.worker.pipeline.sink import RejectedBatch
+from memsync.worker.rows.documents import RowError
 from memsync.worker.seed.importer import RecordError
 
 

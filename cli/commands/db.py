@@ -47,7 +47,7 @@ def db() -> None:
 @click.option("--no-fts", is_flag=True, help="Leave out the FTS5 tables and triggers.")
 def db_init(path: Path, legacy: bool, no_fts: bool) -> None:
     """Create an empty database in the claude-mem schema at PATH (never overwrites)."""
-    from memsync.worker.seed.importer import init_db
+    from memsync.worker.seed import init_db
 
     try:
         init_db(path, Era.LEGACY if legacy else Era.CURRENT, fts=not no_fts)
@@ -65,7 +65,7 @@ def db_import(path: Path, file: Path) -> None:
     One JSON object per line with "kind" (observation | summary | prompt), "project", "session",
     "created_at" (ISO) or "created_at_epoch" (ms), and the kind's fields: docs/operations.md.
     """
-    from memsync.worker.seed.importer import import_records, read_jsonl
+    from memsync.worker.seed import import_records, read_jsonl
 
     with errors_as_exit():
         result = import_records(path, read_jsonl(file))
@@ -85,8 +85,7 @@ def db_demo(path: Path, sessions: int, seed: int) -> None:
 
 def make_demo_db(path: Path, sessions: int = 40, seed: int = 7) -> str:
     """Create the demo database; the dates end at today's midnight UTC so the window covers them."""
-    from memsync.worker.seed.demo import DAY_MS, generate
-    from memsync.worker.seed.importer import import_records, init_db
+    from memsync.worker.seed import DAY_MS, generate, import_records, init_db
 
     today = int(datetime.now(UTC).timestamp() * 1000) // DAY_MS * DAY_MS
     init_db(path)

@@ -141,9 +141,9 @@ def errors_as_exit(settings: Settings | None = None) -> Iterator[None]:
 def graceful_stop() -> Iterator[threading.Event]:
     """First Ctrl-C/SIGTERM: finish the current batch and stop; second: stop now.
 
-    The first signal is handled on a relay thread (worker.loop.signals: a raw handler that sets an event
+    The first signal is handled on a relay thread (worker.process.signals: a raw handler that sets an event
     or writes to stderr can deadlock the main thread); the second raises KeyboardInterrupt."""
-    from memsync.worker.loop.signals import SignalRelay
+    from memsync.worker.process import SignalRelay
 
     stop = threading.Event()
 

@@ -42,8 +42,7 @@ from memsync.config.settings import DEFAULT_DATABASE, DEFAULT_TENANT, LoadedSett
 from memsync.servers.render import days_text, utc_stamp
 
 if TYPE_CHECKING:
-    from memsync.worker.pipeline.sync import SyncResult
-    from memsync.worker.pipeline.syncpass import Scope
+    from memsync.worker.pipeline import Scope, SyncResult
 
 
 @click.command("settings")
@@ -65,7 +64,7 @@ def settings_cmd(as_json: bool, **kwargs: Any) -> None:
 class _ProgressBar:
     """resync's bar on a terminal: rows (both passes with the upstream store), documents embedded,
     and, while memsync's own pass runs (newest first), how far back search by meaning reaches and
-    when the default window is done (``worker.loop.progress``, looked at every few seconds)."""
+    when the default window is done (``worker.pipeline.progress``, looked at every few seconds)."""
 
     LOOK_EVERY_S = 5.0
 
@@ -73,9 +72,8 @@ class _ProgressBar:
         from tqdm import tqdm
 
         from memsync.config.formats.first_sync import every_kind
-        from memsync.worker.loop.progress import FirstSyncProgress
-        from memsync.worker.pipeline.resync import count_rows
-        from memsync.worker.pipeline.source import SourceReader
+        from memsync.worker.pipeline import FirstSyncProgress, count_rows
+        from memsync.worker.rows import SourceReader
 
         # A pseudo-terminal may report a 0x0 size, with which tqdm draws nothing: assume 100x24 then.
         size = os.get_terminal_size(sys.stderr.fileno())
@@ -122,8 +120,8 @@ def resync(as_json: bool, project: str | None, rebuild: bool, dry_run: bool, **k
     current batch with nothing half-recorded; running again continues.
     """
     settings = settings_from(kwargs).settings
-    from memsync.worker.pipeline.resync import resync as run_resync
-    from memsync.worker.pipeline.syncpass import Scope
+    from memsync.worker.pipeline import Scope
+    from memsync.worker.pipeline.resync import resync as run_resync  # shares its module's name
 
     scope = Scope(project=project, dry_run=dry_run)
     with errors_as_exit(settings), graceful_stop() as stop:
@@ -186,8 +184,8 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
     during the worker's first pass the lag is not checked, only that it is up and not degraded."""
     loaded = settings_from(kwargs)
     settings = loaded.settings
-    from memsync.worker.checks.status import status as run_status
-    from memsync.worker.checks.status import verdict
+    from memsync.worker.checks import verdict
+    from memsync.worker.checks.status import status as run_status  # shares its module's name
 
     with errors_as_exit(settings):
         try:
@@ -317,7 +315,7 @@ def _phase_text(w: dict[str, Any]) -> str:
 
 
 def first_sync_text(first: dict[str, Any]) -> str:
-    """The first pass's figures (``worker.json`` ``first_sync``, from ``worker.loop.progress``) in words:
+    """The first pass's figures (``worker.json`` ``first_sync``, from ``worker.pipeline.progress``) in words:
     how far back search by meaning reaches, what is left, the rate, and when the default window
     and all of it will be done."""
     since = first.get("searchable_from_ms")
@@ -449,7 +447,7 @@ def worker(once: bool, poll_interval: float | None, reconcile_interval: float | 
     except ValueError as exc:
         fail(f"invalid option: {exc}".splitlines()[0], EXIT_USAGE)
     settings = demo_or_configured(LoadedSettings(settings, loaded.origins, loaded.config_file))
-    from memsync.worker.loop.daemon import Worker
+    from memsync.worker.loop import Worker
 
     with errors_as_exit(settings):
         if once:

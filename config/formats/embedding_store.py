@@ -13,7 +13,7 @@ Layout, one SQLite file in WAL mode (the worker and a ``resync`` may write at th
   model id, dimension, endpoint, token limit; vectors of two identities never meet), with the
   model id the sync records name (``docs.model`` in ``state.db``) for the garbage collection;
 - ``vectors``: ``(model, text_hash) → vec``, ``text_hash`` the 16 bytes of a document's
-  ``text_hash`` (a hash of exactly the embedded text, ``worker.pipeline.documents``), ``vec``
+  ``text_hash`` (a hash of exactly the embedded text, ``worker.rows.documents``), ``vec``
   :data:`DTYPE` components followed by the CRC-32 of their bytes, and ``added_s`` (epoch
   seconds) so that a collection never removes a vector whose sync record is still being written.
   A rowid table with a unique index on the key, not a WITHOUT ROWID table keyed by it: the keys

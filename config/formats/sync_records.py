@@ -1,5 +1,5 @@
 """The layout of memsync's sync records (``DATA_DIR/state.db``), shared by the worker, which owns
-and writes them (``worker.pipeline.state``), and the search, which only reads which documents Chroma holds.
+and writes them (``worker.rows.state``), and the search, which only reads which documents Chroma holds.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ class WorkerStatus:
     heartbeat_ms: int = 0
     phase: str = PHASE_STARTING
     pass_rows_done: int = 0  # rows the running (or last) pass has compared so far: the first pass's progress
-    # During the first pass (worker.loop.progress): searchable_from_ms, rows_left, documents_left,
+    # During the first pass (worker.pipeline.progress): searchable_from_ms, rows_left, documents_left,
     # window_rows_left, window_days, docs_per_s, rows_per_s, eta_window_s, eta_all_s.
     first_sync: dict[str, Any] | None = None
     chroma_reachable: bool = False

@@ -15,7 +15,7 @@ from memsync.config.claude_mem.schema import Era, Kind
 from memsync.config.settings import Settings
 from memsync.search import Filters, Mode, Order, Searcher, SearchRequest, fts
 from memsync.search.lexical_index import FORMAT, INDEX_FILE
-from memsync.worker.pipeline.state import now_ms
+from memsync.worker.rows.state import now_ms
 from memsync.worker.seed.importer import import_records
 from memsync.worker.stores.textsync import TextSync
 from tests.conftest import make_db, obs, prompt, summary

@@ -20,7 +20,7 @@ from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.search.models import Scope, Window
 from memsync.search.textindex import TextIndex, merge_tail
 from memsync.worker.checks.status import text_index_state
-from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.rows.source import SourceReader
 from memsync.worker.seed.importer import import_records
 from memsync.worker.stores.textsync import TextSync
 from tests.conftest import BASE_MS, make_db, mixed_records, obs, prompt

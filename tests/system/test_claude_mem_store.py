@@ -33,8 +33,8 @@ import pytest
 from memsync.chroma import collections as stores
 from memsync.config.settings import Settings
 from memsync.worker.pipeline.resync import upstream_resync
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import SyncState
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import SyncState
 from scripts.real_claude_mem import ClaudeMemWorker
 from tests.conftest import free_port, held_server
 

@@ -18,7 +18,7 @@ from memsync.config.formats.vector_copy import ENTRIES_FILE, copy_dir
 from memsync.config.settings import Settings
 from memsync.worker.checks.status import status
 from memsync.worker.checks.verify import verify
-from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.rows.state import ACTIVE_COLLECTION, SyncState
 from tests.conftest import mixed_records
 from tests.system.test_e2e import memsync
 from tests.system.test_worker import WorkerProcess, wait_for

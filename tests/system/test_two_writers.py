@@ -36,7 +36,7 @@ import pytest
 
 from memsync.chroma.server import chroma_executable
 from memsync.config.settings import Settings
-from memsync.worker.loop.logs import STORE_ALIGNED
+from memsync.worker.process.logs import STORE_ALIGNED
 from scripts.real_claude_mem import ClaudeMemWorker, HarnessMissing
 from tests.conftest import free_port, write
 from tests.system.test_e2e import memsync

@@ -13,7 +13,7 @@ import pytest
 from memsync.config.formats.vector_copy import Manifest, copy_dir, vectors_file
 from memsync.config.settings import Settings
 from memsync.worker.checks.status import status
-from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.rows.state import ACTIVE_COLLECTION, SyncState
 from tests.conftest import mixed_records
 from tests.system.test_derived_repair import garble
 from tests.system.test_e2e import memsync

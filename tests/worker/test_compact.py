@@ -16,7 +16,7 @@ from memsync.chroma import collections as stores
 from memsync.config.settings import Settings
 from memsync.worker.checks.verify import verify
 from memsync.worker.pipeline.resync import resync
-from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.rows.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.stores.compact import compact, due, reclaim
 from scripts.benchlib import settings_env
 from tests.conftest import FakeEmbedder, make_db, mixed_records

@@ -29,8 +29,8 @@ from memsync.worker.checks.status import status
 from memsync.worker.checks.verify import verify
 from memsync.worker.loop import daemon
 from memsync.worker.loop.maintenance import CopyCheck, fill_copy
-from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.pipeline.target import SyncTarget
+from memsync.worker.rows.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.stores import textsync
 from memsync.worker.stores.textsync import TextSync
 from memsync.worker.stores.vectorcopy import VectorCopyWriter

@@ -13,7 +13,8 @@ from memsync.config.claude_mem.values import parse_list
 from memsync.config.settings import Settings
 from memsync.worker.checks.status import status
 from memsync.worker.checks.verify import verify
-from memsync.worker.pipeline.documents import (
+from memsync.worker.pipeline.resync import resync
+from memsync.worker.rows.documents import (
     MAX_TEXT_CHARS,
     RowError,
     SourceRow,
@@ -21,8 +22,7 @@ from memsync.worker.pipeline.documents import (
     epoch_ms,
     row_values_hash,
 )
-from memsync.worker.pipeline.resync import resync
-from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.rows.source import SourceReader
 from tests.conftest import FakeEmbedder, make_db, mixed_records, obs
 
 

@@ -21,9 +21,9 @@ from memsync.config.formats.embedding_store import decode, encode, roundtrip, st
 from memsync.config.settings import Settings
 from memsync.embedding import vector_identity
 from memsync.worker.checks.verify import verify
-from memsync.worker.loop import logs
 from memsync.worker.pipeline.resync import resync
-from memsync.worker.pipeline.state import SyncState
+from memsync.worker.process import logs
+from memsync.worker.rows.state import SyncState
 from memsync.worker.stores import embedstore
 from memsync.worker.stores.embedstore import GC_GRACE_S, EmbeddingStore, collect_garbage
 from scripts.bench_sync import documents_of

@@ -16,9 +16,9 @@ from memsync.config.claude_mem.schema import Kind
 from memsync.config.settings import Settings
 from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.worker.checks.verify import verify
-from memsync.worker.loop.tail import SourceTail
 from memsync.worker.pipeline.resync import resync
-from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.rows.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.rows.tail import SourceTail
 from tests.conftest import make_db, obs, prompt, summary
 
 

@@ -17,10 +17,10 @@ from memsync.config.formats.first_sync import INF_ID, mark_path, read_mark, writ
 from memsync.config.settings import Settings
 from memsync.search import Filters, Mode, Searcher, SearchRequest, Signal
 from memsync.worker.pipeline.sink import ChromaSink
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import SyncState
 from memsync.worker.pipeline.sync import Destination, SyncOptions
 from memsync.worker.pipeline.syncpass import EVERY_ROW, Scope, StoreCollection, SyncPass
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import SyncState
 from tests.conftest import FakeEmbedder, make_db
 from tests.worker.test_sync import RecordingSink
 

@@ -1,4 +1,4 @@
-"""Parts of the worker loop without a worker: change detection (worker.loop.tail) and health (worker.loop.health)."""
+"""Parts of the worker loop without a worker: change detection (worker.rows.tail) and health (worker.loop.health)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from memsync.config.errors import StoreUnavailable
 from memsync.config.formats.worker_status import read_worker_status
 from memsync.config.settings import Settings
 from memsync.worker.loop.health import Health
-from memsync.worker.loop.tail import SourceTail
-from memsync.worker.pipeline.state import SyncState
+from memsync.worker.rows.state import SyncState
+from memsync.worker.rows.tail import SourceTail
 from memsync.worker.seed.importer import import_records
 from tests.conftest import make_db, mixed_records
 

@@ -1,4 +1,4 @@
-"""Giving freed memory back to the system (``worker.loop.memory``): when the worker trims."""
+"""Giving freed memory back to the system (``worker.process.memory``): when the worker trims."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from memsync.chroma import collections as stores
 from memsync.config.settings import Settings
-from memsync.worker.loop import memory
 from memsync.worker.pipeline.sink import ChromaSink
+from memsync.worker.process import memory
 from tests.conftest import free_port, held_server
 
 

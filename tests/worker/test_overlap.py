@@ -197,19 +197,28 @@ def _file(module: str) -> Path | None:
     return None
 
 
+def _imports_from(path: Path) -> dict[str, list[str]]:
+    """Module -> the names a file imports from it (``memsync.worker...`` only)."""
+    return {node.module: [a.name for a in node.names] for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memsync.worker")}
+
+
 def _pass_modules() -> dict[str, Path]:
-    """The worker modules a sync pass runs: ``worker.pipeline.syncpass`` and what it imports, transitively."""
+    """The worker modules a sync pass runs: ``worker.pipeline.syncpass`` and what it imports, transitively.
+    A room's ``__init__`` imports its exports only when one is used, so a name taken from a room leads
+    to the module that defines it, and the room's other modules are not followed."""
     seen: dict[str, Path] = {}
     todo = ["memsync.worker.pipeline.syncpass"]
     while todo:
         name = todo.pop()
-        if name in seen or (path := _file(name)) is None:
+        if name in seen or (path := _file(name)) is None or path.name == "__init__.py":
             continue
         seen[name] = path
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memsync.worker"):
-                module = node.module or ""
-                todo += [module, *(f"{module}.{a.name}" for a in node.names)]
+        for module, names in _imports_from(path).items():
+            todo += [module, *(f"{module}.{n}" for n in names)]
+            if (package := _file(module)) is not None and package.name == "__init__.py":
+                exports = {n: m for m, ns in _imports_from(package).items() for n in ns}
+                todo += [exports[n] for n in names if n in exports]
     return seen
 
 

@@ -1,4 +1,4 @@
-"""worker.loop.progress: what a first sync (newest first) has made searchable and when the rest will be."""
+"""worker.pipeline.progress: what a first sync (newest first) has made searchable and when the rest will be."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from memsync.config.claude_mem.schema import Kind
 from memsync.config.formats.first_sync import INF_ID, every_kind, write_mark
 from memsync.config.formats.worker_status import PHASE_FIRST_PASS
 from memsync.config.settings import Settings
-from memsync.worker.loop import logs
 from memsync.worker.loop.health import Health
-from memsync.worker.loop.progress import FirstSyncProgress
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import now_ms
+from memsync.worker.pipeline.progress import FirstSyncProgress
+from memsync.worker.process import logs
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import now_ms
 from tests.conftest import BASE_MS, make_db, obs, prompt, summary
 
 DAY_MS = 86_400_000

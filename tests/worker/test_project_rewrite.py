@@ -19,7 +19,7 @@ from memsync.search.textindex import TextIndex
 from memsync.search.vectorcopy import VectorCopy
 from memsync.worker.checks.verify import verify
 from memsync.worker.pipeline.resync import resync
-from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.rows.state import ACTIVE_COLLECTION, SyncState
 from tests.conftest import FakeEmbedder, make_db, mixed_records
 
 ALL = Window(0, None, None, "all_time")

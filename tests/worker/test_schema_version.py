@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from memsync.config.settings import Settings
 from memsync.main import main
 from memsync.worker.checks.status import status
-from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.rows.source import SourceReader
 from tests.conftest import write
 
 

@@ -12,7 +12,7 @@ import textwrap
 import threading
 from pathlib import Path
 
-from memsync.worker.loop.signals import SignalRelay
+from memsync.worker.process.signals import SignalRelay
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # here hangs within a few signals (measured in the session notes); the relay must never hang.
 SPINNER = textwrap.dedent("""
     import signal, sys, threading
-    from memsync.worker.loop.signals import SignalRelay
+    from memsync.worker.process.signals import SignalRelay
 
     stop = threading.Event()
     relay = SignalRelay({signal.SIGTERM: lambda s: stop.set()}).install()
@@ -33,7 +33,7 @@ SPINNER = textwrap.dedent("""
 
 REPEAT = textwrap.dedent("""
     import signal, sys, threading, time
-    from memsync.worker.loop.signals import SignalRelay
+    from memsync.worker.process.signals import SignalRelay
 
     first = threading.Event()
     try:

@@ -20,10 +20,10 @@ from memsync.config.errors import SourceUnavailable
 from memsync.config.formats.worker_status import read_worker_status
 from memsync.config.settings import Settings
 from memsync.worker.loop.health import Health
-from memsync.worker.loop.tail import SourceTail
 from memsync.worker.loop.watch import _Hint
-from memsync.worker.pipeline.source import SourceReader
 from memsync.worker.pipeline.sync import SyncResult
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.tail import SourceTail
 from tests.conftest import make_db, mixed_records
 from tests.worker.test_loop_parts import Events
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.settings import Settings
-from memsync.worker.pipeline.documents import build_documents
-from memsync.worker.pipeline.source import SourceReader
 from memsync.worker.pipeline.upstream import build_upstream_documents
+from memsync.worker.rows.documents import build_documents
+from memsync.worker.rows.source import SourceReader
 from tests.conftest import make_db, mixed_records
 
 # 13.25.3's DDL (worker-service.cjs) for the tables memsync never read before.

@@ -20,11 +20,11 @@ from memsync.chroma import collections as stores
 from memsync.config.docids import parse_doc_id
 from memsync.config.settings import Settings
 from memsync.worker.checks.verify import VerifyReport, verify
-from memsync.worker.loop import logs
 from memsync.worker.pipeline.resync import resync
 from memsync.worker.pipeline.sink import ChromaSink
-from memsync.worker.pipeline.state import DAMAGED_SUFFIX, HELD_SUFFIX, SyncState
 from memsync.worker.pipeline.target import align_records, check_store
+from memsync.worker.process import logs
+from memsync.worker.rows.state import DAMAGED_SUFFIX, HELD_SUFFIX, SyncState
 from memsync.worker.stores.vectorcopy import open_writer
 from tests.conftest import FakeEmbedder, make_db, mixed_records
 

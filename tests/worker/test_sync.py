@@ -20,13 +20,13 @@ from memsync.config.formats.embedding_store import store_path
 from memsync.config.settings import Settings
 from memsync.worker.checks.verify import verify
 from memsync.worker.pipeline import sync as sync_module
-from memsync.worker.pipeline.documents import SourceRow
 from memsync.worker.pipeline.resync import resync
 from memsync.worker.pipeline.sink import ChromaSink
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import SyncState
 from memsync.worker.pipeline.sync import CHUNKS_IN_FLIGHT, Destination, Syncer, SyncOptions, SyncResult
 from memsync.worker.pipeline.syncpass import EVERY_ROW, Scope, StoreCollection, SyncPass
+from memsync.worker.rows.documents import SourceRow
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import SyncState
 from memsync.worker.stores.embedstore import EmbeddingStore
 from tests.conftest import BASE_MS, FakeEmbedder, make_db, mixed_records, obs, prompt, summary, write
 
@@ -291,7 +291,7 @@ class TestUnchangedRowsAreNotRead:
     def test_a_new_derivation_version_derives_every_row_again_and_writes_nothing(
         self, synced: Settings, chroma: Any, fake_embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        from memsync.worker.pipeline import documents
+        from memsync.worker.rows import documents
 
         monkeypatch.setattr(documents, "ROW_HASH_SALT", documents.ROW_HASH_SALT + b"next:")
         result, sink, full = run_reading(synced, chroma, fake_embedder)

@@ -34,10 +34,10 @@ from memsync.main import main
 from memsync.worker.loop.daemon import Worker
 from memsync.worker.pipeline import upstream
 from memsync.worker.pipeline.resync import resync, upstream_resync
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import SyncState
 from memsync.worker.pipeline.syncpass import Scope
 from memsync.worker.pipeline.upstream import build_upstream_documents
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import SyncState
 from memsync.worker.stores.embedstore import EmbeddingStore
 from tests.conftest import free_port, held_server, make_db, obs, write
 from tests.worker.upstream_reference import reference_documents

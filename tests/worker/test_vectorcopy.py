@@ -20,7 +20,7 @@ from memsync.search.vectorcopy import VectorCopy
 from memsync.worker.checks.verify import verify
 from memsync.worker.pipeline.resync import resync
 from memsync.worker.pipeline.sink import ChromaSink, MirroredSink
-from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.rows.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.stores.compact import compact
 from memsync.worker.stores.vectorcopy import VectorCopyWriter, fill_from_store, open_writer
 from tests.conftest import FakeEmbedder, make_db, mixed_records
@@ -268,7 +268,7 @@ def test_a_copy_write_that_fails_is_dropped_and_rebuilt_by_the_next_pass(
     and tells its owner once; the next pass fills it from Chroma again."""
     from structlog.testing import capture_logs
 
-    from memsync.worker.loop import logs
+    from memsync.worker.process import logs
 
     make_db(settings.db, mixed_records(6))
     logs.configure()  # before capturing: a first configuration inside would replace the capture
@@ -315,7 +315,8 @@ def test_the_daemon_reopens_a_copy_its_pass_dropped_and_fills_it_without_embeddi
     and idle steps fill it from Chroma: nothing is embedded again and the copy ends level with the store."""
     from structlog.testing import capture_logs
 
-    from memsync.worker.loop import daemon, logs
+    from memsync.worker.loop import daemon
+    from memsync.worker.process import logs
 
     make_db(settings.db, mixed_records(6))
     logs.configure()  # before capturing: a first configuration inside would replace the capture

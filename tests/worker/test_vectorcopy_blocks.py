@@ -32,8 +32,8 @@ from memsync.worker.checks.status import status
 from memsync.worker.checks.verify import verify
 from memsync.worker.loop import maintenance
 from memsync.worker.loop.maintenance import CopyCheck, fill_copy
-from memsync.worker.pipeline.state import SyncState
 from memsync.worker.pipeline.target import SyncTarget
+from memsync.worker.rows.state import SyncState
 from memsync.worker.stores.vectorcopy import VectorCopyWriter
 from tests.conftest import FakeEmbedder
 from tests.worker.test_derived_repair import _active, _once, _search, overwrite, synced

@@ -16,7 +16,7 @@ from memsync.config.errors import ConfigError
 from memsync.config.formats.worker_status import STALE_MS, STATUS_FILE, WorkerStatus, read_worker_status, worker_state
 from memsync.config.settings import Settings
 from memsync.worker.loop.lock import WorkerLock
-from memsync.worker.pipeline.state import now_ms
+from memsync.worker.rows.state import now_ms
 
 
 def dead_pid() -> int:

@@ -19,9 +19,9 @@ from memsync.config.formats.first_sync import Cursor, every_kind
 from memsync.config.settings import Settings
 from memsync.worker.checks.verify import verify
 from memsync.worker.pipeline.sink import ChromaSink
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import SYNCED, SyncState
 from memsync.worker.pipeline.sync import Destination, Syncer, SyncOptions
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import SYNCED, SyncState
 from tests.conftest import FakeEmbedder, make_db
 from tests.worker.test_frontier import year_of_rows
 from tests.worker.test_sync import RecordingSink

@@ -27,10 +27,10 @@ from memsync.config.formats.vector_copy import Manifest, copy_dir, damage, open_
 from memsync.config.formats.worker_status import DEFAULT_MAX_LAG_S, PHASE_FOLLOWING, worker_state
 from memsync.config.kinds import plural
 from memsync.config.settings import MULTILINGUAL_PROVIDER, Settings
-from memsync.worker.loop.tail import oldest_pending_ms
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import ACTIVE_COLLECTION, FAILED, SyncState, now_ms
 from memsync.worker.pipeline.writers import upstream_writers
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import ACTIVE_COLLECTION, FAILED, SyncState, now_ms
+from memsync.worker.rows.tail import oldest_pending_ms
 
 CJK_SUGGEST_SHARE = 0.05  # rows holding CJK text from which status suggests the multilingual model
 CJK_SAMPLE_ROWS = 2000  # the newest rows of each kind looked at for it

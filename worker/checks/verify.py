@@ -20,9 +20,9 @@ from memsync.config.formats.database_owner import claim
 from memsync.config.formats.text_index import damage as text_index_damage
 from memsync.config.formats.vector_copy import Manifest, copy_dir, damage, open_arrays, vectors_damage
 from memsync.config.settings import Settings
-from memsync.worker.pipeline.documents import RowError, build_documents
 from memsync.worker.pipeline.sink import ChromaSink
-from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.rows.documents import RowError, build_documents
+from memsync.worker.rows.source import SourceReader
 
 SAMPLE = 20
 

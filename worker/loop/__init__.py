@@ -1,15 +1,23 @@
-"""The worker loop: the daemon that runs the sync pass again and again, and what keeps it running.
+"""The worker loop: the daemon that runs the sync pass again and again (``daemon``: ``Worker``, wake,
+back off, stop), its jobs in one table (``schedule``), file events as hints (``watch``), its health
+and ``worker.json`` (``health``, ``metrics`` for Prometheus, ``backoff``), idle work (``maintenance``:
+vector copy fill, date order, compaction scheduling) and one worker per data directory (``lock``).
+Nothing in the worker imports it.
 
-- ``daemon``: the loop (``Worker``: schedule, wake, back off, stop);
-- ``tail``, ``watch``: change detection (poll = truth) and file events (hints);
-- ``health``: the worker's health and ``worker.json``; ``metrics``: the same for Prometheus;
-- ``progress``: what a first sync has made searchable (``FirstSyncProgress``);
-- ``maintenance``: idle work (vector copy fill, date order, compaction scheduling);
-- ``lock`` (one worker per data directory), ``signals`` (``SignalRelay``), ``backoff``, ``logs``
-  (structlog), ``memory`` (freed memory back to the system).
-
-This ``__init__`` imports nothing on purpose: importing any module of the room runs it first, and
-``daemon`` and ``health`` pull in numpy, tantivy, pydantic and httpx, while ``signals`` must stay
-cheap for every command. The command imports what it needs from the modules inside the function that
-uses it, so ``memsync --help`` loads none of them.
+Importing the room imports none of its modules: a name of ``__all__`` is imported on first use
+(``memsync.worker.lazy_exports``).
 """
+
+from typing import TYPE_CHECKING
+
+from memsync.worker import lazy_exports
+
+if TYPE_CHECKING:
+    from memsync.worker.loop.daemon import Worker
+
+__all__ = ["Worker"]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, {
+        "daemon": ("Worker",),
+    })

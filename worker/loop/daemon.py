@@ -5,7 +5,7 @@ policy is one table, ``worker.loop.schedule.JOBS`` (where to add a job). Each un
 pass (``worker.pipeline.syncpass``, the one ``resync`` runs too) run on this thread:
 - **Tail**: every ``poll_interval_s`` (or sooner, when a file event wakes it) compare the database
   files' stamp; only when it moved, read the highest ids, and sync rows above the watermarks
-  (``worker.loop.tail``). Polling is the truth; watchdog events are hints, and no work runs
+  (``worker.rows.tail``). Polling is the truth; watchdog events are hints, and no work runs
   on their thread.
 - **Reconcile**: a full hash comparison at start-up, every ``reconcile_interval_s`` (an
   APScheduler job that only raises a flag), on SIGUSR1, and whenever the database was replaced
@@ -19,11 +19,11 @@ pass (``worker.pipeline.syncpass``, the one ``resync`` runs too) run on this thr
 - **Copy order**: at most once a minute, busy or idle, rewrite the vector copy without its dead
   entries when enough of it is dead or out of order (``worker.loop.maintenance``).
 - **Memory**: after steps that did work, what they freed is given back to the system, at most
-  every 30 s (``worker.loop.memory``).
+  every 30 s (``worker.process.memory``).
 - **Degraded**: Chroma, the database or a remote embedding endpoint unavailable: rows stay pending
   (never counted as failed) and retries back off (``worker.loop.health``, which also checks Chroma's
   heartbeat and writes ``DATA_DIR/worker.json``). A database damaged or replaced by a file that is
-  no claude-mem database while the worker runs is unavailable too (``worker.loop.tail``). The health
+  no claude-mem database while the worker runs is unavailable too (``worker.rows.tail``). The health
   job cuts a backoff short only while Chroma is the cause, and a file event only while the
   database is, no shorter than one poll interval. A full disk (DATA_DIR or the Chroma path) is
   degraded the same way, at start too: the worker waits for space rather than exit.
@@ -60,20 +60,20 @@ from memsync.config.formats.first_sync import Cursor, every_kind
 from memsync.config.formats.worker_status import HEARTBEAT_EVERY_S, PHASE_FIRST_PASS
 from memsync.config.settings import Settings
 from memsync.embedding import Embedder, close_embedder, embed_bound_s, make_embedder, waits_on
-from memsync.worker.loop import logs
 from memsync.worker.loop.health import Degrading, Health
 from memsync.worker.loop.lock import WorkerLock
 from memsync.worker.loop.maintenance import Compaction, CopyCheck, CopyOrder, fill_copy
-from memsync.worker.loop.memory import Trimmer, freeze_startup
-from memsync.worker.loop.progress import FirstSyncProgress
 from memsync.worker.loop.schedule import JOBS, Action, Failure, Kind, run_jobs, timers
-from memsync.worker.loop.signals import SignalRelay
-from memsync.worker.loop.tail import SourceTail
+from memsync.worker.pipeline.progress import FirstSyncProgress
 from memsync.worker.pipeline.sink import MirroredSink, VectorSink
-from memsync.worker.pipeline.state import SyncState
 from memsync.worker.pipeline.sync import Destination, SyncOptions, SyncResult, YieldFn
 from memsync.worker.pipeline.syncpass import EVERY_ROW, Checked, OnResult, Opened, Scope, StoreCollection, SyncPass
 from memsync.worker.pipeline.target import SyncTarget, store_counts
+from memsync.worker.process import logs
+from memsync.worker.process.memory import Trimmer, freeze_startup
+from memsync.worker.process.signals import SignalRelay
+from memsync.worker.rows.state import SyncState
+from memsync.worker.rows.tail import SourceTail
 from memsync.worker.stores.embedstore import EmbeddingStore
 from memsync.worker.stores.textsync import TextSync
 
@@ -127,7 +127,7 @@ class Worker:
     def install_signals(self) -> None:
         """SIGINT/SIGTERM: stop after the batch; again: exit now. SIGUSR1: reconcile now.
 
-        The handlers run on a relay thread (worker.loop.signals): setting ``stop`` from a raw handler
+        The handlers run on a relay thread (worker.process.signals): setting ``stop`` from a raw handler
         can deadlock the main thread waiting on it. They stay installed until the process exits,
         so that a second signal during shutdown still exits at once."""
 
@@ -392,7 +392,7 @@ class Worker:
     def _trim(self) -> None:
         if self._worked:
             self._trimmer.worked()
-        self._trimmer.maybe()  # what the step freed goes back to the system (worker.loop.memory)
+        self._trimmer.maybe()  # what the step freed goes back to the system (worker.process.memory)
 
     def _full_pass_part(self, restart: bool) -> None:
         """A full pass, from the top (``restart``) or where it yielded. It goes newest first and

@@ -45,12 +45,12 @@ from memsync.config.formats.worker_status import (
 )
 from memsync.config.settings import Settings
 from memsync.worker.loop.backoff import Backoff
-from memsync.worker.loop.progress import FirstSyncProgress
-from memsync.worker.loop.tail import oldest_pending_ms, pending_rows
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState, now_ms
+from memsync.worker.pipeline.progress import FirstSyncProgress
 from memsync.worker.pipeline.sync import SyncResult
 from memsync.worker.pipeline.target import StoreCheck, SyncTarget
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import ACTIVE_COLLECTION, SyncState, now_ms
+from memsync.worker.rows.tail import oldest_pending_ms, pending_rows
 
 if TYPE_CHECKING:
     from memsync.worker.loop.metrics import WorkerMetrics
@@ -77,7 +77,7 @@ class Health:
         self._beats: threading.Thread | None = None
         self._beats_stop = threading.Event()
         self.source_cause = False  # degraded because the database cannot be read (a write to it may fix that)
-        # The first pass's progress (worker.loop.progress), the reader it asks and the collection it
+        # The first pass's progress (worker.pipeline.progress), the reader it asks and the collection it
         # fills, while it runs.
         self.first_sync: tuple[FirstSyncProgress, Callable[[], SourceReader | None], str] | None = None
 
@@ -271,7 +271,7 @@ class Health:
         self._passes_written = self.status.passes
 
     def _describe_first_sync(self) -> None:
-        """``first_sync`` in worker.json: the first pass's figures (worker.loop.progress) while it is a
+        """``first_sync`` in worker.json: the first pass's figures (worker.pipeline.progress) while it is a
         first sync, i.e. while the pass keeps its cursor for searches (``worker.pipeline.frontier``: rows
         below the records' watermarks lack records); None after it, and for the first pass of a
         worker restarted on synced records, which embeds nothing it has not been told of."""

@@ -36,9 +36,9 @@ from typing import Any
 
 from memsync.config.formats.vector_copy import BLOCK
 from memsync.config.settings import Settings
-from memsync.worker.loop import logs
-from memsync.worker.pipeline.state import SyncState
 from memsync.worker.pipeline.target import SyncTarget
+from memsync.worker.process import logs
+from memsync.worker.rows.state import SyncState
 from memsync.worker.stores import compact
 from memsync.worker.stores.compact import CompactResult
 from memsync.worker.stores.vectorcopy import fill_from_store

@@ -163,7 +163,7 @@ JOBS: tuple[Job[Worker], ...] = (
         busy=True, due=lambda w: w._copy_order.due(w._target), run=lambda w: w._copy_order.run(w._target)),
     Job("status", Kind.AFTER, "after each step that did not fail: recovered, published", policy=STOPS,
         run=lambda w: w._record_step()),
-    Job("memory trimmer", Kind.AFTER, "after a busy step, at most every 30 s (worker.loop.memory)", policy=STOPS,
+    Job("memory trimmer", Kind.AFTER, "after a busy step, at most every 30 s (worker.process.memory)", policy=STOPS,
         run=lambda w: w._trim()),
 )
 

@@ -1,16 +1,41 @@
-"""The sync pass: the agent's rows in, exact documents out, recorded so that a pass can be repeated.
+"""The sync pass: ``sync`` compares the documents the rows imply with the sync records, embeds, and
+writes through ``sink`` (Chroma) and the derived stores (``overlap``: its one writer thread);
+``syncpass`` is the full pass (``Scope``) the worker, ``worker --once`` and resync share, on the
+Chroma side ``target`` opens (the connection, the active generation's sink, its vector copy);
+``upstream`` is claude-mem's own document format (``writers``: who writes that store); ``frontier``
+and ``progress`` say how far a first sync has come; ``resync`` runs the pass once, as a batch (the
+function shares its module's name, so it is imported from the module, not the room).
 
-- ``source`` (``SourceReader``) reads bounded batches → ``documents`` turns rows into field
-  documents (pure) → ``sync`` compares them with the sync records (``state``), embeds, and writes
-  through ``sink`` (Chroma) and the derived stores; ``syncpass`` is the full pass (``Scope``) the
-  worker, ``worker --once`` and resync share;
-- ``target``: the Chroma side (the connection, the active generation's sink, its vector copy);
-- ``upstream``: claude-mem's own document format and its sink; ``writers``: who writes that store;
-- ``frontier``: a first sync's frontier, where searches see it;
-- ``resync``: one exact pass as a batch (``resync``, ``rebuild``, ``count_rows``).
-
-This ``__init__`` imports nothing on purpose: importing any module of the room runs it first, and
-``sync``, ``syncpass``, ``target`` and ``resync`` pull in numpy, tantivy, pydantic and httpx. The
-command imports what it needs from the modules inside the function that uses it, so ``memsync
---help`` loads none of them.
+Importing the room imports none of its modules: a name of ``__all__`` is imported on first use
+(``memsync.worker.lazy_exports``).
 """
+
+from typing import TYPE_CHECKING
+
+from memsync.worker import lazy_exports
+
+if TYPE_CHECKING:
+    from memsync.worker.pipeline.progress import FirstSyncProgress
+    from memsync.worker.pipeline.resync import count_rows
+    from memsync.worker.pipeline.sink import ChromaSink, MirroredSink, VectorSink
+    from memsync.worker.pipeline.sync import Destination, SyncOptions, SyncResult, YieldFn
+    from memsync.worker.pipeline.syncpass import EVERY_ROW, Checked, OnResult, Opened, Scope, StoreCollection, SyncPass
+    from memsync.worker.pipeline.target import StoreCheck, SyncTarget, store_counts
+    from memsync.worker.pipeline.writers import upstream_writers
+
+__all__ = [
+    "Checked", "ChromaSink", "Destination", "EVERY_ROW", "FirstSyncProgress", "MirroredSink", "OnResult",
+    "Opened", "Scope", "StoreCheck", "StoreCollection", "SyncOptions", "SyncPass", "SyncResult", "SyncTarget",
+    "VectorSink", "YieldFn", "count_rows", "store_counts", "upstream_writers",
+]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, {
+        "progress": ("FirstSyncProgress",),
+        "resync": ("count_rows",),
+        "sink": ("ChromaSink", "MirroredSink", "VectorSink"),
+        "sync": ("Destination", "SyncOptions", "SyncResult", "YieldFn"),
+        "syncpass": ("EVERY_ROW", "Checked", "OnResult", "Opened", "Scope", "StoreCollection", "SyncPass"),
+        "target": ("StoreCheck", "SyncTarget", "store_counts"),
+        "writers": ("upstream_writers",),
+    })

@@ -17,10 +17,10 @@ from pathlib import Path
 from memsync.config.claude_mem.schema import KINDS
 from memsync.config.errors import SourceUnavailable
 from memsync.config.formats.first_sync import Cursor, clear_mark, read_mark, write_mark
-from memsync.worker.loop import logs
-from memsync.worker.loop.tail import unrecorded_below
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import SyncState, now_ms
+from memsync.worker.process import logs
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import SyncState, now_ms
+from memsync.worker.rows.tail import unrecorded_below
 
 WRITE_EVERY_S = 0.5
 

@@ -20,14 +20,14 @@ from memsync.config.errors import ConfigError, StoreDamaged
 from memsync.config.formats.database_owner import claim
 from memsync.config.settings import Settings
 from memsync.embedding import Embedder, close_embedder, endpoint_url, make_embedder
-from memsync.worker.loop import logs
 from memsync.worker.pipeline.sink import ChromaSink, MirroredSink, VectorSink
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState, now_ms
 from memsync.worker.pipeline.sync import ProgressFn, SyncOptions, SyncResult
 from memsync.worker.pipeline.syncpass import EVERY_ROW, Checked, Opened, Scope, StoreCollection, SyncPass
 from memsync.worker.pipeline.target import open_upstream_sink, repair_damaged
 from memsync.worker.pipeline.upstream import UpstreamSink
+from memsync.worker.process import logs
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import ACTIVE_COLLECTION, SyncState, now_ms
 from memsync.worker.stores.embedstore import EmbeddingStore
 from memsync.worker.stores.textsync import TextSync
 from memsync.worker.stores.vectorcopy import VectorCopyWriter, drop_copy, fill_from_store, open_writer

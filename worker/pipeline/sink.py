@@ -19,8 +19,8 @@ import numpy.typing as npt
 from memsync.chroma.collections import server_failed
 from memsync.config.errors import BadData, MemsyncError, StoreDamaged, StoreUnavailable
 from memsync.config.native import guarded
-from memsync.worker.loop import logs
-from memsync.worker.loop.memory import release_responses
+from memsync.worker.process import logs
+from memsync.worker.process.memory import release_responses
 from memsync.worker.stores.vectorcopy import VectorCopyWriter
 
 

@@ -42,12 +42,12 @@ from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.formats.first_sync import INF_ID, Cursor
 from memsync.config.settings import Settings
 from memsync.embedding import Embedder
-from memsync.worker.loop import logs
-from memsync.worker.pipeline.documents import OWN, Derivation, Document, RowError, SourceRow, row_values_hash
 from memsync.worker.pipeline.overlap import OrderedWriter, Pacer
 from memsync.worker.pipeline.sink import RejectedBatch, VectorSink
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import FAILED, SYNCED, DocRecord, RowFailed, RowRecord, RowSynced, SyncState
+from memsync.worker.process import logs
+from memsync.worker.rows.documents import OWN, Derivation, Document, RowError, SourceRow, row_values_hash
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import FAILED, SYNCED, DocRecord, RowFailed, RowRecord, RowSynced, SyncState
 from memsync.worker.stores.embedstore import BatchVectors, Busy, EmbeddingStore, store_model
 
 # While a full pass may yield to new rows, it asks between chunks that hold about this much

@@ -28,11 +28,11 @@ from memsync.config.settings import Settings
 from memsync.embedding import Embedder, upstream_embedder
 from memsync.worker.pipeline.frontier import Frontier
 from memsync.worker.pipeline.sink import ChromaSink, MirroredSink, VectorSink
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import SyncState
 from memsync.worker.pipeline.sync import Destination, Syncer, SyncOptions, SyncResult
 from memsync.worker.pipeline.target import StoreCheck, check_store
 from memsync.worker.pipeline.upstream import UPSTREAM
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import SyncState
 from memsync.worker.stores.embedstore import EmbeddingStore, collect_garbage
 from memsync.worker.stores.vectorcopy import VectorCopyWriter
 

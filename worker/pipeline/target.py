@@ -40,10 +40,10 @@ from memsync.embedding import (
     generation_writer,
 )
 from memsync.embedding.remote import Wait
-from memsync.worker.loop import logs
 from memsync.worker.pipeline.sink import ChromaSink, VectorSink
-from memsync.worker.pipeline.state import ACTIVE_COLLECTION, HeldIds, SyncState, now_ms
 from memsync.worker.pipeline.upstream import UpstreamSink, bind_format
+from memsync.worker.process import logs
+from memsync.worker.rows.state import ACTIVE_COLLECTION, HeldIds, SyncState, now_ms
 from memsync.worker.stores.vectorcopy import VectorCopyWriter, open_writer
 
 ALIGN_PAGE = 5000  # ids (with metadata) read per call while aligning

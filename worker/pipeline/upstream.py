@@ -48,7 +48,8 @@ from typing import Any
 from memsync.config.claude_mem.platform import normalize_platform
 from memsync.config.claude_mem.schema import SUMMARY_FIELDS, Kind
 from memsync.config.docids import DOC_TYPES, fact_field, format_doc_id
-from memsync.worker.pipeline.documents import (
+from memsync.worker.pipeline.sink import ChromaSink
+from memsync.worker.rows.documents import (
     MAX_TEXT_CHARS,
     Builders,
     Derivation,
@@ -57,8 +58,7 @@ from memsync.worker.pipeline.documents import (
     derive,
     payload_hash,
 )
-from memsync.worker.pipeline.sink import ChromaSink
-from memsync.worker.pipeline.state import SyncState
+from memsync.worker.rows.state import SyncState
 
 # Bump when the documents below change: the worker then derives every row again and writes the
 # documents that differ (:func:`bind_format`).

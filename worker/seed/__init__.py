@@ -1,12 +1,23 @@
-"""claude-mem databases memsync writes for people without claude-mem.
+"""claude-mem databases memsync writes for people without claude-mem: ``memsync db init`` / ``db
+import`` (``importer``) and the deterministic demo memory (``demo``, from ``demo_episodes``, its
+handwritten sessions). It imports no other room.
 
-- ``importer``: ``memsync db init`` / ``memsync db import`` (``init_db``, ``import_records``,
-  ``read_jsonl``);
-- ``demo``: the deterministic demo memory (``generate``), from ``demo_episodes``, its handwritten
-  sessions (834 lines of text).
-
-This ``__init__`` imports nothing on purpose: importing any module of the room runs it first, and
-``demo_episodes`` is a large module of text and ``importer`` loads pydantic. The command imports
-what it needs from the modules inside the function that uses it, so ``memsync --help`` loads none of
-them.
+Importing the room imports none of its modules: a name of ``__all__`` is imported on first use
+(``memsync.worker.lazy_exports``).
 """
+
+from typing import TYPE_CHECKING
+
+from memsync.worker import lazy_exports
+
+if TYPE_CHECKING:
+    from memsync.worker.seed.demo import DAY_MS, generate
+    from memsync.worker.seed.importer import import_records, init_db, read_jsonl
+
+__all__ = ["DAY_MS", "generate", "import_records", "init_db", "read_jsonl"]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, {
+        "demo": ("DAY_MS", "generate"),
+        "importer": ("import_records", "init_db", "read_jsonl"),
+    })

@@ -37,9 +37,9 @@ import numpy as np
 from memsync.chroma import collections as stores
 from memsync.chroma.server import chroma_executable
 from memsync.config.settings import Settings
-from memsync.worker.loop import logs
-from memsync.worker.loop.memory import release_responses
-from memsync.worker.pipeline.state import ACTIVE_COLLECTION, SyncState
+from memsync.worker.process import logs
+from memsync.worker.process.memory import release_responses
+from memsync.worker.rows.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.stores.vectorcopy import drop_copy, open_writer
 
 PAGE = 1000  # documents per get/upsert: a few MB of vectors and metadata

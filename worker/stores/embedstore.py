@@ -33,9 +33,9 @@ from memsync.config.formats.embedding_store import DDL, decode, encode, hash_key
 from memsync.config.inlists import chunks
 from memsync.config.settings import Settings
 from memsync.embedding import Embedder, embed_bound_s, vector_identity, waits_on
-from memsync.worker.loop import logs
-from memsync.worker.pipeline.documents import Document
-from memsync.worker.pipeline.state import SyncState, open_wal
+from memsync.worker.process import logs
+from memsync.worker.rows.documents import Document
+from memsync.worker.rows.state import SyncState, open_wal
 
 # A vector is stored a moment before its sync record is written (by this process or a resync
 # beside it): a collection keeps unreferenced vectors younger than this, so it never removes one

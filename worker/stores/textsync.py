@@ -62,9 +62,9 @@ from memsync.config.formats.text_index import (
 from memsync.config.formats.worker_status import worker_state
 from memsync.config.native import guarded
 from memsync.config.settings import Settings
-from memsync.worker.loop import logs
-from memsync.worker.loop.tail import FileStamp, stamp
-from memsync.worker.pipeline.source import SourceReader
+from memsync.worker.process import logs
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.tail import FileStamp, stamp
 
 TEXT_INDEX_UPDATED = "text_index_updated"
 TEXT_INDEX_FAILED = "text_index_failed"

@@ -59,9 +59,9 @@ from memsync.config.formats.vector_copy import (
     vectors_file,
 )
 from memsync.config.settings import Settings
-from memsync.worker.loop import logs
-from memsync.worker.loop.memory import release_responses
-from memsync.worker.pipeline.state import SyncState
+from memsync.worker.process import logs
+from memsync.worker.process.memory import release_responses
+from memsync.worker.rows.state import SyncState
 from memsync.worker.stores.copykeys import ROW_MAX, ROW_MIN, KeyIndex, pack, pack_arrays, unpack
 
 CODE_TABLES = ("fields", "projects", "types")

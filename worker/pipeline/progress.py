@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from memsync.config.formats.first_sync import Cursor
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import now_ms
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import now_ms
 
 DAY_MS = 86_400_000
 

@@ -4,7 +4,7 @@ The C allocator keeps what Python, numpy, onnxruntime and the Chroma client free
 mmap threshold after a large free, so later buffers of up to 32 MB come from heaps it returns only
 from their top. Measured at 100k rows (313k documents): an alignment of the records with the store,
 when it held every id and hash in two dicts, took the process from 104 to 374 MB, 352 MB after it
-was done, and 130 MB after ``malloc_trim(0)`` (it now compares them on disk: ``worker.pipeline.state``).
+was done, and 130 MB after ``malloc_trim(0)`` (it now compares them on disk: ``worker.rows.state``).
 So the worker trims after work that allocates in bulk (a full pass, an alignment, a rewrite of the
 vector copy, a compaction, a text index rebuild): at most once every ``TRIM_EVERY_S``; each trim
 takes milliseconds. Elsewhere than glibc, nothing happens.

@@ -11,9 +11,9 @@ from pathlib import Path
 from memsync.config.claude_mem.projects import exclusion
 from memsync.config.claude_mem.schema import KINDS, Kind, SchemaError
 from memsync.config.errors import SourceUnavailable
-from memsync.worker.loop import logs
-from memsync.worker.pipeline.source import SourceReader
-from memsync.worker.pipeline.state import SyncState
+from memsync.worker.process import logs
+from memsync.worker.rows.source import SourceReader
+from memsync.worker.rows.state import SyncState
 
 
 @dataclass(frozen=True, slots=True)

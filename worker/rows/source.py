@@ -19,7 +19,7 @@ from memsync.config.claude_mem.projects import ProjectExclusion, exclusion
 from memsync.config.claude_mem.schema import KINDS, SESSIONS_TABLE, TABLES, Kind, SchemaError, SourceSchema, detect
 from memsync.config.formats.text_index import FILTER_COLUMNS, fingerprint_hash
 from memsync.config.settings import Settings
-from memsync.worker.pipeline.documents import EXCLUDED_CELL, SourceRow, row_cells_hash, row_shape
+from memsync.worker.rows.documents import EXCLUDED_CELL, SourceRow, row_cells_hash, row_shape
 
 FINGERPRINT_SQL = "memsync_fingerprint_hash"  # the SQL function text_fingerprint sums
 ROW_HASH_SQL = "memsync_row_hash"  # documents.row_cells_hash, for row_hashes

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from memsync.config.claude_mem.schema import KINDS, Kind
 from memsync.config.formats.sync_records import STATE_DDL
-from memsync.worker.loop import logs
+from memsync.worker.process import logs
 
 ACTIVE_COLLECTION = "active_collection"  # meta key: the generation resync last wrote
 CHURN_PREFIX = "churn:"  # meta key prefix: vectors overwritten or deleted per collection

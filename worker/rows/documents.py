@@ -148,7 +148,7 @@ def row_cells_hash(*cells: Any) -> str:
     reads them (str, int, float, bytes, None). ``marshal`` (format 2: no references, floats in
     binary) encodes them exactly, with their types and lengths, in one C call; the reader also
     registers this function in SQL, so a pass can hash every row without building it in Python
-    (``worker.pipeline.source.SourceReader.row_hashes``)."""
+    (``worker.rows.source.SourceReader.row_hashes``)."""
     return hashlib.sha256(ROW_HASH_SALT + marshal.dumps(cells, 2)).hexdigest()[:32]
 
 
