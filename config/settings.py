@@ -217,7 +217,8 @@ class Settings(BaseSettings):
         1500, ge=10, description="Search: deadline for the vector side of one query; past it, the lexical answer."
     )
     search_embedding_threads: int = Field(
-        1, ge=0, le=64, description="Search: the model's threads to embed a query (1 leaves other cores to SQLite)."
+        1, ge=0, le=64, description="Search: the model's threads to embed a query (1 leaves other cores to SQLite). "
+        "The worker's injection search runs on the worker's own session, with embedding_threads.",
     )
     fts_timeout_ms: int = Field(2000, ge=10, description="Search: time limit of one SQLite/FTS5 statement, ms.")
     filter_ids_cap: int = Field(

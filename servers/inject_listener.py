@@ -14,7 +14,9 @@ warning and an ``{"error": ...}`` reply, and the next prompt is answered again.
   function (by default :class:`ServiceAnswer`: Part B's ``inject_service.answer`` with ONE warm
   :class:`~memsync.search.Searcher`, built on the first prompt). The searcher embeds queries with
   its own query-purpose model instance, not the worker's document embedder: that one holds a lock
-  for a whole batch, and a prompt would wait behind a 1,000-row burst.
+  for a whole batch, and a prompt would wait behind a 1,000-row burst. Both run on one onnxruntime
+  session (``embedding.local.get_embedder``), and the token counter uses the embedders' tokenizer:
+  the worker's extra memory for injection stays under its 100 MB goal.
 - **What status sees**: per hour the prompts asked, the prompts injected and their tokens
   (``DATA_DIR/inject.json``, ``config.formats.inject_stats``), never prompt text. Injected means
   the client got the reply: one ready after the client gave up finds its socket closed.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import gc
 import os
 import selectors
 import socket
@@ -49,6 +52,7 @@ from memsync.config.inject_channel import (
     socket_path,
 )
 from memsync.config.settings import Settings
+from memsync.worker.loop.memory import trim
 
 log = structlog.get_logger("memsync.inject")
 
@@ -124,6 +128,10 @@ class ServiceAnswer:
                 error = one_line(str(exc))
                 stop.wait(WARM_RETRY_S)
                 continue
+            # The warm-up's garbage (the model's build, the first search's buffers) back to the
+            # system now: the worker trims only after its own bulk work.
+            gc.collect()
+            trim()
             log.info("inject_warm", ms=round((time.perf_counter() - started) * 1000))
             return
         if not stop.is_set():

@@ -52,3 +52,45 @@ def test_sub_batches_bound_padded_tokens(embedder) -> None:  # type: ignore[no-u
     together = embedder.embed(long_texts)
     alone = np.vstack([embedder.embed([t]) for t in long_texts])
     assert np.allclose(together, alone, atol=1e-4)
+
+
+class TestOneSessionForBothPurposes:
+    """The worker with injection on embeds documents and queries; it holds the model once."""
+
+    @pytest.fixture
+    def fresh(self, monkeypatch):  # type: ignore[no-untyped-def]
+        from memsync.embedding import local
+
+        monkeypatch.setattr(local, "_instances", {})
+        monkeypatch.setattr(local, "_shared", {})
+        return local
+
+    def test_a_process_asking_both_purposes_runs_them_on_one_session(self, fresh) -> None:  # type: ignore[no-untyped-def]
+        texts = ["the refund endpoint got duplicate events", "word " * 400, ""]
+        docs = fresh.get_embedder("all-MiniLM-L6-v2-int8", 32, 256, 0)
+        lean = docs.embed(texts)
+        queries = fresh.get_embedder("all-MiniLM-L6-v2-int8", 32, 256, 1, purpose="queries")
+        assert queries is not docs and queries._session is docs._session  # one session, two locks
+        assert queries._lock is not docs._lock
+        assert np.allclose(docs.embed(texts), lean, atol=1e-5)  # the same vectors on the shared session
+        assert np.allclose(queries.embed(texts), lean, atol=1e-5)
+        later = fresh.get_embedder("all-MiniLM-L6-v2-int8", 32, 128, 0)  # a documents instance made later joins it
+        assert later._session is docs._session
+
+    def test_one_purpose_alone_keeps_its_own_profile(self, fresh) -> None:  # type: ignore[no-untyped-def]
+        docs = fresh.get_embedder("all-MiniLM-L6-v2-int8", 32, 256, 0)
+        assert not fresh._shared and docs._session is not None
+
+    def test_cut_as_the_tokenizer_cuts(self) -> None:
+        """The shared tokenizer does not truncate; the embedder cuts as the tokenizer's own truncation did."""
+        from tokenizers import Tokenizer
+
+        from memsync.embedding.local import shared_tokenizer, tokenizer_json, truncated
+
+        own = Tokenizer.from_str(tokenizer_json())
+        own.no_padding()
+        texts = ["short", "word " * 600, "漢字 " * 300, ""]
+        for n in (16, 256):
+            own.enable_truncation(max_length=n)
+            for text, mine in zip(texts, shared_tokenizer().encode_batch(texts), strict=True):
+                assert truncated(mine.ids, n) == own.encode(text).ids
