@@ -52,7 +52,7 @@ from memsync.config.inject_channel import (
     socket_path,
 )
 from memsync.config.settings import Settings
-from memsync.worker.loop.memory import trim
+from memsync.worker.process.memory import trim
 
 log = structlog.get_logger("memsync.inject")
 
