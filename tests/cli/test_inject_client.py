@@ -56,7 +56,9 @@ def test_a_stale_socket_is_silent(tmp_path: Path) -> None:
     (json.dumps({**PAYLOAD, "hook_event_name": "SessionStart"}).encode(), b"is not UserPromptSubmit"),
     (json.dumps({k: v for k, v in PAYLOAD.items() if k != "prompt"}).encode(), b"no prompt"),
     (json.dumps({**PAYLOAD, "prompt": "x" * 1_000_000}).encode(), b"over 512 KiB"),
-])
+], ids=["not-json", "not-utf8", "not-an-object", "another-event", "no-prompt", "1MB-prompt"])
+# (named ids: the 1 MB payload as its own id went into PYTEST_CURRENT_TEST, an environment
+# variable the hook's process inherits, over the kernel's limit for one: E2BIG at exec)
 def test_garbage_is_one_stderr_line_and_exit_0(tmp_path: Path, stdin: bytes, why: bytes) -> None:
     done, _ = run_hook(tmp_path / "data", stdin)
     assert done.returncode == 0 and done.stdout == b""
