@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from memsync.config.settings import Settings
 from scripts.pkgmap import source_folders
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,3 +167,34 @@ def test_no_code_shrinks_a_mapped_file_in_place() -> None:
     assert found == [], (f"in-place shrinking write of a memory-mapped file kind (SIGBUS in a reader): replace "
                          f"it with a new file and os.replace, or overwrite at the same size, or mark the "
                          f"line '# {MARKER}: <why no mapping can be read>':\n" + "\n".join(found))
+
+
+# What a sync and searches in one process may map under the data directory: the list above.
+MAPPED_NAME = re.compile(r"(?:vectors(?:\.\d+)?\.i8|entries(?:\.\d+)?\.bin"
+                         r"|[0-9a-f]{32}\.(?:idx|term|store|fast|fieldnorm|pos)|[0-9a-f]{32}\.\d+\.del|.*-shm)"
+                         r"( \(deleted\))?")
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps (Linux)")
+def test_a_sync_and_searches_map_only_the_listed_kinds(settings: Settings) -> None:
+    """The audit, checked: embedded Chroma (its SQLite file, its HNSW files) maps nothing, SQLite
+    maps no database file (mmap_size 0), so a new kind of mapping means the list and the scan above
+    must be looked at again."""
+    from memsync.search import Filters, Mode, Searcher, SearchRequest
+    from memsync.worker.pipeline.resync import resync
+    from tests.conftest import FakeEmbedder, make_db, mixed_records
+
+    make_db(settings.db, mixed_records(20))
+    resync(settings, embedder=FakeEmbedder())
+    engine = Searcher(settings, embedder=FakeEmbedder())
+    try:
+        for mode in (Mode.HYBRID, Mode.SEMANTIC, Mode.LEXICAL):
+            engine.search(SearchRequest(query="caching", filters=Filters(project="alpha"), window_days=0, mode=mode))
+        root = str(settings.data_dir.parent)
+        with open("/proc/self/maps") as maps:
+            mapped = {line.split(None, 5)[5].strip() for line in maps if root in line}
+    finally:
+        engine.close()
+    names = sorted(Path(m).name for m in mapped)
+    assert [n for n in names if not MAPPED_NAME.fullmatch(n)] == [], names
+    assert any(n.endswith(".i8") for n in names) and any(n.endswith(".idx") for n in names), names
