@@ -246,7 +246,7 @@ def damage_copy(settings: Settings, rng: random.Random) -> str:
                 # its files in place; what is checked is that a shorter file is found and rebuilt.
                 tmp = target.with_name(target.name + ".damage")
                 with open(target, "rb") as src:
-                    tmp.write_bytes(src.read(size // 3))
+                    tmp.write_bytes(src.read(size // 3))  # mapped-file write reviewed: a new file, then os.replace
                 os.replace(tmp, target)
         except OSError:
             continue  # a copy being replaced (a compaction, a rewrite): the next one is damaged instead

@@ -86,12 +86,16 @@ def _damage_copy(s: Settings, how: str) -> None:
     directory = copy_dir(s, _active(s))
     manifest = Manifest.read(directory)
     assert manifest is not None and manifest.count > 10 and manifest.crc is not None
+    # Cut short in place on purpose: this process's search mapped these very inodes, and must map a
+    # file of another size again rather than read its cached mapping (search.vectorcopy._mapped).
+    # Safe here: that search returned (no thread reads the mapping), and the mapping is used again
+    # only after a stat shows the same size.
     if how == "truncate_vectors":
         with open(directory / VECTORS_FILE, "r+b") as fh:
-            fh.truncate(manifest.dim * (manifest.count // 2))
+            fh.truncate(manifest.dim * (manifest.count // 2))  # mapped-file write reviewed: see above
     elif how == "truncate_entries":
         with open(directory / ENTRIES_FILE, "r+b") as fh:
-            fh.truncate(32 * 3 + 5)
+            fh.truncate(32 * 3 + 5)  # mapped-file write reviewed: see above
     else:  # garbage in place of every entry, the same size
         size = (directory / ENTRIES_FILE).stat().st_size
         overwrite(directory / ENTRIES_FILE, np.random.default_rng(7).bytes(size))

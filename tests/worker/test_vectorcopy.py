@@ -137,6 +137,32 @@ def test_a_short_write_is_completed_and_a_full_disk_fails_the_append_whole(tmp_p
         assert nearest(copy, vecs[i], 1) == [(Kind.PROMPT, i)]
 
 
+@pytest.mark.parametrize("name", ["vectors.i8", ENTRIES_FILE])
+def test_a_file_cut_short_under_its_writer_is_never_written_past_its_end(tmp_path: Path, name: str) -> None:
+    # A write past the end of a file leaves a hole, and reading a hole through a mapping on a full
+    # tmpfs is a SIGBUS in the reader: the writer fails instead, and its check discards the copy.
+    rng = np.random.default_rng(9)
+    w = writer(tmp_path)
+    try:
+        w.put([f"prompt_{i}" for i in range(200)], unit(rng, 200), [meta(epoch=i) for i in range(200)])
+        path = copy_dir(Settings(data_dir=tmp_path), "gen1") / name
+        short = path.with_name(name + ".short")
+        short.write_bytes(path.read_bytes()[:101])
+        os.replace(short, path)  # a shorter file (a new inode), as the soak damages a copy
+        with pytest.raises(OSError, match="shorter than its manifest"):
+            w.put(["prompt_900"], unit(rng, 1), [meta()])
+        if name == ENTRIES_FILE:
+            with pytest.raises(OSError, match="shorter than its manifest"):
+                w.delete(["prompt_7"])  # a dead mark past the end would leave a hole too
+        assert path.stat().st_size == 101  # nothing written past the end: no hole
+        assert w.check() is not None
+        w.discard("cut short")
+        w.put(["prompt_1"], unit(rng, 1), [meta()])
+        assert w.check() is None and w.doc_ids() == ["prompt_1"]
+    finally:
+        w.close()
+
+
 def test_crash_leftovers_are_repaired_and_other_writers_seen(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     v = unit(rng, 3)
@@ -474,8 +500,9 @@ def test_a_crashed_rewrite_leaves_the_copy_as_it_was(tmp_path: Path) -> None:
     w.put([f"prompt_{i}" for i in range(50)], vecs, [meta(epoch=i) for i in range(50)])
     w.close()
     directory = copy_dir(Settings(data_dir=tmp_path), "gen1")
-    (directory / "vectors.1.i8").write_bytes(b"\x01" * 100)  # killed while writing the next layout
-    (directory / "entries.1.bin").write_bytes(b"\x02" * 10)
+    # Killed while writing the next layout. mapped-file write reviewed: new files no manifest names, so unmapped
+    (directory / "vectors.1.i8").write_bytes(b"\x01" * 100)  # mapped-file write reviewed: as above
+    (directory / "entries.1.bin").write_bytes(b"\x02" * 10)  # mapped-file write reviewed: as above
     again = writer(tmp_path)
     assert not (directory / "vectors.1.i8").exists() and not (directory / "entries.1.bin").exists()
     copy = reader(tmp_path)

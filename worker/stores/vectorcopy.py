@@ -361,7 +361,10 @@ class VectorCopyWriter:
                            layout=layout, ordered=len(order), crc=0, blocks=[])
             try:
                 for name, source in ((vectors_file(layout), vecs), (entries_file(layout), entries)):
-                    with open(self.dir / name, "wb") as fh:
+                    # A new file, never one truncated in place: a reader may still map an old file
+                    # of this name (unlinked, it keeps its pages); "x" fails rather than truncate.
+                    (self.dir / name).unlink(missing_ok=True)
+                    with open(self.dir / name, "xb") as fh:
                         for start in range(0, len(order), REWRITE_CHUNK):
                             chunk = np.ascontiguousarray(source[order[start:start + REWRITE_CHUNK]])
                             fh.write(chunk.tobytes())
@@ -406,7 +409,13 @@ class VectorCopyWriter:
         for name, data in ((vectors_file(m.layout), q), (entries_file(m.layout), rows)):
             fd = os.open(self.dir / name, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                _pwrite_all(fd, np.ascontiguousarray(data).tobytes(), start * (data.nbytes // max(1, len(data))))
+                offset = start * (data.nbytes // max(1, len(data)))
+                if os.fstat(fd).st_size < offset:
+                    # Cut short under this writer (its check has not run yet): a write at `offset`
+                    # would leave a hole, and a hole read through a mapping on a full tmpfs is a
+                    # SIGBUS in the reader. Failing here invalidates the copy; the check discards it.
+                    raise OSError(errno.EIO, f"vector copy {self.dir / name} is shorter than its manifest")
+                _pwrite_all(fd, np.ascontiguousarray(data).tobytes(), offset)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -431,6 +440,9 @@ class VectorCopyWriter:
         if not positions:
             return
         with open(self.dir / entries_file(self.manifest.layout), "r+b") as fh:
+            if os.fstat(fh.fileno()).st_size < (max(positions) + 1) * ENTRY.itemsize:
+                # A mark past the end would leave a hole (see _append): cut short under this writer.
+                raise OSError(errno.EIO, f"vector copy {fh.name} is shorter than its manifest")
             for pos in sorted(positions):
                 fh.seek(pos * ENTRY.itemsize + LIVE_OFFSET)
                 fh.write(b"\x00")
