@@ -4,7 +4,10 @@ worker's own tests (tests/worker, tests/system)."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +21,25 @@ from memsync.config.errors import (
     StoreUnavailable,
 )
 from memsync.config.settings import Settings
-from memsync.worker.loop.schedule import JOBS, LOOP, OWN, STEP, STOPS, Action, Job, Kind, Policy, run_jobs, timers
+from memsync.worker.loop.schedule import (
+    AFTER_WHOLE,
+    BEFORE_WHOLE,
+    JOBS,
+    LOOP,
+    LOOP_SETTINGS,
+    OWN,
+    STEP,
+    STOPS,
+    Action,
+    Job,
+    Kind,
+    Policy,
+    run_jobs,
+    run_whole,
+    timers,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Loop:
@@ -59,9 +80,10 @@ class TestTheTable:
         names = [j.name for j in JOBS]
         assert len(names) == len(set(names))
         assert set(names) == {
-            "reconcile", "health", "file events", "heartbeat", "injection listener", "health check",
-            "text index step", "open", "store check", "full pass part", "tail pass", "copy fill",
-            "store garbage", "compaction", "copy check", "copy order", "status", "memory trimmer"}
+            "reconcile", "health", "file events", "signal relay", "heartbeat", "index warm-up", "metrics",
+            "injection listener", "injection warm-up", "health check", "text index step", "open", "store check",
+            "full pass part", "tail pass", "copy fill", "store garbage", "compaction", "copy check", "copy order",
+            "status", "memory trimmer"}
 
     def test_the_step_checks_health_then_the_text_index_before_chroma(self) -> None:
         first = [j.name for j in JOBS if j.kind is Kind.FIRST]
@@ -78,12 +100,97 @@ class TestTheTable:
 
     def test_the_timers_are_the_intervals_of_the_settings(self, settings: Settings) -> None:
         s = settings.model_copy(update={"reconcile_interval_s": 123, "health_interval_s": 7})
-        assert {j.name: j.every(s) for j in timers() if j.every is not None} == {"reconcile": 123, "health": 7}
+        assert {j.name: j.every(s) for j in timers()} == {"reconcile": 123, "health": 7}
 
     def test_the_jobs_of_a_step_share_the_loops_policy_and_the_threads_handle_their_own(self) -> None:
         assert all(j.policy is LOOP for j in JOBS if j.kind in STEP)
         assert all(j.policy is OWN for j in JOBS if j.kind is Kind.THREAD)
         assert all(j.policy is STOPS for j in JOBS if j.kind in (Kind.AFTER, Kind.TIMER))
+
+
+def worker_timings() -> set[str]:
+    """The settings that time the worker: every ``*_interval_s``, and every ``Worker:`` setting in seconds."""
+    return {name for name, field in Settings.model_fields.items() if name.endswith("_interval_s") or
+            (name.endswith("_s") and (field.description or "").startswith("Worker:"))}
+
+
+def unnamed_timings(jobs: tuple[Job[Any], ...]) -> set[str]:
+    """The worker's timing settings that no job (nor the loop's own wait) names."""
+    return worker_timings() - {name for j in jobs for name in j.settings} - set(LOOP_SETTINGS)
+
+
+def started_threads() -> dict[str, str | None]:
+    """Each ``threading.Thread(...)`` the worker process's code starts (worker/, servers/inject_*):
+    where, and the name it gives it (None: none)."""
+    found: dict[str, str | None] = {}
+    for path in sorted([*ROOT.glob("worker/**/*.py"), *ROOT.glob("servers/inject_*.py")]):
+        text = path.read_text()
+        for call in re.finditer(r"threading\.Thread\(", text):
+            named = re.search(r'name="([^"]+)"', text[call.end():call.end() + 300].split("\n\n")[0])
+            where = f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, call.start()) + 1}"
+            found[where] = named.group(1) if named else None
+    return found
+
+
+def unnamed_threads(jobs: tuple[Job[Any], ...]) -> dict[str, str | None]:
+    """The threads started in the worker's code that no THREAD entry names."""
+    named = {j.thread for j in jobs if j.kind is Kind.THREAD and j.thread is not None}
+    return {where: name for where, name in started_threads().items() if name not in named}
+
+
+class TestEverythingIsInTheTable:
+    """A job cannot be added outside the table unnoticed: its timing setting or its thread would be
+    named by no entry."""
+
+    def test_every_timing_setting_of_the_worker_is_named_by_a_job(self) -> None:
+        assert {"reconcile_interval_s", "store_audit_interval_s", "vector_copy_check_s"} <= worker_timings()
+        assert unnamed_timings(JOBS) == set()
+        assert {name for j in JOBS for name in j.settings} | set(LOOP_SETTINGS) <= set(Settings.model_fields)
+
+    @pytest.mark.parametrize(("job", "setting"), [
+        ("reconcile", "reconcile_interval_s"), ("store check", "store_audit_interval_s"),
+        ("copy check", "vector_copy_check_s"), ("tail pass", "poll_interval_s")])
+    def test_a_job_taken_out_of_the_table_leaves_its_setting_unnamed(self, job: str, setting: str) -> None:
+        assert unnamed_timings(tuple(j for j in JOBS if j.name != job)) == {setting}
+
+    def test_every_thread_the_worker_starts_is_a_thread_entry(self) -> None:
+        found = started_threads()
+        assert {"signal-relay", "memsync-heartbeat", "memsync-index-warmup", "memsync-inject-listener",
+                "memsync-inject-warm"} <= set(found.values())
+        assert unnamed_threads(JOBS) == {}
+
+    def test_a_thread_entry_taken_out_of_the_table_leaves_its_thread_unnamed(self) -> None:
+        left = unnamed_threads(tuple(j for j in JOBS if j.name != "index warm-up"))
+        assert list(left.values()) == ["memsync-index-warmup"]
+
+
+class TestWorkerOnce:
+    """``worker --once`` runs the table's jobs, their whole way, around its whole pass."""
+
+    def test_its_jobs_are_the_tables_and_each_has_a_whole_run(self) -> None:
+        whole = {j.name for j in JOBS if j.whole is not None}
+        assert whole == set(BEFORE_WHOLE) | set(AFTER_WHOLE)
+        assert BEFORE_WHOLE == ("text index step", "open")
+        assert AFTER_WHOLE == ("copy check", "copy fill", "copy order")  # checked (and discarded) before filled
+
+    def test_the_named_jobs_run_their_whole_way_in_the_given_order_when_due(self) -> None:
+        def whole(name: str) -> Job[Loop]:
+            return Job(name, Kind.ALWAYS, "test", due=lambda loop: name in loop.due, run=lambda loop: None,
+                       whole=lambda loop: loop.ran.append(f"{name} whole"))
+
+        table = (whole("a"), whole("b"), whole("c"))
+        loop = Loop("a", "c", "b")
+        assert run_whole(loop, ("c", "a"), table) == ("c", "a")
+        assert loop.ran == ["c whole", "a whole"]
+        skipped = Loop("a")
+        assert run_whole(skipped, ("b", "a"), table) == ("a",)
+
+    def test_a_failure_is_raised_whatever_the_policy(self) -> None:
+        def fails(loop: Loop) -> None:
+            raise StoreUnavailable("down")
+
+        with pytest.raises(StoreUnavailable):
+            run_whole(Loop(), ("x",), (Job("x", Kind.ALWAYS, "test", whole=fails),))
 
 
 class TestPriorities:

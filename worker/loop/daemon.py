@@ -62,8 +62,18 @@ from memsync.config.settings import Settings
 from memsync.embedding import Embedder, close_embedder, embed_bound_s, make_embedder, waits_on
 from memsync.worker.loop.health import Degrading, Health
 from memsync.worker.loop.lock import WorkerLock
-from memsync.worker.loop.maintenance import Compaction, CopyCheck, CopyOrder, fill_copy
-from memsync.worker.loop.schedule import JOBS, Action, Failure, Kind, run_jobs, timers
+from memsync.worker.loop.maintenance import Compaction, CopyCheck, CopyOrder
+from memsync.worker.loop.schedule import (
+    AFTER_WHOLE,
+    BEFORE_WHOLE,
+    JOBS,
+    Action,
+    Failure,
+    Kind,
+    run_jobs,
+    run_whole,
+    timers,
+)
 from memsync.worker.pipeline.progress import FirstSyncProgress
 from memsync.worker.pipeline.sink import MirroredSink, VectorSink
 from memsync.worker.pipeline.sync import Destination, SyncOptions, SyncResult, YieldFn
@@ -182,7 +192,6 @@ class Worker:
         scheduler = BackgroundScheduler(daemon=True)
         # Jobs only raise flags: the work itself happens on this thread, never on theirs.
         for job in timers():
-            assert job.every is not None
             scheduler.add_job(job.run, "interval", args=(self,), seconds=job.every(self.s), id=job.name,
                               max_instances=1, coalesce=True)
         observer: Any = None
@@ -235,20 +244,17 @@ class Worker:
 
     def once(self) -> SyncResult:
         """One full reconcile pass and return (for cron and tests): the whole sequence
-        (``SyncPass.whole``), then the vector copy's upkeep."""
+        (``SyncPass.whole``) between the schedule's jobs for it, each run whole
+        (``worker.loop.schedule.run_whole``: the text index and the connection before, the vector
+        copy's upkeep after, when the pass went through)."""
         self._start()
         try:
-            self._text.step(force_full=True)
-            state = self._ensure_open()
-            result = self._sync_pass(state).whole(_WorkerOpening(self), EVERY_ROW)
+            run_whole(self, BEFORE_WHOLE, JOBS)
+            result = self._sync_pass(self._opened()).whole(_WorkerOpening(self), EVERY_ROW)
             self._pass_ended(True, result)
             if not result.interrupted:
-                # the whole copy, vectors too: a damaged one is discarded, then filled here
-                self._copy_check.run(self._target, state, whole=True)
-            if not result.interrupted and self._target.copy is not None and not self._target.copy.complete:
-                fill_copy(self._target, state, budget=None)
-            if not result.interrupted and self._copy_order.due(self._target):
-                self._copy_order.run(self._target)
+                self._copy_check.soon()  # a full pass leaves the copy checked, as in the loop
+                run_whole(self, AFTER_WHOLE, JOBS)
             return result
         finally:
             self._shutdown()
