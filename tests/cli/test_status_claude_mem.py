@@ -101,6 +101,7 @@ def echo_port() -> Iterator[int]:
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     yield listener.getsockname()[1]
+    listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept(), which close() alone does not on Linux
     listener.close()
     thread.join(timeout=5)
 
