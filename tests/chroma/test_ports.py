@@ -48,6 +48,7 @@ def test_http_reader_uses_8765_by_default() -> None:
     assert stores.reader_address(Settings().model_copy(update={"chroma_mode": "http"})) == ("127.0.0.1", 8765)
 
 
+@pytest.mark.slow
 def test_unset_port_takes_a_free_one_kept_on_adoption_and_reused_after_a_crash(managed: Settings) -> None:
     first = ManagedServer(managed)
     info = first.ensure()
@@ -70,6 +71,7 @@ def test_unset_port_takes_a_free_one_kept_on_adoption_and_reused_after_a_crash(m
         again.stop()
 
 
+@pytest.mark.slow
 def test_a_free_port_taken_before_the_server_binds_it_is_replaced(managed: Settings,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
@@ -91,6 +93,7 @@ def test_a_free_port_taken_before_the_server_binds_it_is_replaced(managed: Setti
             server.stop()
 
 
+@pytest.mark.slow
 def test_an_explicit_port_is_used_as_given(managed: Settings) -> None:
     port = free_port()
     s = managed.model_copy(update={"chroma_port": port})
@@ -102,6 +105,7 @@ def test_an_explicit_port_is_used_as_given(managed: Settings) -> None:
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_fixed_port_moves_a_running_server_nobody_answers_for(managed: Settings) -> None:
     """A server left on a free port (its worker stopped before upstream_store or chroma_port was
     set) is moved to the fixed port, where claude-mem looks for it."""
@@ -121,6 +125,7 @@ def test_a_fixed_port_moves_a_running_server_nobody_answers_for(managed: Setting
         first.stop()
 
 
+@pytest.mark.slow
 def test_a_fixed_port_never_takes_a_server_from_a_live_memsync_process(managed: Settings) -> None:
     first = ManagedServer(managed)
     info = first.ensure()

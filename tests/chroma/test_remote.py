@@ -226,6 +226,7 @@ class TestSettings:
         assert endpoint(s, "127.0.0.1", 1) == Endpoint("127.0.0.1", 1)
 
 
+@pytest.mark.slow
 class TestTenantAndDatabase:
     def test_sync_and_search_use_only_the_configured_tenant_and_database(
             self, tmp_path: Path, proxy: int, chroma: int, fake_embedder: FakeEmbedder) -> None:
@@ -267,6 +268,7 @@ class TestTenantAndDatabase:
             _assert_one_line(err, words, setting)
 
 
+@pytest.mark.slow
 class TestToken:
     def test_a_wrong_token_is_refused_clearly_and_the_right_one_works(
             self, tmp_path: Path, proxy: int, monkeypatch: pytest.MonkeyPatch, fake_embedder: FakeEmbedder) -> None:
@@ -304,6 +306,7 @@ class TestToken:
         assert resp.mode.value == "lexical_fallback" and "HTTP 401" in (resp.reason or ""), resp.to_json()
 
 
+@pytest.mark.slow
 class TestTLS:
     def test_https_with_the_servers_ca_works_and_without_it_is_refused(
             self, tmp_path: Path, tls_proxy: tuple[int, Path], monkeypatch: pytest.MonkeyPatch,

@@ -506,6 +506,7 @@ def test_each_swap_hook_reaches_the_worker_of_its_own_database(tmp_path: Path,
             listener.stop()
 
 
+@pytest.mark.slow
 def test_a_dry_run_prints_the_steps_and_changes_nothing(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".claude").mkdir(parents=True)
@@ -583,6 +584,7 @@ def test_a_restore_with_no_swap_before_it_leaves_the_users_rules(tmp_path: Path)
     assert calls.read_text() == "mcp remove --scope user memsync\n"
 
 
+@pytest.mark.slow
 def test_without_claude_code_it_says_how_to_get_it(tmp_path: Path) -> None:
     done = subprocess.run([MEMSYNC, "claude-code", "restore", "--claude", "no-such-claude"],
                           env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
@@ -593,6 +595,7 @@ def test_without_claude_code_it_says_how_to_get_it(tmp_path: Path) -> None:
     assert not (tmp_path / ".claude").exists()
 
 
+@pytest.mark.slow
 class TestADryRunWithoutClaudeCode:
     """``swap --dry-run`` where no ``claude`` is found: the whole plan on stdout, then the refusal
     the real run stops at (where it looked), and the real run's exit code; nothing written."""
@@ -783,6 +786,7 @@ class TestOtherScopes:
         regs = [Registration(s, Path("/f"), "memsync mcp") for s in existing]
         assert winning_scope(regs, scope) == winner
 
+    @pytest.mark.slow
     def test_swap_says_which_registration_claude_code_uses(self, tmp_path: Path) -> None:
         """The README's plain ``claude mcp add memsync ...`` registered at local scope: a user-scope
         swap is shadowed there, and says so; a local-scope swap replaces it and wins."""
