@@ -53,7 +53,7 @@ def synced(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
     make_db(settings.db, mixed_records(ROWS))
     embedder = FakeEmbedder()
     monkeypatch.setattr(daemon, "make_embedder", lambda *a, **k: embedder)
-    daemon.Worker(settings).once()
+    daemon.Worker(settings.model_copy(update={"batch_size": 256})).once()  # chunks of 5 are not tested here
     report = verify(settings)
     assert report.clean and report.copy_drift == 0 and report.copy_damaged is None
     return settings
