@@ -98,9 +98,10 @@ test: $(BIN)/.installed $(CHROMA_MCP_VENV)/.installed $(CLAUDE_MEM_DIR)/.install
 	fi; exit $$status
 
 # The unit tests only (no real subprocesses or servers, nothing over ~5 s, no mypy: `make lint`
-# runs it) on two workers: under a minute on 2 idle cores.
+# runs it) on TEST_WORKERS workers, as many as `make test` (a third worker pays on 2 cores: the
+# tests wait on their files' fsyncs for a third of their time): under a minute on 2 idle cores.
 test-fast: $(BIN)/.installed
-	$(BIN)/python -m pytest -m "not slow" -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadgroup
 
 # ruff on every Python file of the checkout (it skips what .gitignore names: .venv, build/); mypy
 # strict on the installed package; pyright over the source folders, for imports that do not resolve.
