@@ -43,24 +43,42 @@ _TRACE_START = time.monotonic()
 _crash_file: Any = None
 
 
+# The longest files of `make test`, longest first (wall seconds in a fresh-clone run on 2 cores,
+# from its trace, test-artifacts/pytest-trace.txt.gwN: two_writers 213+, worker 216, providers 161,
+# soak 149, full_disk 92, claude_code 79, e2e 78, package_map 70, wheel 69, compact 59). Handed out
+# before every other file: started late, any one of them alone made the run's tail (13 min, where
+# the work of three workers came to 11). Only an order: a stale name changes nothing else.
+LONGEST_FIRST = ("tests/system/test_two_writers.py", "tests/system/test_worker.py",
+                 "tests/system/test_providers.py", "tests/system/test_soak.py", "tests/system/test_full_disk.py",
+                 "tests/cli/test_claude_code.py", "tests/system/test_e2e.py", "tests/test_package_map.py",
+                 "tests/system/test_wheel.py", "tests/worker/test_compact.py")
+
+
 # tryfirst: xdist's worker reads the groups in a pytest_collection_modifyitems of its own, which
 # pluggy calls before a conftest's (its plugin was registered later): without it the markers come
 # too late and every test is handed out alone.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Give each file's tests an xdist group of their own (``make test`` runs ``--dist loadgroup``),
-    and hand out the files that hold slow tests first.
+    and hand out the longest files first (:data:`LONGEST_FIRST`), then the others that hold slow
+    tests.
 
     A file's tests then run on one worker in their order, as they do without xdist: a module's
     fixture is set up once, and what runs before a test within its file is the same on every run
     (which worker takes a file may vary). Files run beside each other: each test works in its own
     temporary directories and on free ports, and the tests that look for leftover processes match
     only their own paths or ``HOME`` (``pgrep -f <path>``, ``/proc/*/environ``), so no file needs
-    the machine to itself. Slow files first, because xdist hands out whole files in this order: a
+    the machine to itself. Long files first, because xdist hands out whole files in this order: a
     long file taken last would run alone at the end."""
     root = Path(str(config.rootpath))
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: files and tests keep their order
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        rel = Path(str(item.path)).relative_to(root).as_posix()
+        first = LONGEST_FIRST.index(rel) if rel in LONGEST_FIRST else len(LONGEST_FIRST)
+        return first, item.path not in slow_files
+
+    items.sort(key=rank)  # stable: files and tests keep their order
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(Path(str(item.path)).relative_to(root).as_posix()))
