@@ -73,7 +73,8 @@ run: $(BIN)/.installed
 
 # The whole suite on pytest-xdist: TEST_WORKERS processes (more than the 2 cores pay: most system
 # tests wait on subprocesses), `--dist loadgroup` with each file its own group (tests/conftest.py):
-# xdist hands out whole files, the files holding slow tests first, and a file's tests run in their
+# xdist hands out whole files in the collection's order (--no-loadscope-reorder: by default it
+# sorts them by their number of tests), the longest files first, and a file's tests run in their
 # order on one worker. No file needs the machine to itself (each test has its own temporary
 # directories and free ports; leftover-process checks match only their own paths): one report,
 # one status, one list of the 20 slowest tests.
@@ -88,7 +89,7 @@ TEST_TRACE := test-artifacts/pytest-trace.txt
 TEST_WORKERS ?= 3
 test: $(BIN)/.installed $(CHROMA_MCP_VENV)/.installed $(CLAUDE_MEM_DIR)/.installed $(CLAUDE_CODE_DIR)/.installed
 	@mkdir -p $(dir $(TEST_TRACE)) && rm -f $(TEST_TRACE)*
-	@MEMSYNC_TEST_TRACE=$(TEST_TRACE) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup; status=$$?; \
+	@MEMSYNC_TEST_TRACE=$(TEST_TRACE) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder; status=$$?; \
 	if [ $$status -ne 0 ]; then \
 	  for crash in $(TEST_TRACE)*.crash; do \
 	    [ -s "$$crash" ] || continue; trace=$${crash%.crash}; \

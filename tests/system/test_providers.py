@@ -122,7 +122,9 @@ def test_worker_is_degraded_not_failing_rows_while_the_endpoint_is_down(
         openai_server.start()  # same port; no faults
         worker.wait_caught_up(120)
         wait_for(lambda: not worker.status().get("degraded"), 60, "recovery")
-        assert worker.events("sync_degraded") and worker.events("sync_recovered")
+        # the log line comes through the reader thread, which may not have read it yet
+        wait_for(lambda: worker.events("sync_recovered"), 30, "the recovered line")
+        assert worker.events("sync_degraded")
         assert failed_rows(s) == 0
     finally:
         assert worker.stop() == 0
