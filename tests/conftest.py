@@ -71,17 +71,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     the machine to itself. Long files first, because xdist hands out whole files in this order: a
     long file taken last would run alone at the end."""
     root = Path(str(config.rootpath))
+    rel = {path: Path(str(path)).relative_to(root).as_posix() for path in {item.path for item in items}}
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
 
     def rank(item: pytest.Item) -> tuple[int, int]:
-        rel = Path(str(item.path)).relative_to(root).as_posix()
-        first = LONGEST_FIRST.index(rel) if rel in LONGEST_FIRST else len(LONGEST_FIRST)
+        name = rel[item.path]
+        first = LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
         return first, item.path not in slow_files
 
     items.sort(key=rank)  # stable: files and tests keep their order
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(Path(str(item.path)).relative_to(root).as_posix()))
+            item.add_marker(pytest.mark.xdist_group(rel[item.path]))
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's faulthandler plugin pointed it at stderr
