@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from memsync.chroma import collections as stores
 from memsync.chroma.process import chroma_process, chroma_processes, parse_argv, parse_ps_line
-from memsync.chroma.server import INFO_FILE, ManagedServer, ServerInfo, heartbeat, live_server, pid_alive
+from memsync.chroma.server import INFO_FILE, ManagedServer, ServerInfo, chroma_cli, heartbeat, live_server, pid_alive
 from memsync.config.errors import StoreUnavailable
 from memsync.config.settings import Settings
 from memsync.main import main
@@ -59,6 +59,15 @@ class TestCommandLines:
                 "--port", "8123"]
         assert parse_argv(argv) == ("/a b/chroma", "127.0.0.1", 8123)
         assert parse_argv(["chroma", "run", "--path=/x", "--port=9"]) == ("/x", "localhost", 9)
+
+    def test_the_managed_servers_own_command_line_is_recognised(self) -> None:
+        """memsync starts its server as ``python -c <the Rust CLI> chroma run ...`` (chroma_cli):
+        the process table must still read it as a `chroma run` on its store, on Linux and from ps."""
+        argv = chroma_cli("run", "--path", STORE, "--host", "127.0.0.1", "--port", "8123")
+        assert argv[0] == sys.executable and "\n" not in " ".join(argv)
+        assert parse_argv(argv) == (STORE, "127.0.0.1", 8123)
+        proc = parse_ps_line(f"  812   1 Wed Nov 25 13:04:47 2026 {' '.join(argv)}")
+        assert proc is not None and (proc.path, proc.host, proc.port) == (STORE, "127.0.0.1", 8123)
 
     def test_other_programs_are_not_chroma_runs(self) -> None:
         assert parse_argv(["sleep", "300"]) is None

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from memsync.chroma import collections as stores
 from memsync.chroma.remote import Endpoint, auth_headers, endpoint
-from memsync.chroma.server import ManagedServer, ServerInfo, chroma_executable
+from memsync.chroma.server import ManagedServer, ServerInfo, chroma_cli
 from memsync.config.errors import StoreRefused
 from memsync.config.settings import DEFAULT_DATABASE, DEFAULT_TENANT, Settings, describe, load_settings
 from memsync.main import main
@@ -42,8 +42,8 @@ def chroma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     from chromadb.config import Settings as ChromaSettings
 
     port = free_port()
-    proc = subprocess.Popen([chroma_executable(), "run", "--path", str(tmp_path_factory.mktemp("remote")),
-                             "--host", "127.0.0.1", "--port", str(port)],
+    proc = subprocess.Popen(chroma_cli("run", "--path", str(tmp_path_factory.mktemp("remote")),
+                             "--host", "127.0.0.1", "--port", str(port)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         s = Settings(chroma_start_timeout_s=60)

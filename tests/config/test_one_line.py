@@ -62,12 +62,12 @@ class _Quiet:
 @pytest.mark.slow
 def test_a_failed_managed_start_is_one_printable_line(settings: Settings, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stand-in `chroma` (found as the managed server finds its executable) that prints the noise
+    """A stand-in `chroma` (given as the managed server's command) that prints the noise
     and exits 1: the error names the port and the reason, in printable text."""
     standin = tmp_path / "chroma"
     standin.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write({NOISY!r})\nsys.exit(1)\n")
     standin.chmod(standin.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setattr(chroma_server, "chroma_executable", lambda: str(standin))
+    monkeypatch.setattr(chroma_server, "chroma_cli", lambda *args: [str(standin), *args])
     s = settings.model_copy(update={"chroma_mode": "managed", "chroma_port": free_port()})
     s.data_dir.mkdir(parents=True)
     with pytest.raises(StoreUnavailable) as failed:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memsync.chroma.server import INFO_FILE, ServerInfo, chroma_executable, heartbeat, pid_alive
+from memsync.chroma.server import INFO_FILE, ServerInfo, chroma_cli, heartbeat, pid_alive
 from memsync.config.errors import ConfigError
 from memsync.config.settings import Settings
 from memsync.worker.checks.verify import verify
@@ -139,8 +139,8 @@ def test_embedded_mode_is_exclusive(settings: Settings) -> None:
 
 def test_http_mode_against_a_separate_chroma_server(tmp_path: Path) -> None:
     port = free_port()
-    server = subprocess.Popen([chroma_executable(), "run", "--path", str(tmp_path / "srv"), "--host", "127.0.0.1",
-                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(chroma_cli("run", "--path", str(tmp_path / "srv"), "--host", "127.0.0.1",
+                               "--port", str(port)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http",
                      chroma_port=port, chroma_start_timeout_s=60)

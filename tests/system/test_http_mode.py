@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from memsync.chroma.server import ServerInfo, chroma_executable, pid_alive
+from memsync.chroma.server import ServerInfo, pid_alive
 from memsync.config.settings import Settings
 from memsync.worker.checks.verify import verify
 from tests.conftest import free_port, mixed_records
@@ -26,8 +27,11 @@ LAST_OBSERVATION = 50  # 20 from mixed_records, then every tenth of the 300 writ
 
 def test_worker_and_two_search_servers_share_one_remote_chroma(tmp_path: Path) -> None:
     port = free_port()
-    chroma = subprocess.Popen([chroma_executable(), "run", "--path", str(tmp_path / "remote"), "--host", "127.0.0.1",
-                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The `chroma` command itself, as a user starts their own server (memsync's managed server runs
+    # the same Rust CLI without the script's imports: chroma_cli).
+    chroma = subprocess.Popen([str(Path(sys.executable).parent / "chroma"), "run", "--path", str(tmp_path / "remote"),
+                               "--host", "127.0.0.1", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http", chroma_port=port,
                  chroma_start_timeout_s=60)
     written_db(s.db, mixed_records(20))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memsync.chroma.server import ManagedServer, ServerInfo, chroma_executable, pid_alive
+from memsync.chroma.server import ManagedServer, ServerInfo, chroma_cli, pid_alive
 from memsync.config.settings import Settings
 from memsync.worker.checks.verify import verify
 from tests.conftest import free_port, mixed_records
@@ -91,8 +91,8 @@ def test_worker_pointed_at_a_fresh_chroma_run_refills_it(tmp_path: Path) -> None
     port = free_port()
 
     def chroma_run(path: Path) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([chroma_executable(), "run", "--path", str(path), "--host", "127.0.0.1",
-                                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return subprocess.Popen(chroma_cli("run", "--path", str(path), "--host", "127.0.0.1",
+                                 "--port", str(port)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http",
                  chroma_port=port, chroma_start_timeout_s=60)

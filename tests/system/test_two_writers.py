@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from memsync.chroma.server import chroma_executable
+from memsync.chroma.server import chroma_cli
 from memsync.config.settings import Settings
 from memsync.worker.process.logs import STORE_ALIGNED
 from scripts.real_claude_mem import ClaudeMemWorker, HarnessMissing
@@ -175,8 +175,8 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     """A real `chroma run`, a counting proxy per writer in front of it, and claude-mem's worker
     (not started) whose Chroma path goes through its proxy; everything stopped at the end."""
     port = free_port()
-    chroma = subprocess.Popen([chroma_executable(), "run", "--path", str(tmp_path / "chroma"), "--host",
-                               "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
+    chroma = subprocess.Popen(chroma_cli("run", "--path", str(tmp_path / "chroma"), "--host",
+                               "127.0.0.1", "--port", str(port)), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     proxies = {name: CountingProxy(port).start() for name in ("memsync", "claude-mem")}
     cm = ClaudeMemWorker(tmp_path / "claude-mem-home", free_port(), chroma_port=proxies["claude-mem"].port)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from memsync.chroma.server import INFO_FILE, ServerInfo, chroma_executable, heartbeat, pid_alive
+from memsync.chroma.server import INFO_FILE, ServerInfo, chroma_cli, heartbeat, pid_alive
 from memsync.config.claude_mem.schema import TABLES, Kind
 from memsync.config.formats.worker_status import read_worker_status
 from memsync.config.settings import Settings
@@ -308,8 +308,8 @@ def test_chroma_down_during_writes_degrades_once_and_recovers_once(tmp_path: Pat
     path = tmp_path / "srv"
 
     def start_server() -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([chroma_executable(), "run", "--path", str(path), "--host", "127.0.0.1",
-                                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(chroma_cli("run", "--path", str(path), "--host", "127.0.0.1",
+                                 "--port", str(port)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(lambda: heartbeat("127.0.0.1", port), 60, "chroma server")
         return proc
 

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from memsync.chroma import collections as stores
-from memsync.chroma.server import chroma_executable
+from memsync.chroma.server import chroma_cli
 from memsync.config.settings import Settings
 from memsync.worker.process import logs
 from memsync.worker.process.memory import release_responses
@@ -153,7 +153,7 @@ def reclaim(chroma_dir: Path, vacuum_timeout_s: float = 600) -> int:
     for entry in chroma_dir.iterdir():
         if entry.is_dir() and _SEGMENT_DIR.fullmatch(entry.name) and entry.name not in live:
             shutil.rmtree(entry)
-    subprocess.run([chroma_executable(), "vacuum", "--path", str(chroma_dir), "--force"], check=True,
+    subprocess.run(chroma_cli("vacuum", "--path", str(chroma_dir), "--force"), check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=vacuum_timeout_s)
     freed = before - size()
     logs.get_logger().info(logs.SPACE_RECLAIMED, path=str(chroma_dir), freed_mb=round(freed / 1e6, 1))
