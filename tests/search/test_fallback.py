@@ -10,6 +10,7 @@ import contextlib
 import gc
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from memsync.chroma.server import ServerInfo
 from memsync.config.settings import Settings
 from memsync.search import Mode, Searcher, SearchRequest
-from memsync.search.vectorstore import VectorUnavailable, probe
+from memsync.search.vectorstore import VectorStore, VectorUnavailable, probe
 from tests.conftest import FakeEmbedder, fake_chroma_run, free_port, make_db, mixed_records
 
 FAST_S = 0.1  # "at once": well under any deadline (the searches themselves take a few ms)
@@ -136,3 +137,41 @@ def test_a_one_shot_search_falls_back_before_loading_the_model(managed: Settings
         assert elapsed < FAST_S, f"{elapsed * 1000:.0f} ms"
     finally:
         engine.close()
+
+
+class _SlowCount:
+    """A collection whose query answers with fewer documents than asked (as Chroma's HNSW does past
+    its ef_search) and whose count does not answer before ``release`` (a cold server's first count)
+    or fails outright."""
+
+    name = "memsync-g1"
+
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+        self.release = threading.Event()
+
+    def query(self, **kwargs: object) -> dict[str, list[list[object]]]:
+        return {"ids": [["obs_1_title", "obs_2_title"]], "distances": [[0.1, 0.2]]}
+
+    def count(self) -> int:
+        if self.fail:
+            raise ConnectionError("connection reset")
+        self.release.wait(10)
+        return 2
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["count-past-the-deadline", "count-fails"])
+def test_a_count_that_does_not_answer_keeps_the_query_s_answer(managed: Settings, fail: bool,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The query answered with fewer documents than asked; whether the store is exhausted needs its
+    count. A count past the deadline or failing means "not exhausted" (look deeper), never a
+    VectorUnavailable that would send the search to its lexical fallback."""
+    store = VectorStore(managed.model_copy(update={"search_timeout_ms": 50}), FakeEmbedder())
+    collection = _SlowCount(fail)
+    monkeypatch.setattr(store, "_open", lambda: collection)
+    try:
+        hits, exhaustive = store.nearest_docs(FakeEmbedder().embed(["caching"])[0], 5)
+        assert [h.id for h in hits] == [1, 2] and exhaustive is False
+    finally:
+        collection.release.set()
+        store.close()
