@@ -43,15 +43,15 @@ _TRACE_START = time.monotonic()
 _crash_file: Any = None
 
 
-# The longest files of `make test`, longest first (wall seconds in a fresh-clone run on 2 cores,
-# from its trace, test-artifacts/pytest-trace.txt.gwN: two_writers 213+, worker 216, providers 161,
-# soak 149, full_disk 92, claude_code 79, e2e 78, package_map 70, wheel 69, compact 59). Handed out
-# before every other file: started late, any one of them alone made the run's tail (13 min, where
-# the work of three workers came to 11). Only an order: a stale name changes nothing else.
-LONGEST_FIRST = ("tests/system/test_two_writers.py", "tests/system/test_worker.py",
-                 "tests/system/test_providers.py", "tests/system/test_soak.py", "tests/system/test_full_disk.py",
-                 "tests/cli/test_claude_code.py", "tests/system/test_e2e.py", "tests/test_package_map.py",
-                 "tests/system/test_wheel.py", "tests/worker/test_compact.py")
+# The longest files of `make test`, longest first (wall seconds in a run on 2 cores, from its
+# trace, test-artifacts/pytest-trace.txt.gwN: two_writers 283, providers 152, soak 152, worker 149,
+# full_disk 124, claude_code 124, wheel 72, e2e 68, compact 62, source_lost 57). Handed out before
+# every other file: started late, any one of them alone made the run's tail (13 min, where the work
+# of three workers came to 11). Only an order: a stale name changes nothing else.
+LONGEST_FIRST = ("tests/system/test_two_writers.py", "tests/system/test_providers.py", "tests/system/test_soak.py",
+                 "tests/system/test_worker.py", "tests/system/test_full_disk.py", "tests/cli/test_claude_code.py",
+                 "tests/system/test_wheel.py", "tests/system/test_e2e.py", "tests/worker/test_compact.py",
+                 "tests/system/test_source_lost.py")
 
 
 # tryfirst: xdist's worker reads the groups in a pytest_collection_modifyitems of its own, which

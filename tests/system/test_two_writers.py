@@ -51,7 +51,11 @@ QUIET_S = 3.0  # no write by either writer for this long: both are done with a s
 # The idle window after the last step (writes per idle minute = its count / minutes). A longer
 # manual measurement: MEMSYNC_TEST_IDLE_S=300.
 IDLE_S = float(os.environ.get("MEMSYNC_TEST_IDLE_S", "20"))
-LOAD_OBSERVATIONS = int(os.environ.get("MEMSYNC_TEST_LOAD", "20"))  # per import (5 imports)
+# Observations per import in the load step (5 imports). claude-mem's chroma-mcp pads every document
+# to 256 tokens before embedding it (0.2-0.25 s of CPU each here): at 20 the step alone took 70 s of
+# the suite's CPU. 10 still has both writers at work at once on every import; MEMSYNC_TEST_LOAD=40
+# for a heavier manual run.
+LOAD_OBSERVATIONS = int(os.environ.get("MEMSYNC_TEST_LOAD", "10"))
 NEW_ROWS: dict[str, list[dict[str, Any]]] = {
     "sessions": [session(4, "alpha")],
     "observations": [observation(4, 0, "alpha", "Retry storm after deploy", "Clients retried in lockstep.",
