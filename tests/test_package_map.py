@@ -85,8 +85,10 @@ def test_pyright_resolves_every_import(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text("".join(f"import {name}  # {where}\n" for name, where in modules.items())
                      + "import memsync.search.no_such_module\n")
-    result = subprocess.run([str(BIN / "pyright"), "--pythonpath", sys.executable, str(probe)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    # --project: this checkout's pyproject.toml, whatever config file a folder above the probe or the
+    # checkout may hold (pyright looks upwards; a stray /tmp/pyrightconfig.json once took over).
+    result = subprocess.run([str(BIN / "pyright"), "--project", str(ROOT / "pyproject.toml"), "--pythonpath",
+                             sys.executable, str(probe)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     errors = [line.strip() for line in result.stdout.splitlines() if "- error:" in line]
     written = probe.read_text().splitlines()
     where = [written[int(e.split(":")[1]) - 1] for e in errors if e.startswith(f"{probe}:")]  # the importer

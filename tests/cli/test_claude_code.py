@@ -272,6 +272,19 @@ def started_under(home: Path) -> list[int]:
     return pids
 
 
+def kill_started_under(home: Path, timeout: float = 15.0) -> list[int]:
+    """SIGKILL every process :func:`started_under` ``home`` until none is left; the survivors at
+    ``timeout``. A round, not one pass: a killed process is listed until the kernel has torn it down,
+    and one may have started a child between the scan and its kill."""
+    deadline = time.monotonic() + timeout
+    while (left := started_under(home)) and time.monotonic() < deadline:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)  # the kernel's teardown has no event to wait on here
+    return started_under(home)
+
+
 CLAUDE_MEM_TOOL = "mcp__plugin_claude-mem_mcp-search__"  # how the model sees claude-mem's tools
 MEMSYNC_TOOL = "mcp__memsync__"
 
@@ -427,10 +440,7 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
     finally:  # anything the plugin's hooks or server started (a worker it auto-starts outlives claude)
         worker.kill()
         kill_managed_server(data_dir)
-        for pid in started_under(home):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        assert not started_under(home)
+        assert kill_started_under(home) == []
 
 
 @pytest.mark.slow
