@@ -10,9 +10,12 @@ nothing said so.
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.conftest import PORT_SLICE, TEST_PORTS_LOW, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS_PER_FILE = 12  # enough that xdist's load scheduling splits an ungrouped file across 2 workers
@@ -39,3 +42,16 @@ def test_each_files_tests_run_on_one_worker_in_their_order(tmp_path: Path) -> No
         assert {worker for worker, _, _ in mine} == {mine[0][0]}, f"{name} split across workers: {mine}"
         assert [n for _, n, _ in mine] == list(range(TESTS_PER_FILE)), f"{name} out of order: {mine}"
         assert {group for _, _, group in mine} == {f"@{name}.py"}
+
+
+def test_ports_a_test_names_are_out_of_the_kernels_way() -> None:
+    """free_port gives ports below the ephemeral range (no later bind to port 0, by any process,
+    hands one out), in this worker's slice, never the same twice in a row, and skips a bound one."""
+    first, end = PORT_SLICE
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert TEST_PORTS_LOW <= first < end <= low
+    a = free_port()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", a + 1 if a + 1 < end else first))
+        b = free_port()
+        assert first <= a < end and first <= b < end and b not in (a, held.getsockname()[1])
