@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import hashlib
+import itertools
 import os
 import random
 import signal
@@ -261,22 +262,18 @@ def _port_slice() -> tuple[int, int]:
 
 
 PORT_SLICE = _port_slice()
-_next_port = [random.randrange(*PORT_SLICE) if PORT_SLICE[1] else 0]
+# The slice's ports in turn, from a random start (two runs at once on one machine seldom meet).
+_start = random.randrange(*PORT_SLICE) if PORT_SLICE[1] else 0
+_candidates = itertools.cycle([*range(_start, PORT_SLICE[1]), *range(PORT_SLICE[0], _start)])
 
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing is bound to right now, from this worker's slice below
     the kernel's ephemeral range (see :data:`TEST_PORTS_LOW`), so no later bind to port 0 by any
     process hands it out again; each call gives the next port of the slice that can be bound."""
-    first, end = PORT_SLICE
-    for _ in range(end - first):
-        port = _next_port[0]
-        _next_port[0] = first + (port + 1 - first) % (end - first)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+    for port in itertools.islice(_candidates, PORT_SLICE[1] - PORT_SLICE[0]):
+        with socket.socket() as sock, contextlib.suppress(OSError):
+            sock.bind(("127.0.0.1", port))
             return port
     with socket.socket() as sock:  # no slice, or every port of it taken: the kernel's choice
         sock.bind(("127.0.0.1", 0))

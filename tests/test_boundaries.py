@@ -10,6 +10,7 @@ config``), which would shadow or be shadowed by a user's own ``config`` module.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,16 +23,19 @@ FOLDERS = list(PACKAGE_DIR.values())
 CHROMA_ADAPTERS = {"chroma/collections.py", "worker/pipeline/sink.py"}
 
 
-def imported_modules(path: Path) -> set[str]:
-    """Every absolute module name a file imports (``from a.b import c`` gives ``a.b`` and ``a.b.c``)."""
-    found: set[str] = set()
+def absolute_imports(path: Path) -> Iterator[tuple[ast.Import | ast.ImportFrom, list[str]]]:
+    """Each absolute import statement of a file, with the modules it may name: ``import a, b``
+    names ``a`` and ``b``; ``from a.b import c`` names ``a.b``, then ``a.b.c`` (``c`` may be a module)."""
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
+            yield node, [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found |= {f"{node.module}.{a.name}" for a in node.names}
-    return found
+            yield node, [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every absolute module name a file imports (``from a.b import c`` gives ``a.b`` and ``a.b.c``)."""
+    return {module for _, modules in absolute_imports(path) for module in modules}
 
 
 def layer_of(module: str) -> str | None:
@@ -147,13 +151,7 @@ def own_room(path: Path) -> str:
 def rooms_imported(path: Path, own: str) -> dict[str, int]:
     """Every room other than ``own`` a module imports, with the line of its first import."""
     found: dict[str, int] = {}
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            modules = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            modules = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-        else:
-            continue
+    for node, modules in absolute_imports(path):
         for room in {r for m in modules if (r := room_of(m)) is not None and r != own}:
             found.setdefault(room, node.lineno)
     return found

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from scripts.pkgmap import NOT_INSTALLED, ROOT, module_name, package_dir, package_folders, source_folders
+from tests.test_boundaries import absolute_imports
 
 BIN = Path(sys.executable).parent
 
@@ -56,16 +57,12 @@ def imported_modules() -> dict[str, str]:
     names: dict[str, str] = {}
     for folder in source_folders():
         for path in sorted((ROOT / folder).rglob("*.py")):
-            text = path.read_text()
-            lines = text.splitlines()
-            for node in ast.walk(ast.parse(text)):
-                if not isinstance(node, ast.Import | ast.ImportFrom) or "pyright: ignore" in lines[node.lineno - 1]:
-                    continue
-                if isinstance(node, ast.Import):
-                    for alias in node.names:
-                        names.setdefault(alias.name, f"{path.relative_to(ROOT)}:{node.lineno}")
-                elif node.level == 0 and node.module:
-                    names.setdefault(node.module, f"{path.relative_to(ROOT)}:{node.lineno}")
+            lines = path.read_text().splitlines()
+            for node, modules in absolute_imports(path):
+                if "pyright: ignore" not in lines[node.lineno - 1]:
+                    # `from a.b import c`: the module is a.b (c may be any name of it)
+                    for name in modules if isinstance(node, ast.Import) else modules[:1]:
+                        names.setdefault(name, f"{path.relative_to(ROOT)}:{node.lineno}")
     return dict(sorted(names.items()))
 
 
