@@ -259,12 +259,22 @@ def _worker_beside(settings: Settings, exc: BaseException, as_json: bool, check:
 def _injection(settings: Settings, w: dict[str, Any]) -> dict[str, Any]:
     """Per-prompt injection: the hook in Claude Code's settings file, whether the worker answers it
     (up, listening), what it served in the last day (counts, never prompt text)."""
-    from memsync.config.claude_code import hook_installed, settings_path
+    from memsync.config.claude_code import (
+        ClaudeSettingsError,
+        hook_installed,
+        read_settings,
+        record_misread_by_claude_code,
+        settings_path,
+    )
     from memsync.config.formats.inject_stats import served
     from memsync.config.inject_channel import socket_path
     from memsync.servers.inject_listener import unavailable_reason
 
     installed = hook_installed(settings_path(), settings.data_dir)
+    try:
+        misread = record_misread_by_claude_code(read_settings(settings_path()))
+    except ClaudeSettingsError:
+        misread = False  # hook_installed has said "not installed": nothing more to say of the file
     reason = unavailable_reason(settings)
     # A killed worker leaves its socket behind: with settings it cannot answer, nothing listens on it.
     listening = bool(w.get("up")) and reason is None and socket_path(settings.data_dir).is_socket()
@@ -274,11 +284,15 @@ def _injection(settings: Settings, w: dict[str, Any]) -> dict[str, Any]:
              f"inactive: {reason}" if reason is not None else
              "inactive: the worker does not listen (its log says why: inject_listen_failed)")
     line = (f"installed, {state}" if installed else f"not installed (memsync claude-code swap installs it); {state}")
+    if misread:
+        line += (f"; {settings_path()} holds swap's record as an earlier memsync wrote it, which Claude Code "
+                 "2.1.257 and later take for a misplaced hook: they apply nothing of that file; run "
+                 "`memsync claude-code swap` again to rewrite it")
     if counts.prompts:
         line += (f"; last day: {counts.prompts} prompts, {counts.injected} injected, "
                  f"mean {counts.mean_tokens:.0f} tokens")
     return {"installed": installed, "enabled": settings.inject, "active": listening and settings.inject,
-            **counts.as_dict(), "line": line}
+            "settings_misread": misread, **counts.as_dict(), "line": line}
 
 
 def _worker_text(w: dict[str, Any]) -> str:

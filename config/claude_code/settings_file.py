@@ -15,7 +15,13 @@ The record of what an edit added lives in the settings file itself, under :data:
       "created": [["permissions"], ["permissions", "deny"]]
     }
 
-``added`` names each value appended to a list (``at`` is the path of keys to the list);
+``added`` names each value appended to a list (``at`` is the path of keys to the list): a string,
+number or boolean as itself (``value``), an object or list as its JSON text (``json``, keys sorted).
+Why text: Claude Code (2.1.257 and later) reads any hook entry it finds outside ``hooks`` as a
+misplaced hook and then applies nothing of the file that holds it, its permissions and plugins
+included; the hook entry swap adds, recorded as itself, was one (``claude doctor``: "hooks ... are
+declared outside \"hooks\" ..."). A record written before this rule (an object as ``value``) is still
+read and undone, and the next swap rewrites it (:func:`record_misread_by_claude_code` finds one).
 ``created`` names each object or list that did not exist before. :meth:`RecordedEdit.undo` removes
 exactly those values (one occurrence each, the last, as they were appended) and drops a container
 it created only when nothing else is left in it; a user's own entries, the keys' order and the
@@ -23,7 +29,7 @@ lists' order are kept. Why here and not in memsync's data directory: the record 
 file goes, so a data directory moved, another ``MEMSYNC_DATA_DIR`` or a restore run without
 memsync's settings loses nothing; it names values, not positions, so the user's edits around them
 (entries added, removed or reordered) leave it true; and Claude Code keeps a key it does not know
-when it rewrites the file (2.1.197's ``claude plugin install`` kept it) and reads the file with it
+when it rewrites the file (2.1.332's ``claude plugin install`` keeps it) and reads the file with it
 (``tests/cli/test_claude_code.py`` checks both with the real CLI).
 """
 
@@ -32,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,6 +174,43 @@ def _key_path(value: Any) -> KeyPath | None:
     return None
 
 
+def _record_entry(at: KeyPath, value: Any) -> dict[str, Any]:
+    """One ``added`` line of the record: a scalar as itself, an object or list as its JSON text (see
+    the module's docstring: Claude Code must not meet a hook entry outside ``hooks``)."""
+    if isinstance(value, dict | list):
+        return {"at": list(at), "json": json.dumps(value, sort_keys=True, ensure_ascii=False)}
+    return {"at": list(at), "value": value}
+
+
+def _recorded_value(item: Any) -> tuple[KeyPath, Any] | None:
+    """(path, value) of one ``added`` line as :func:`_record_entry` writes it, or as records before
+    the JSON text were written (an object as ``value``); None when it is neither."""
+    if not isinstance(item, dict) or ("value" in item) == ("json" in item):
+        return None
+    at = _key_path(item.get("at"))
+    if at is None:
+        return None
+    if "value" in item:
+        return at, item["value"]
+    if not isinstance(item["json"], str):
+        return None
+    try:
+        value = json.loads(item["json"])
+    except (ValueError, RecursionError):
+        return None
+    return (at, value) if isinstance(value, dict | list) else None
+
+
+def record_misread_by_claude_code(data: Mapping[str, Any]) -> bool:
+    """Whether a settings document holds a record of the form before the JSON text: an object or
+    list recorded as itself, which Claude Code may read as a misplaced hook and then apply nothing
+    of the file (``memsync claude-code swap`` run again rewrites it)."""
+    record = data.get(RECORD_KEY)
+    added = record.get("added") if isinstance(record, dict) else None
+    return isinstance(added, list) and any(isinstance(item, dict) and isinstance(item.get("value"), dict | list)
+                                           for item in added)
+
+
 class RecordedEdit:
     """Additions to a settings document that record themselves under :data:`RECORD_KEY`, and the
     exact undo of what the record names. ``path`` is only for messages."""
@@ -182,17 +226,18 @@ class RecordedEdit:
 
     def _read_record(self, record: Any) -> None:
         bad = _refuse(self.path, f"holds a {RECORD_KEY} entry that is not what memsync's swap writes "
-                                 "(\"added\": [{\"at\": [keys], \"value\": ...}], \"created\": [[keys]])")
+                                 "(\"added\": [{\"at\": [keys], \"value\": ... or \"json\": \"...\"}], "
+                                 "\"created\": [[keys]])")
         if not isinstance(record, dict):
             raise bad
         added, created = record.get("added", []), record.get("created", [])
         if not isinstance(added, list) or not isinstance(created, list):
             raise bad
         for item in added:
-            at = _key_path(item.get("at")) if isinstance(item, dict) and "value" in item else None
-            if at is None:
+            entry = _recorded_value(item)
+            if entry is None:
                 raise bad
-            self.added.append((at, item["value"]))
+            self.added.append(entry)
         for item in created:
             at = _key_path(item)
             if at is None:
@@ -259,7 +304,7 @@ class RecordedEdit:
         """Write the record into the document (at its old place, else as the last key)."""
         if not self.added and not self.created:
             return
-        record = {"note": RECORD_NOTE, "added": [{"at": list(at), "value": v} for at, v in self.added],
+        record = {"note": RECORD_NOTE, "added": [_record_entry(at, v) for at, v in self.added],
                   "created": [list(at) for at in dict.fromkeys(self.created)]}
         old = self.data.get(RECORD_KEY)
         if isinstance(old, dict) and all(same(old.get(k), v) for k, v in record.items() if k != "note"):

@@ -56,6 +56,7 @@ from memsync.config.claude_code.settings_file import (
     ClaudeSettingsError,
     RecordedEdit,
     read_settings,
+    record_misread_by_claude_code,
     settings_text,
     write_settings,
 )
@@ -298,25 +299,46 @@ def agent_tools(home: Path, project: Path, api: ModelApi, worker_port: int,
 
     ``claude -p`` connects MCP servers in the background and sends the first turn with those
     connected by then; ``MCP_CONNECTION_NONBLOCKING=0`` (read by Claude Code's connect step)
-    makes it wait for all of them, so the list does not depend on which server started first."""
+    makes it wait for all of them, so the list does not depend on which server started first.
+    ``ENABLE_TOOL_SEARCH=false``: every tool in the list with its schema (by default Claude Code
+    defers MCP tools, see :func:`offered_tools`)."""
     api.requests.clear()
     answer = claude(home, "-p", prompt, cwd=project, ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="sk-ant-test",
-                    CLAUDE_MEM_WORKER_PORT=str(worker_port), MCP_CONNECTION_NONBLOCKING="0")
+                    CLAUDE_MEM_WORKER_PORT=str(worker_port), MCP_CONNECTION_NONBLOCKING="0",
+                    ENABLE_TOOL_SEARCH="false")
     assert answer.strip() == "ok", answer
     return {name: schema for name, schema in api.tools().items() if name.startswith("mcp__")}
+
+
+def offered_tools(home: Path, project: Path, api: ModelApi, worker_port: int) -> set[str]:
+    """The MCP tools a session with Claude Code's defaults offers the model: those in the tool list,
+    and those it defers (2.1.332: MCP tools are not in the list; a message names them and the model
+    loads a schema with its ToolSearch tool). A denied tool is in neither."""
+    api.requests.clear()
+    answer = claude(home, "-p", "hello", cwd=project, ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="sk-ant-test",
+                    CLAUDE_MEM_WORKER_PORT=str(worker_port), MCP_CONNECTION_NONBLOCKING="0")
+    assert answer.strip() == "ok", answer
+    listed = {name for name in api.tools() if name.startswith("mcp__")}
+    last = [r for r in api.requests if r.get("tools")][-1]
+    return listed | set(re.findall(r"\bmcp__[\w-]+", "\n".join(message_texts(last))))
 
 
 def memsync_context(api: ModelApi) -> list[str]:
     """memsync's memory blocks, as the additional context of a UserPromptSubmit hook, in the
     messages of the requests ``api`` recorded (Claude Code puts every hook's context of a turn
     into one text, claude-mem's SessionStart context with it)."""
-    texts: list[str] = []
-    for request in api.requests:
-        for message in request["messages"]:
-            content = message["content"]  # a string or a list of blocks
-            blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
-            texts += [b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str)]
+    texts = [text for request in api.requests for text in message_texts(request)]
     return re.findall(f"UserPromptSubmit hook additional context: (<{TAG}>.*?</{TAG}>)", "\n".join(texts), re.DOTALL)
+
+
+def message_texts(request: dict[str, Any]) -> list[str]:
+    """The text blocks of a Messages request's messages, in order."""
+    texts: list[str] = []
+    for message in request["messages"]:
+        content = message["content"]  # a string or a list of blocks
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        texts += [b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str)]
+    return texts
 
 
 def user_prompts(db: Path) -> list[str]:
@@ -393,8 +415,7 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
             assert servers(claude(home, "mcp", "list", cwd=project)) == {CLAUDE_MEM_SERVER: "Connected",
                                                                          "memsync": "Connected"}
             hook = inject_hook(data_dir, db)
-            assert [a["value"] for a in json.loads(settings.read_text())[RECORD_KEY]["added"]] == [TIMELINE_RULE,
-                                                                                                   GET_RULE, hook]
+            assert recorded(json.loads(settings.read_text())) == [TIMELINE_RULE, GET_RULE, hook]
             # Claude Code rewrites the file (the plugin off and on again) and keeps memsync's record.
             claude(home, "plugin", "disable", "claude-mem@thedotmack", cwd=project)
             claude(home, "plugin", "enable", "claude-mem@thedotmack", cwd=project)
@@ -417,6 +438,7 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
             wait_for(lambda: served(data_dir, int(time.time() * 1000)).prompts == 2, 10, "the worker's count")
             assert served(data_dir, int(time.time() * 1000)).injected == 1
             assert user_prompts(db)[-2:] == [JELLY_PROMPT, UNRELATED_PROMPT]
+            assert offered_tools(home, project, api, port) == set(after)  # deferred or listed: the same tools
             assert worker.stop() == 0
             for tool in ("timeline", "get_observations"):  # the agent is given the parameters the skill teaches
                 mine, theirs = after[MEMSYNC_TOOL + tool], before[CLAUDE_MEM_TOOL + tool]
@@ -892,6 +914,20 @@ def their_hook(command: str, **extra: Any) -> dict[str, Any]:
     return {**extra, "hooks": [{"type": "command", "command": command}]}
 
 
+def recorded(data: dict[str, Any], at: tuple[str, ...] | None = None) -> list[Any]:
+    """The values swap's record names (at ``at`` when given), decoded: a scalar as itself, an object
+    or list from its JSON text."""
+    return [json.loads(a["json"]) if "json" in a else a["value"] for a in data[RECORD_KEY]["added"]
+            if at is None or a["at"] == list(at)]
+
+
+def old_record(hook: dict[str, Any]) -> dict[str, Any]:
+    """A settings file as swap wrote it before the record held objects as JSON text: the hook entry
+    recorded as itself (Claude Code 2.1.257 and later apply nothing of such a file)."""
+    return {"hooks": {"UserPromptSubmit": [hook]}, RECORD_KEY: {
+        "note": "x", "added": [{"at": list(HOOK_AT), "value": hook}], "created": [["hooks"], list(HOOK_AT)]}}
+
+
 # A user's hooks on several events, UserPromptSubmit among them, and keys around them.
 THEIR_HOOKS = {"model": "opus", "hooks": {
     "PreToolUse": [their_hook("check-bash", matcher="Bash"), their_hook("log-tool", matcher="*")],
@@ -915,7 +951,7 @@ class TestTheHook:
         assert {k: v for k, v in data["hooks"].items() if k != "UserPromptSubmit"} == \
             {k: v for k, v in THEIR_HOOKS["hooks"].items() if k != "UserPromptSubmit"}  # every other event as it was
         assert list(data["hooks"]) == list(THEIR_HOOKS["hooks"])
-        assert {"at": list(HOOK_AT), "value": hook} in data[RECORD_KEY]["added"]
+        assert recorded(data, HOOK_AT) == [hook]
         assert path.read_text().endswith("}" + newline)
         assert apply_change(plan_restore(path)) is True
         assert path.read_text() == text
@@ -945,7 +981,7 @@ class TestTheHook:
         apply_change(change)
         data = json.loads(path.read_text())
         assert data["hooks"]["UserPromptSubmit"] == [*THEIR_HOOKS["hooks"]["UserPromptSubmit"], second]
-        assert [a["value"] for a in data[RECORD_KEY]["added"] if a["at"] == list(HOOK_AT)] == [second]
+        assert recorded(data, HOOK_AT) == [second]
         assert apply_change(plan_swap(path, second)) is False  # the same swap again changes nothing
         apply_change(plan_restore(path))
         assert path.read_text() == text
@@ -962,6 +998,61 @@ class TestTheHook:
         assert any("still holds a memsync hook that no swap recorded" in n for n in change.notes)
         apply_change(change)
         assert json.loads(path.read_text()) == {"hooks": {"UserPromptSubmit": [hook]}}
+
+    def test_the_record_holds_no_object_claude_code_could_take_for_a_hook(self, tmp_path: Path) -> None:
+        """Claude Code 2.1.257 and later apply nothing of a settings file with a hook entry outside
+        ``hooks``: the record names the hook entry by its JSON text, never as an object."""
+        path = tmp_path / "settings.json"
+        path.write_text(json.dumps(THEIR_HOOKS))
+        hook = inject_hook(tmp_path / "data")
+        apply_change(plan_swap(path, hook))
+        data = json.loads(path.read_text())
+        lines = data[RECORD_KEY]["added"]
+        assert all(not isinstance(v, dict | list) for line in lines for k, v in line.items() if k != "at"), lines
+        assert {"at": list(HOOK_AT), "json": json.dumps(hook, sort_keys=True)} in lines
+        assert record_misread_by_claude_code(data) is False
+
+    def test_a_record_an_earlier_swap_wrote_is_undone_and_rewritten(self, tmp_path: Path) -> None:
+        """A file an earlier memsync swapped (the hook entry recorded as itself): restore takes it all
+        back; a swap again rewrites the record as JSON text and leaves the hooks as they were."""
+        hook = inject_hook(tmp_path / "data")
+        path = tmp_path / "settings.json"
+        path.write_text(json.dumps({"theme": "dark", **old_record(hook)}, indent=2))
+        assert record_misread_by_claude_code(read_settings(path)) is True
+        apply_change(plan_restore(path))
+        assert json.loads(path.read_text()) == {"theme": "dark"}
+
+        path.write_text(json.dumps({"theme": "dark", **old_record(hook)}, indent=2))
+        change = plan_swap(path, hook)
+        assert [s.action for s in change.steps if s.at == HOOK_AT] == []  # the hook is there already
+        assert apply_change(change) is True
+        data = json.loads(path.read_text())
+        assert data["hooks"] == {"UserPromptSubmit": [hook]} and recorded(data) == [hook, *DENY_RULES]
+        assert record_misread_by_claude_code(data) is False
+        apply_change(plan_restore(path))
+        assert json.loads(path.read_text()) == {"theme": "dark"}
+
+    def test_status_says_when_claude_code_would_not_read_the_file(self, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+        config = tmp_path / "claude-config"
+        config.mkdir()
+        data_dir = tmp_path / "data"
+        (config / "settings.json").write_text(json.dumps(old_record(inject_hook(data_dir))))
+        db = tmp_path / "claude-mem.db"
+        make_db(db, mixed_records(1))
+        monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config))
+
+        def injection() -> dict[str, Any]:
+            result = CliRunner().invoke(main, ["status", "--json", "--db", str(db), "--data-dir", str(data_dir)],
+                                        catch_exceptions=False)
+            return dict(json.loads(result.stdout)["injection"])
+
+        before = injection()
+        assert before["installed"] is True and before["settings_misread"] is True, before
+        assert "run `memsync claude-code swap` again" in before["line"], before
+        apply_change(plan_swap(config / "settings.json", inject_hook(data_dir)))
+        after = injection()
+        assert after["settings_misread"] is False and "swap` again" not in after["line"], after
 
     def test_hook_installed_says_whether_the_file_holds_it(self, tmp_path: Path) -> None:
         path = tmp_path / "settings.json"
