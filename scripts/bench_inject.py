@@ -71,9 +71,9 @@ from memsync.search.inject import SHIPPED, Candidate, Chosen, Policy, choose
 from memsync.search.models import Result
 from memsync.servers.inject_service import asked, candidates, frame_tokens, render, request_of
 from memsync.worker.pipeline.resync import resync
-from memsync.worker.seed.demo import PROJECTS
+from memsync.worker.seed.demo import PROJECTS, generate
 from scripts.bench_quality import build, real_claude_mem
-from scripts.benchlib import ROOT, print_table, write_json
+from scripts.benchlib import ROOT, built, print_table, records_fingerprint, reusable, write_json
 from scripts.locomo import DEFAULT_DATA, Question
 from scripts.real_claude_mem import CLAUDE_MEM_VERSION, ClaudeMemWorker
 
@@ -96,6 +96,7 @@ OUT = ROOT / ".bench" / "bench_inject.json"
 # session-init hook asks for it: CLAUDE_MEM_SEMANTIC_INJECT_LIMIT's default, the 20-character minimum.
 SEMANTIC_INJECT_ON = {"CLAUDE_MEM_SEMANTIC_INJECT": "true"}
 SEMANTIC_LIMIT = "5"
+DEMO_SESSIONS, DEMO_SEED = 40, 7  # the demo memory: `memsync db demo`'s
 SEMANTIC_MIN_CHARS = 20
 
 Unit = tuple[str, int, int]  # (project, session number, turn number): one evidence turn
@@ -281,9 +282,11 @@ def demo_memory(work: Path) -> Settings:
     """The demo's coding memory (built and synced on the first run)."""
     root = work / "inject-demo"
     settings = Settings(db=root / "claude-mem.db", data_dir=root / "data", chroma_mode="embedded", window_days=0)
-    if not settings.db.exists():
-        root.mkdir(parents=True, exist_ok=True)
-        make_demo_db(settings.db, 40, 7)
+    fingerprint = records_fingerprint(list(generate(n_sessions=DEMO_SESSIONS, seed=DEMO_SEED, end_ms=0)))
+    if not reusable(root, fingerprint):
+        root.mkdir(parents=True)
+        make_demo_db(settings.db, DEMO_SESSIONS, DEMO_SEED)
+        built(root, fingerprint)
     resync(settings)
     return settings
 

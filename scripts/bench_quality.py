@@ -64,7 +64,7 @@ from memsync.search.models import Result
 from memsync.servers.claude_mem_tools import build_profile_server
 from memsync.worker.pipeline.resync import resync
 from memsync.worker.seed.importer import import_records, init_db
-from scripts.benchlib import ROOT, free_port, print_table, write_json
+from scripts.benchlib import ROOT, built, free_port, print_table, records_fingerprint, reusable, write_json
 from scripts.locomo import DEFAULT_DATA, LINKS, Question, load
 from scripts.real_claude_mem import (
     BACKFILL_DONE,
@@ -83,14 +83,16 @@ TURN_BAR = 0.77  # hybrid recall@10 with precise links: the bar for turn-level e
 
 
 def build(data: Path, work: Path, links: str, provider: str = "local") -> tuple[Settings, list[Question]]:
-    """The database and synced store in ``work`` (reused when present), embedded by ``provider``,
-    and the questions."""
+    """The database and synced store in ``work`` (reused when it was built from the same records),
+    embedded by ``provider``, and the questions."""
     recs, questions = load(data, links)
     db = work / "claude-mem.db"
-    if not db.exists():
-        work.mkdir(parents=True, exist_ok=True)
+    fingerprint = records_fingerprint(recs)
+    if not reusable(work, fingerprint):
+        work.mkdir(parents=True)
         init_db(db)
         import_records(db, recs)
+        built(work, fingerprint)
     settings = Settings(db=db, data_dir=work / "data", chroma_mode="embedded", window_days=0,
                         embedding_provider=provider)
     t = time.monotonic()

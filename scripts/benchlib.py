@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -29,6 +30,35 @@ ROOT = Path(__file__).resolve().parent.parent
 def worker_status(data_dir: Path) -> dict[str, Any]:
     """What the worker of ``data_dir`` last wrote in ``worker.json`` ({} before it wrote anything)."""
     return read_worker_status(data_dir) or {}
+
+
+BUILT_FROM = "built-from.sha256"  # in a reused build's folder: the records it was built from
+
+
+def records_fingerprint(records: object) -> str:
+    """What a build is made of, as one hash: the ``repr`` of its records (lists and dicts of plain
+    values, generated without the clock: a build's dates are the one part allowed to differ)."""
+    return hashlib.sha256(repr(records).encode("utf-8")).hexdigest()
+
+
+def reusable(root: Path, fingerprint: str) -> bool:
+    """Whether ``root`` holds a build of the records ``fingerprint`` names (see :func:`built`).
+    Otherwise the folder is removed, with a line saying why, and the caller builds it again: a
+    build of other records (the generator, the data or its conversion changed since), or one made
+    before builds were fingerprinted, would be measured as if it were current."""
+    mark = root / BUILT_FROM
+    if mark.is_file() and mark.read_text(encoding="utf-8").strip() == fingerprint:
+        return True
+    if root.exists():
+        why = "from other records" if mark.is_file() else "before its records were fingerprinted"
+        print(f"{root} was built {why}: building it again", file=sys.stderr)
+        shutil.rmtree(root)
+    return False
+
+
+def built(root: Path, fingerprint: str) -> None:
+    """Mark ``root`` as a build of the records ``fingerprint`` names (after the build succeeded)."""
+    (root / BUILT_FROM).write_text(fingerprint + "\n", encoding="utf-8")
 
 
 def size_mb(path: Path) -> float:

@@ -42,7 +42,7 @@ from memsync.search import Mode, Searcher, SearchRequest
 from memsync.search.fts import expression_for
 from memsync.worker.pipeline.resync import resync
 from memsync.worker.seed.importer import import_records, init_db
-from scripts.benchlib import ROOT
+from scripts.benchlib import ROOT, built, records_fingerprint, reusable
 
 DATA = ROOT / "tests" / "data" / "multilingual"
 LANGUAGES = ("en", "zh", "ja", "ko")
@@ -115,11 +115,14 @@ def row_keys(memories: Sequence[dict[str, Any]]) -> dict[str, Key]:
 
 def build(work: Path, memories: Sequence[dict[str, Any]], language: str, model: str) -> Settings:
     """One language's database (shared by the models, and copied for the real claude-mem beside it)
-    and one model's synced store, reused when present."""
+    and one model's synced store, reused when built from the same memories."""
     db = work / language / "claude-mem.db"
-    if not db.exists():
+    fingerprint = records_fingerprint(records(memories, language, 0))
+    if not reusable(db.parent, fingerprint):
+        db.parent.mkdir(parents=True)
         init_db(db)
         import_records(db, records(memories, language, int(time.time() * 1000)))
+        built(db.parent, fingerprint)
     settings = Settings(db=db, data_dir=work / language / f"data-{model}", chroma_mode="embedded", window_days=0,
                         embedding_provider=model)  # type: ignore[arg-type]
     t = time.monotonic()
