@@ -96,8 +96,11 @@ OUT = ROOT / ".bench" / "bench_inject.json"
 # session-init hook asks for it: CLAUDE_MEM_SEMANTIC_INJECT_LIMIT's default, the 20-character minimum.
 SEMANTIC_INJECT_ON = {"CLAUDE_MEM_SEMANTIC_INJECT": "true"}
 SEMANTIC_LIMIT = "5"
-DEMO_SESSIONS, DEMO_SEED = 40, 7  # the demo memory: `memsync db demo`'s
 SEMANTIC_MIN_CHARS = 20
+
+# The demo's coding memory the silence prompts are asked against: `memsync db demo`'s defaults
+# (make_demo_db), also what the build's fingerprint is taken of.
+DEMO_SESSIONS, DEMO_SEED = 40, 7
 
 Unit = tuple[str, int, int]  # (project, session number, turn number): one evidence turn
 

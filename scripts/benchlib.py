@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -33,26 +34,35 @@ def worker_status(data_dir: Path) -> dict[str, Any]:
 
 
 BUILT_FROM = "built-from.sha256"  # in a reused build's folder: the records it was built from
+BUILD_DB = "claude-mem.db"  # what every build folder holds: its database (beside its stores)
 
 
-def records_fingerprint(records: object) -> str:
-    """What a build is made of, as one hash: the ``repr`` of its records (lists and dicts of plain
-    values, generated without the clock: a build's dates are the one part allowed to differ)."""
-    return hashlib.sha256(repr(records).encode("utf-8")).hexdigest()
+def records_fingerprint(records: Sequence[Mapping[str, Any]]) -> str:
+    """What a build is made of, as one hash: its records as canonical JSON (keys sorted; generated
+    without the clock: a build's dates are the one part allowed to differ)."""
+    text = json.dumps(list(records), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def reusable(root: Path, fingerprint: str) -> bool:
-    """Whether ``root`` holds a build of the records ``fingerprint`` names (see :func:`built`).
-    Otherwise the folder is removed, with a line saying why, and the caller builds it again: a
-    build of other records (the generator, the data or its conversion changed since), or one made
-    before builds were fingerprinted, would be measured as if it were current."""
+    """Whether ``root`` holds a build of the records ``fingerprint`` names (see :func:`built`) and
+    its database. Otherwise a build folder there is removed, with a line saying why, and the caller
+    builds it again: a build of other records (the generator or the data changed since), or one
+    made before builds were fingerprinted, would be measured as if it were current. A folder that
+    holds neither a database nor the mark (nor is empty) is no build: the benchmark stops rather
+    than remove it."""
     mark = root / BUILT_FROM
-    if mark.is_file() and mark.read_text(encoding="utf-8").strip() == fingerprint:
+    if mark.is_file() and mark.read_text(encoding="utf-8").strip() == fingerprint and (root / BUILD_DB).is_file():
         return True
-    if root.exists():
-        why = "from other records" if mark.is_file() else "before its records were fingerprinted"
-        print(f"{root} was built {why}: building it again", file=sys.stderr)
-        shutil.rmtree(root)
+    if not root.exists():
+        return False
+    ours = root.is_dir() and ((root / BUILD_DB).is_file() or mark.is_file() or not any(root.iterdir()))
+    if not ours:
+        raise SystemExit(f"{root} is in the way of a benchmark's build and holds no {BUILD_DB}: move it, or give "
+                         "another --work")
+    why = "from other records" if mark.is_file() else "before its records were fingerprinted"
+    print(f"{root} was built {why}: building it again", file=sys.stderr)
+    shutil.rmtree(root)
     return False
 
 

@@ -260,6 +260,7 @@ def _injection(settings: Settings, w: dict[str, Any]) -> dict[str, Any]:
     """Per-prompt injection: the hook in Claude Code's settings file, whether the worker answers it
     (up, listening), what it served in the last day (counts, never prompt text)."""
     from memsync.config.claude_code import (
+        HOOKS_ELSEWHERE_REFUSED_SINCE,
         ClaudeSettingsError,
         hook_installed,
         read_settings,
@@ -279,20 +280,23 @@ def _injection(settings: Settings, w: dict[str, Any]) -> dict[str, Any]:
     # A killed worker leaves its socket behind: with settings it cannot answer, nothing listens on it.
     listening = bool(w.get("up")) and reason is None and socket_path(settings.data_dir).is_socket()
     counts = served(settings.data_dir, int(time.time() * 1000))
-    state = ("off (inject = false)" if not settings.inject else "active" if listening else
+    # Before anything else: such a file is not applied at all (its deny rules and plugins neither).
+    not_applied = (f"not applied by Claude Code {HOOKS_ELSEWHERE_REFUSED_SINCE} and later: {settings_path()} holds "
+                   "swap's record as an earlier memsync wrote it, which they take for a misplaced hook, and they "
+                   "apply nothing of that file; run `memsync claude-code swap` again to rewrite it")
+    state = (not_applied if misread else
+             "off (inject = false)" if not settings.inject else
+             "active" if listening else
              "inactive: worker down" if not w.get("up") else
              f"inactive: {reason}" if reason is not None else
              "inactive: the worker does not listen (its log says why: inject_listen_failed)")
     line = (f"installed, {state}" if installed else f"not installed (memsync claude-code swap installs it); {state}")
-    if misread:
-        line += (f"; {settings_path()} holds swap's record as an earlier memsync wrote it, which Claude Code "
-                 "2.1.257 and later take for a misplaced hook: they apply nothing of that file; run "
-                 "`memsync claude-code swap` again to rewrite it")
     if counts.prompts:
         line += (f"; last day: {counts.prompts} prompts, {counts.injected} injected, "
                  f"mean {counts.mean_tokens:.0f} tokens")
-    return {"installed": installed, "enabled": settings.inject, "active": listening and settings.inject,
-            "settings_misread": misread, **counts.as_dict(), "line": line}
+    active = listening and settings.inject and not misread
+    return {"installed": installed, "enabled": settings.inject, "active": active, "settings_misread": misread,
+            **counts.as_dict(), "line": line}
 
 
 def _worker_text(w: dict[str, Any]) -> str:

@@ -30,12 +30,17 @@ from memsync.config.claude_code.registrations import (
     settings_path,
     winning_scope,
 )
-from memsync.config.claude_code.settings_file import ClaudeSettingsError, read_settings, record_misread_by_claude_code
+from memsync.config.claude_code.settings_file import (
+    HOOKS_ELSEWHERE_REFUSED_SINCE,
+    ClaudeSettingsError,
+    read_settings,
+    record_misread_by_claude_code,
+)
 
 __all__ = [
     "HOOK_AT", "InjectTarget", "claude_mem_injection", "hook_entry", "hook_installed", "hook_supported",
     "inject_command",
     "SERVER_NAME", "SettingsChange", "apply_change", "config_dir", "plan_restore", "plan_swap", "registrations",
     "settings_path", "winning_scope",
-    "ClaudeSettingsError", "read_settings", "record_misread_by_claude_code",
+    "HOOKS_ELSEWHERE_REFUSED_SINCE", "ClaudeSettingsError", "read_settings", "record_misread_by_claude_code",
 ]

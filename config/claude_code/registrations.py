@@ -35,10 +35,12 @@ from typing import Any
 
 from memsync.config.claude_code.hook import HOOK_AT, inject_targets, is_memsync_entry
 from memsync.config.claude_code.settings_file import (
+    HOOKS_ELSEWHERE_REFUSED_SINCE,
     RECORD_KEY,
     RecordedEdit,
     Step,
     read_settings_file,
+    record_misread_by_claude_code,
     same,
     settings_text,
     write_settings,
@@ -116,6 +118,9 @@ def plan_swap(path: Path, hook: dict[str, Any] | None = None) -> SettingsChange:
     data, newline = read_settings_file(path)
     before = settings_text(path, data, newline)
     edit = RecordedEdit(data, path)
+    notes = ([f"{path}: rewrites swap's record ({RECORD_KEY}) as text where an earlier memsync wrote objects, "
+              f"which Claude Code {HOOKS_ELSEWHERE_REFUSED_SINCE} and later take for misplaced hooks (they then "
+              "apply nothing of the file)"] if record_misread_by_claude_code(data) else [])
     for rule in DENY_RULES:
         edit.add(DENY_AT, rule)
     if hook is not None:
@@ -124,7 +129,7 @@ def plan_swap(path: Path, hook: dict[str, Any] | None = None) -> SettingsChange:
                 edit.withdraw(at, value)
         edit.add(HOOK_AT, hook)
     edit.finish()
-    return _change(path, data, before, edit, _whole_server_note(path, data), newline)
+    return _change(path, data, before, edit, [*notes, *_whole_server_note(path, data)], newline)
 
 
 def plan_restore(path: Path) -> SettingsChange:

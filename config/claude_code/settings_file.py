@@ -17,11 +17,12 @@ The record of what an edit added lives in the settings file itself, under :data:
 
 ``added`` names each value appended to a list (``at`` is the path of keys to the list): a string,
 number or boolean as itself (``value``), an object or list as its JSON text (``json``, keys sorted).
-Why text: Claude Code (2.1.257 and later) reads any hook entry it finds outside ``hooks`` as a
-misplaced hook and then applies nothing of the file that holds it, its permissions and plugins
-included; the hook entry swap adds, recorded as itself, was one (``claude doctor``: "hooks ... are
-declared outside \"hooks\" ..."). A record written before this rule (an object as ``value``) is still
-read and undone, and the next swap rewrites it (:func:`record_misread_by_claude_code` finds one).
+Why text: Claude Code (:data:`HOOKS_ELSEWHERE_REFUSED_SINCE` and later) reads any hook entry it
+finds outside ``hooks`` as a misplaced hook and then applies nothing of the file that holds it, its
+permissions and plugins included; the hook entry swap adds, recorded as itself, was one (``claude
+doctor``: "hooks ... are declared outside \"hooks\" ..."). A record written before this rule (an
+object as ``value``) is still read and undone, and the next swap rewrites it
+(:func:`record_misread_by_claude_code` finds one).
 ``created`` names each object or list that did not exist before. :meth:`RecordedEdit.undo` removes
 exactly those values (one occurrence each, the last, as they were appended) and drops a container
 it created only when nothing else is left in it; a user's own entries, the keys' order and the
@@ -29,7 +30,7 @@ lists' order are kept. Why here and not in memsync's data directory: the record 
 file goes, so a data directory moved, another ``MEMSYNC_DATA_DIR`` or a restore run without
 memsync's settings loses nothing; it names values, not positions, so the user's edits around them
 (entries added, removed or reordered) leave it true; and Claude Code keeps a key it does not know
-when it rewrites the file (2.1.332's ``claude plugin install`` keeps it) and reads the file with it
+when it rewrites the file (2.1.332's ``claude plugin disable`` and ``enable`` keep it) and reads the file with it
 (``tests/cli/test_claude_code.py`` checks both with the real CLI).
 """
 
@@ -46,6 +47,10 @@ from typing import Any
 from memsync.config.errors import ConfigError
 
 RECORD_KEY = "memsyncSwap"
+# The first Claude Code release that applies nothing of a settings file holding a hook entry outside
+# ``hooks`` (2.1.252 reads such a file; 253-256 were not published): found by bisecting the npm
+# releases with ``claude doctor``.
+HOOKS_ELSEWHERE_REFUSED_SINCE = "2.1.257"
 RECORD_NOTE = ("What `memsync claude-code swap` added to this file; `memsync claude-code restore` removes "
                "exactly that, then this key. Keep it while the swap is on.")
 
@@ -174,10 +179,15 @@ def _key_path(value: Any) -> KeyPath | None:
     return None
 
 
+def _as_text(value: Any) -> bool:
+    """Whether the record holds ``value`` as its JSON text: an object or list (see the module's
+    docstring: Claude Code must not meet a hook entry outside ``hooks``)."""
+    return isinstance(value, dict | list)
+
+
 def _record_entry(at: KeyPath, value: Any) -> dict[str, Any]:
-    """One ``added`` line of the record: a scalar as itself, an object or list as its JSON text (see
-    the module's docstring: Claude Code must not meet a hook entry outside ``hooks``)."""
-    if isinstance(value, dict | list):
+    """One ``added`` line of the record: a scalar as itself, an object or list as its JSON text."""
+    if _as_text(value):
         return {"at": list(at), "json": json.dumps(value, sort_keys=True, ensure_ascii=False)}
     return {"at": list(at), "value": value}
 
@@ -198,7 +208,7 @@ def _recorded_value(item: Any) -> tuple[KeyPath, Any] | None:
         value = json.loads(item["json"])
     except (ValueError, RecursionError):
         return None
-    return (at, value) if isinstance(value, dict | list) else None
+    return (at, value) if _as_text(value) else None
 
 
 def record_misread_by_claude_code(data: Mapping[str, Any]) -> bool:
@@ -207,8 +217,7 @@ def record_misread_by_claude_code(data: Mapping[str, Any]) -> bool:
     of the file (``memsync claude-code swap`` run again rewrites it)."""
     record = data.get(RECORD_KEY)
     added = record.get("added") if isinstance(record, dict) else None
-    return isinstance(added, list) and any(isinstance(item, dict) and isinstance(item.get("value"), dict | list)
-                                           for item in added)
+    return isinstance(added, list) and any(isinstance(item, dict) and _as_text(item.get("value")) for item in added)
 
 
 class RecordedEdit:

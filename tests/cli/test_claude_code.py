@@ -196,9 +196,16 @@ class TestOnlyWhatSwapAdded:
         undo.undo()
         assert undo.data == original
 
-    def test_a_record_that_is_not_what_swap_wrote_is_refused(self, tmp_path: Path) -> None:
+    @pytest.mark.parametrize("line", [
+        {"at": "permissions.deny", "value": "x"},
+        {"at": ["hooks", "UserPromptSubmit"], "value": "x", "json": "[]"},  # both forms at once
+        {"at": ["hooks", "UserPromptSubmit"], "json": '"a string"'},  # text is only for an object or list
+        {"at": ["hooks", "UserPromptSubmit"], "json": "{not json"},
+        {"at": ["hooks", "UserPromptSubmit"], "json": {"hooks": []}},  # the text form holds text
+    ], ids=["a dotted path", "value and json", "json of a scalar", "json not JSON", "json not text"])
+    def test_a_record_that_is_not_what_swap_wrote_is_refused(self, tmp_path: Path, line: dict[str, Any]) -> None:
         path = tmp_path / "settings.json"
-        text = json.dumps({RECORD_KEY: {"added": [{"at": "permissions.deny", "value": "x"}]}})
+        text = json.dumps({RECORD_KEY: {"added": [line]}})
         path.write_text(text)
         with pytest.raises(ClaudeSettingsError, match=f"holds a {RECORD_KEY} entry that is not what"):
             allow_claude_mem_search(path)
@@ -1009,7 +1016,7 @@ class TestTheHook:
         data = json.loads(path.read_text())
         lines = data[RECORD_KEY]["added"]
         assert all(not isinstance(v, dict | list) for line in lines for k, v in line.items() if k != "at"), lines
-        assert {"at": list(HOOK_AT), "json": json.dumps(hook, sort_keys=True)} in lines
+        assert {"at": list(HOOK_AT), "json": json.dumps(hook, sort_keys=True, ensure_ascii=False)} in lines
         assert record_misread_by_claude_code(data) is False
 
     def test_a_record_an_earlier_swap_wrote_is_undone_and_rewritten(self, tmp_path: Path) -> None:
@@ -1025,6 +1032,7 @@ class TestTheHook:
         path.write_text(json.dumps({"theme": "dark", **old_record(hook)}, indent=2))
         change = plan_swap(path, hook)
         assert [s.action for s in change.steps if s.at == HOOK_AT] == []  # the hook is there already
+        assert any("rewrites swap's record" in n for n in change.notes), change.notes  # --dry-run prints it
         assert apply_change(change) is True
         data = json.loads(path.read_text())
         assert data["hooks"] == {"UserPromptSubmit": [hook]} and recorded(data) == [hook, *DENY_RULES]
@@ -1032,8 +1040,21 @@ class TestTheHook:
         apply_change(plan_restore(path))
         assert json.loads(path.read_text()) == {"theme": "dark"}
 
+    def test_an_earlier_record_of_another_hook_is_replaced(self, tmp_path: Path) -> None:
+        """Swapped again for another data directory over a record in the earlier form: the earlier
+        hook (read from that form) goes, the new one comes, the record is text."""
+        first, second = inject_hook(tmp_path / "a"), inject_hook(tmp_path / "b")
+        path = tmp_path / "settings.json"
+        path.write_text(json.dumps(old_record(first)))
+        apply_change(plan_swap(path, second))
+        data = json.loads(path.read_text())
+        assert data["hooks"]["UserPromptSubmit"] == [second] and recorded(data, HOOK_AT) == [second]
+        assert record_misread_by_claude_code(data) is False
+
     def test_status_says_when_claude_code_would_not_read_the_file(self, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+        """A settings file with the earlier record: status says Claude Code applies none of it (the
+        hook is not active, whatever the worker does) and what to run; after swap, it no longer does."""
         config = tmp_path / "claude-config"
         config.mkdir()
         data_dir = tmp_path / "data"
@@ -1049,6 +1070,7 @@ class TestTheHook:
 
         before = injection()
         assert before["installed"] is True and before["settings_misread"] is True, before
+        assert before["active"] is False and "installed, not applied by Claude Code 2.1.257" in before["line"]
         assert "run `memsync claude-code swap` again" in before["line"], before
         apply_change(plan_swap(config / "settings.json", inject_hook(data_dir)))
         after = injection()
