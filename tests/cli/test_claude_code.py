@@ -361,18 +361,10 @@ JELLY_PROMPT = "where does the jellyfish service read its deploy config from?"
 UNRELATED_PROMPT = "write a short poem about the autumn rain on the harbour"
 
 
-@pytest.mark.slow
-def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
-    """What the agent sees, before, after swap and after restore: the tool list a real Claude Code
-    session sends the model, with claude-mem's published plugin installed. The user had denied
-    claude-mem's search tool themselves: a restore with no swap before it, and swap then restore,
-    leave that rule (and the file) as it was; Claude Code reads the file with memsync's record and
-    hook entry in it (the session runs with the hook) and keeps both when it rewrites the file.
-
-    After swap, both UserPromptSubmit hooks run: memsync's puts the memory a real ``memsync
-    worker`` finds in claude-mem's own database in front of the model for a prompt that has one,
-    and nothing for one that has none; claude-mem's (its worker started by its hooks) still
-    records every prompt in that database."""
+def with_claude_mem(tmp_path: Path, user_settings: dict[str, Any]) -> tuple[Path, Path, Path, int]:
+    """A HOME with Claude Code's settings file ``user_settings`` and claude-mem 13.25.3's published
+    plugin installed by the real CLI, its MCP server connected, and the user's memory in its
+    database: (home, a project folder, the database, claude-mem's worker port)."""
     assert CLAUDE_CODE.exists(), f"{CLAUDE_CODE} is missing: `make test` installs Claude Code's CLI there"
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir()
@@ -388,9 +380,8 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
     port = free_port()
     (home / ".claude-mem" / "settings.json").write_text(json.dumps({"CLAUDE_MEM_WORKER_PORT": str(port),
                                                                   "CLAUDE_MEM_CHROMA_ENABLED": "false"}))
-    settings = home / ".claude" / "settings.json"
-    settings.parent.mkdir()
-    settings.write_text(json.dumps({"cleanupPeriodDays": 30, "permissions": {"deny": [SEARCH_RULE, "Bash(rm:*)"]}}))
+    (home / ".claude").mkdir()
+    (home / ".claude" / "settings.json").write_text(json.dumps(user_settings))
     # claude-mem's published plugin (the npm package's plugin/ folder), from a local marketplace.
     market = tmp_path / "marketplace"
     shutil.copytree(WORKER_SCRIPT.parents[1], market / "plugin")
@@ -401,6 +392,24 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
     claude(home, "plugin", "marketplace", "add", str(market), cwd=project)
     claude(home, "plugin", "install", "claude-mem@thedotmack", cwd=project)
     assert servers(claude(home, "mcp", "list", cwd=project)) == {CLAUDE_MEM_SERVER: "Connected"}
+    return home, project, db, port
+
+
+@pytest.mark.slow
+def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
+    """What the agent sees, before, after swap and after restore: the tool list a real Claude Code
+    session sends the model, with claude-mem's published plugin installed. The user had denied
+    claude-mem's search tool themselves: a restore with no swap before it, and swap then restore,
+    leave that rule (and the file) as it was; Claude Code reads the file with memsync's record and
+    hook entry in it (the session runs with the hook) and keeps both when it rewrites the file.
+
+    After swap, both UserPromptSubmit hooks run: memsync's puts the memory a real ``memsync
+    worker`` finds in claude-mem's own database in front of the model for a prompt that has one,
+    and nothing for one that has none; claude-mem's (its worker started by its hooks) still
+    records every prompt in that database."""
+    home, project, db, port = with_claude_mem(tmp_path, {"cleanupPeriodDays": 30,
+                                                         "permissions": {"deny": [SEARCH_RULE, "Bash(rm:*)"]}})
+    settings = home / ".claude" / "settings.json"
     data_dir = tmp_path / "data"
     env = {**claude_env(home), "MEMSYNC_DATA_DIR": str(data_dir)}
     # memsync's worker on that database (it syncs and warms up while the steps before swap run).
@@ -469,6 +478,40 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
     finally:  # anything the plugin's hooks or server started (a worker it auto-starts outlives claude)
         worker.kill()
         kill_managed_server(data_dir)
+        assert kill_started_under(home) == []
+
+
+@pytest.mark.slow
+def test_a_file_an_earlier_swap_wrote_is_applied_again_after_swap(tmp_path: Path) -> None:
+    """The real Claude Code applies nothing of a settings file whose swap record holds the hook entry
+    as an object (as swap wrote it from 2026-11-28 until the record held text): claude-mem's plugin,
+    enabled there, is gone from its servers. ``memsync status`` says so, and ``swap`` run again
+    rewrites the record: the plugin's server is back beside memsync's, and status no longer says it."""
+    home, project, db, _ = with_claude_mem(tmp_path, {})
+    settings = home / ".claude" / "settings.json"
+    data = json.loads(settings.read_text())
+    earlier = old_record(inject_hook(tmp_path / "data", db))
+    data["hooks"], data[RECORD_KEY] = earlier["hooks"], earlier[RECORD_KEY]
+    settings.write_text(json.dumps(data, indent=2))
+    env = {**claude_env(home), "MEMSYNC_DATA_DIR": str(tmp_path / "data")}
+
+    def injection() -> dict[str, Any]:
+        done = subprocess.run([MEMSYNC, "status", "--json", "--db", str(db)], env=env, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout)["injection"])
+
+    try:
+        assert servers(claude(home, "mcp", "list", cwd=project)) == {}  # the whole file unread, the plugin with it
+        assert injection()["settings_misread"] is True
+        swap = subprocess.run([MEMSYNC, "claude-code", "swap", "--claude", str(CLAUDE_CODE), "--db", str(db)],
+                              env=env, cwd=project, capture_output=True, text=True, timeout=180)
+        assert swap.returncode == 0, swap.stdout + swap.stderr
+        assert "rewrites swap's record" in swap.stderr
+        assert servers(claude(home, "mcp", "list", cwd=project)) == {CLAUDE_MEM_SERVER: "Connected",
+                                                                     "memsync": "Connected"}
+        assert injection()["settings_misread"] is False
+    finally:  # anything the plugin's server started
         assert kill_started_under(home) == []
 
 
