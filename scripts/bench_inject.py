@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from memsync.commands.db import make_demo_db
+from memsync.commands.db import DEMO_SEED, DEMO_SESSIONS, make_demo_db
 from memsync.config.claude_mem.project_name import is_internal_protocol_payload, is_private_prompt
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.records import format_ref
@@ -97,10 +97,6 @@ OUT = ROOT / ".bench" / "bench_inject.json"
 SEMANTIC_INJECT_ON = {"CLAUDE_MEM_SEMANTIC_INJECT": "true"}
 SEMANTIC_LIMIT = "5"
 SEMANTIC_MIN_CHARS = 20
-
-# The demo's coding memory the silence prompts are asked against: `memsync db demo`'s defaults
-# (make_demo_db), also what the build's fingerprint is taken of.
-DEMO_SESSIONS, DEMO_SEED = 40, 7
 
 Unit = tuple[str, int, int]  # (project, session number, turn number): one evidence turn
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ from memsync.config.formats.worker_status import read_worker_status
 from memsync.config.settings import ENV_PREFIX, Settings
 from memsync.embedding import Embedder
 from memsync.worker.pipeline.resync import resync
+from memsync.worker.rows.documents import payload_hash
 from memsync.worker.seed.demo import generate
 from memsync.worker.seed.importer import import_records, init_db
 
@@ -38,10 +38,9 @@ BUILD_DB = "claude-mem.db"  # what every build folder holds: its database (besid
 
 
 def records_fingerprint(records: Sequence[Mapping[str, Any]]) -> str:
-    """What a build is made of, as one hash: its records as canonical JSON (keys sorted; generated
-    without the clock: a build's dates are the one part allowed to differ)."""
-    text = json.dumps(list(records), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """What a build is made of, as one hash: its records as the sync hashes a payload (canonical
+    JSON; generated without the clock: a build's dates are the one part allowed to differ)."""
+    return payload_hash(list(records))
 
 
 def reusable(root: Path, fingerprint: str) -> bool:

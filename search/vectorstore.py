@@ -124,7 +124,8 @@ class VectorStore:
         self._handle: stores.ChromaHandle | None = None
         self._failed_at = 0.0
         self._failure = ""
-        self._count_value, self._count_at = 0, -1e9
+        self._count_value: int | None = 0
+        self._count_at = -1e9
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="memsync-vector")
 
     def close(self) -> None:
@@ -307,16 +308,21 @@ class VectorStore:
         1.5 s at 313k documents) or fails. Why: the query itself answered, and "not exhausted" is
         the safe answer (the caller looks deeper or exactly), where raising would send the whole
         search to the lexical fallback. Outcome: this search is slower, not worse."""
-        try:
-            return self._count() <= n
-        except VectorUnavailable:
-            return False
+        count = self._count()
+        return count is not None and count <= n
 
-    def _count(self) -> int:
+    def _count(self) -> int | None:
+        """The store's document count, asked at most once per ``COUNT_TTL_S`` whether it answered
+        or not; None when that ask failed or passed the deadline. Why remember a failure: a count
+        past the deadline still runs in a thread of the pool, and asking again on every search
+        would fill the pool with them until the queries themselves wait past theirs."""
         now = time.monotonic()
         if now - self._count_at > COUNT_TTL_S:
-            self._count_value = int(self._call("count", "count"))
             self._count_at = now
+            try:
+                self._count_value = int(self._call("count", "count"))
+            except VectorUnavailable:
+                self._count_value = None
         return self._count_value
 
     def _existing(self, ids: list[str]) -> list[str]:

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import PORT_SLICE, TEST_PORTS_LOW, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +50,8 @@ def test_ports_a_test_names_are_out_of_the_kernels_way() -> None:
     """free_port gives ports below the ephemeral range (no later bind to port 0, by any process,
     hands one out), in this worker's slice, never the same twice in a row, and skips a bound one."""
     first, end = PORT_SLICE
+    if (first, end) == (0, 0):
+        pytest.skip("no room below this machine's ephemeral range (or no /proc): the kernel chooses ports here")
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     assert TEST_PORTS_LOW <= first < end <= low
     a = free_port()

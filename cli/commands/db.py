@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 # plain keyword. The first is also the one the worker's ready line suggests.
 DEMO_QUERIES = ("kicked out while typing into a form", "what went wrong with the nightly backups?", "pgbouncer")
 
+DEMO_SESSIONS, DEMO_SEED = 40, 7  # `memsync db demo`'s defaults: the demo memory every tool and benchmark means
+
 
 @click.group()
 def db() -> None:
@@ -75,15 +77,15 @@ def db_import(path: Path, file: Path) -> None:
 
 @db.command("demo")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--sessions", type=click.IntRange(1, 1_000_000), default=40, show_default=True,
+@click.option("--sessions", type=click.IntRange(1, 1_000_000), default=DEMO_SESSIONS, show_default=True,
               help="Sessions to generate (about 6 rows each; past 40 the episodes are told again).")
-@click.option("--seed", type=int, default=7, show_default=True, help="Random seed (same seed, same data).")
+@click.option("--seed", type=int, default=DEMO_SEED, show_default=True, help="Random seed (same seed, same data).")
 def db_demo(path: Path, sessions: int, seed: int) -> None:
     """Create a deterministic demo database at PATH (3 projects; dates end today)."""
     click.echo(make_demo_db(path, sessions, seed))
 
 
-def make_demo_db(path: Path, sessions: int = 40, seed: int = 7) -> str:
+def make_demo_db(path: Path, sessions: int = DEMO_SESSIONS, seed: int = DEMO_SEED) -> str:
     """Create the demo database; the dates end at today's midnight UTC so the window covers them."""
     from memsync.worker.seed import DAY_MS, generate, import_records, init_db
 

@@ -262,7 +262,7 @@ def _injection(settings: Settings, w: dict[str, Any]) -> dict[str, Any]:
     from memsync.config.claude_code import (
         HOOKS_ELSEWHERE_REFUSED_SINCE,
         ClaudeSettingsError,
-        hook_installed,
+        hook_in,
         read_settings,
         record_misread_by_claude_code,
         settings_path,
@@ -271,20 +271,20 @@ def _injection(settings: Settings, w: dict[str, Any]) -> dict[str, Any]:
     from memsync.config.inject_channel import socket_path
     from memsync.servers.inject_listener import unavailable_reason
 
-    installed = hook_installed(settings_path(), settings.data_dir)
-    try:
-        misread = record_misread_by_claude_code(read_settings(settings_path()))
+    try:  # read once: whether the hook is there and whether Claude Code reads the file come from one text
+        claude_settings = read_settings(settings_path())
     except ClaudeSettingsError:
-        misread = False  # hook_installed has said "not installed": nothing more to say of the file
+        claude_settings = {}  # missing or unreadable: "not installed" (status never fails on it)
+    installed = hook_in(claude_settings, settings.data_dir)
+    misread = record_misread_by_claude_code(claude_settings)
     reason = unavailable_reason(settings)
     # A killed worker leaves its socket behind: with settings it cannot answer, nothing listens on it.
     listening = bool(w.get("up")) and reason is None and socket_path(settings.data_dir).is_socket()
     counts = served(settings.data_dir, int(time.time() * 1000))
     # Before anything else: such a file is not applied at all (its deny rules and plugins neither).
-    not_applied = (f"not applied by Claude Code {HOOKS_ELSEWHERE_REFUSED_SINCE} and later: {settings_path()} holds "
-                   "swap's record as an earlier memsync wrote it, which they take for a misplaced hook, and they "
-                   "apply nothing of that file; run `memsync claude-code swap` again to rewrite it")
-    state = (not_applied if misread else
+    state = (f"not applied by Claude Code {HOOKS_ELSEWHERE_REFUSED_SINCE} and later: {settings_path()} holds "
+             "swap's record as an earlier memsync wrote it, which they take for a misplaced hook, and they "
+             "apply nothing of that file; run `memsync claude-code swap` again to rewrite it" if misread else
              "off (inject = false)" if not settings.inject else
              "active" if listening else
              "inactive: worker down" if not w.get("up") else

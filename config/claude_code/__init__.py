@@ -15,6 +15,7 @@ from memsync.config.claude_code.hook import (
     InjectTarget,
     claude_mem_injection,
     hook_entry,
+    hook_in,
     hook_installed,
     hook_supported,
     inject_command,
@@ -38,7 +39,7 @@ from memsync.config.claude_code.settings_file import (
 )
 
 __all__ = [
-    "HOOK_AT", "InjectTarget", "claude_mem_injection", "hook_entry", "hook_installed", "hook_supported",
+    "HOOK_AT", "InjectTarget", "claude_mem_injection", "hook_entry", "hook_in", "hook_installed", "hook_supported",
     "inject_command",
     "SERVER_NAME", "SettingsChange", "apply_change", "config_dir", "plan_restore", "plan_swap", "registrations",
     "settings_path", "winning_scope",

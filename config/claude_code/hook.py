@@ -124,6 +124,12 @@ def hook_installed(settings_file: Path, data_dir: Path | None = None) -> bool:
         data = read_settings(settings_file)
     except ClaudeSettingsError:
         return False
+    return hook_in(data, data_dir)
+
+
+def hook_in(data: Mapping[str, Any], data_dir: Path | None = None) -> bool:
+    """Whether a settings document holds memsync's ``UserPromptSubmit`` hook (for ``data_dir`` when
+    given, compared as absolute paths)."""
     want = None if data_dir is None else os.path.abspath(data_dir)
     return any(want is None or os.path.abspath(t.data_dir) == want for t in inject_targets(data))
 

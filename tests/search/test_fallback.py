@@ -149,11 +149,13 @@ class _SlowCount:
     def __init__(self, fail: bool) -> None:
         self.fail = fail
         self.release = threading.Event()
+        self.counts = 0
 
     def query(self, **kwargs: object) -> dict[str, list[list[object]]]:
         return {"ids": [["obs_1_title", "obs_2_title"]], "distances": [[0.1, 0.2]]}
 
     def count(self) -> int:
+        self.counts += 1
         if self.fail:
             raise ConnectionError("connection reset")
         self.release.wait(10)
@@ -172,6 +174,13 @@ def test_a_count_that_does_not_answer_keeps_the_query_s_answer(managed: Settings
     try:
         hits, exhaustive = store.nearest_docs(FakeEmbedder().embed(["caching"])[0], 5)
         assert [h.id for h in hits] == [1, 2] and exhaustive is False
+        if not fail:  # (a failed count drops the connection: the next searches wait for the retry)
+            # The searches after it within COUNT_TTL_S do not ask again: counts past the deadline
+            # would otherwise fill the pool's threads until a query itself timed out.
+            for _ in range(3):
+                hits, exhaustive = store.nearest_docs(FakeEmbedder().embed(["caching"])[0], 5)
+                assert [h.id for h in hits] == [1, 2] and exhaustive is False
+            assert collection.counts == 1
     finally:
         collection.release.set()
         store.close()

@@ -18,7 +18,7 @@ from memsync.config.claude_mem.schema import Era, Kind
 from memsync.config.settings import Settings
 from memsync.search import Filters, Mode, Order, Searcher, SearchError, SearchRequest, Signal
 from memsync.worker.pipeline.resync import resync
-from tests.conftest import make_db
+from tests.conftest import free_port, make_db
 
 DAY_MS = 86_400_000
 NOW_MS = int(time.time() * 1000)
@@ -176,7 +176,7 @@ def test_window_uses_milliseconds(searcher: Searcher) -> None:
 # -- degradation: Chroma down, full text answers ---------------------------------------------------
 @pytest.mark.slow  # a real chroma run server
 def test_managed_server_down_falls_back_to_lexical(tmp_path: Path) -> None:
-    settings = build(tmp_path, corpus()[125:], chroma_mode="managed", chroma_port=_free_port())
+    settings = build(tmp_path, corpus()[125:], chroma_mode="managed", chroma_port=free_port())
     # resync started and stopped its own managed server: nothing is running now.
     engine = Searcher(settings)
     try:
@@ -192,7 +192,7 @@ def test_managed_server_down_falls_back_to_lexical(tmp_path: Path) -> None:
 def test_real_server_up_then_stopped(tmp_path: Path) -> None:
     from memsync.chroma.server import ManagedServer
 
-    settings = build(tmp_path, corpus()[125:], chroma_mode="managed", chroma_port=_free_port())
+    settings = build(tmp_path, corpus()[125:], chroma_mode="managed", chroma_port=free_port())
     server = ManagedServer(settings)
     server.ensure()
     engine = Searcher(settings)
@@ -292,10 +292,6 @@ def test_database_without_fts_uses_own_index(tmp_path: Path) -> None:
     assert (settings.data_dir / "lexical.db").exists()
 
 
-def _free_port() -> int:
-    from scripts.benchlib import free_port
-
-    return free_port()
 
 
 @given(text=st.text(max_size=200))
