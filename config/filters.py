@@ -50,7 +50,9 @@ _OBSERVATIONS = frozenset({Kind.OBSERVATION})
 class Filters:
     """Restrictions applied before any top-N cut. Empty means no restriction.
 
-    ``project`` matches ``project`` or ``merged_into_project``; ``platform`` the agent that
+    ``project`` matches ``project`` or ``merged_into_project`` (a tuple: any of its names; the
+    front ends offer one name, the per-prompt hook asks for a worktree's and its repository's: read
+    it with :meth:`projects`); ``platform`` the agent that
     recorded the row's session, normalised as claude-mem does (``config.claude_mem.platform``);
     ``types`` are observation types; ``concepts`` and ``files`` are substrings of the JSON lists
     (any of the given values); ``date_from``/``date_to`` (aware datetimes) replace the recency
@@ -62,7 +64,7 @@ class Filters:
     deeper). The text index and the vector copy apply the filters they know and leave a search
     with any other to FTS5 and Chroma (``supported``)."""
 
-    project: str | None = field(default=None, metadata=_offered(
+    project: str | tuple[str, ...] | None = field(default=None, metadata=_offered(
         "project", "--project", "Only this project (merged projects included)."))
     platform: str | None = field(default=None, metadata=_offered(
         "platform", "--platform", "Only sessions of this agent platform: claude, codex, cursor, ... "
@@ -79,6 +81,12 @@ class Filters:
         "date_from", "--since", "Only records at or after this ISO date or time; replaces the window.", "date"))
     date_to: datetime | None = field(default=None, metadata=_offered(
         "date_to", "--until", "Only records at or before this ISO date or time (inclusive).", "date"))
+
+    def projects(self) -> tuple[str, ...]:
+        """The project filter's names, each once, in order (empty: no project filter); a row of any
+        of them passes."""
+        names = (self.project,) if isinstance(self.project, str) else self.project or ()
+        return tuple(dict.fromkeys(n for n in names if n))
 
     def named(self) -> frozenset[str]:
         """The fields that restrict (hold a value other than their default)."""

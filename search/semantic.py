@@ -212,8 +212,9 @@ class SemanticSide:
             clauses.append({"doc_type": {"$in": [DOC_TYPES[k] for k in kinds]}})
         if filters.types:
             clauses.append({"type": {"$in": list(filters.types)}})
-        if filters.project:
-            clauses.append({"$or": [{"project": filters.project}, {"merged_into_project": filters.project}]})
+        if names := filters.projects():
+            value: str | dict[str, list[str]] = names[0] if len(names) == 1 else {"$in": list(names)}
+            clauses.append({"$or": [{"project": value}, {"merged_into_project": value}]})
         if filters.platform:  # stored normalised (documents version 2)
             clauses.append({"platform_source": normalize_platform(filters.platform)})
         where: dict[str, Any] | None = None

@@ -122,14 +122,15 @@ class SourceRows:
         params: list[Any] = []
         if self.exclusion is not None:
             parts.append(self.not_excluded(kind))
-        if filters.project:
+        if names := filters.projects():
+            marks = f"IN ({', '.join('?' * len(names))})"
             if kind is Kind.PROMPT:
-                parts.append(f"{self.project_expr(kind)} = ?")
-                params.append(filters.project)
+                parts.append(f"{self.project_expr(kind)} {marks}")
+                params.extend(names)
             else:
                 merged = self.col(kind, "merged_into_project")
-                parts.append(f"({ALIAS}.project = ? OR {merged} = ?)" if merged else f"{ALIAS}.project = ?")
-                params.extend([filters.project, filters.project] if merged else [filters.project])
+                parts.append(f"({ALIAS}.project {marks} OR {merged} {marks})" if merged else f"{ALIAS}.project {marks}")
+                params.extend([*names, *names] if merged else names)
         if filters.platform:
             platform = self.schema.column(SESSIONS_TABLE, "platform_source")
             match = self.schema.session_match(kind, ALIAS, "s")

@@ -180,8 +180,11 @@ class TextIndex:
         must: list[tuple[Any, Any]] = [(Occur.Must, words),
                                        (Occur.Must, Q.term_query(self._schema, "kind", KIND_TERM[kind]))]
         filters, window = scope.filters, scope.window
-        if filters.project:
-            must.append((Occur.Must, Q.term_query(self._schema, "project", filters.project)))
+        if names := filters.projects():
+            # Several names (a worktree's and its repository's) as one set, which scores the same for
+            # each: term queries would add each project's IDF and favour the smaller project's rows.
+            must.append((Occur.Must, Q.term_query(self._schema, "project", names[0]) if len(names) == 1
+                         else Q.term_set_query(self._schema, "project", list(names))))
         if filters.types:
             must.append((Occur.Must, Q.boolean_query(
                 [(Occur.Should, Q.term_query(self._schema, "type", t)) for t in filters.types])))

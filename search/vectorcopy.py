@@ -192,12 +192,11 @@ class VectorCopy:
 
     def candidates(self, kinds: Iterable[Kind], filters: Filters, window: Window) -> npt.NDArray[np.intp]:
         """Positions of the live documents that pass kind, window, project and types, ascending."""
-        project: int | None = None
-        if filters.project:
-            found = self._codes(self.manifest.projects, [filters.project])
-            if not found:
+        projects: list[int] | None = None
+        if names := filters.projects():
+            projects = self._codes(self.manifest.projects, names)
+            if not projects:
                 return np.zeros(0, np.intp)
-            project = found[0]
         codes = [KIND_BYTE[k] for k in kinds]
         types = self._codes(self.manifest.types, filters.types) if filters.types else None
         spans = [(0, self.manifest.count)]
@@ -219,8 +218,8 @@ class VectorCopy:
                 mask &= e["epoch"] >= window.start_ms
             if window.end_ms is not None:
                 mask &= e["epoch"] <= window.end_ms
-            if project is not None:
-                mask &= (e["project"] == project) | (e["merged"] == project)
+            if projects is not None:
+                mask &= np.isin(e["project"], projects) | np.isin(e["merged"], projects)
             if types is not None:
                 mask &= np.isin(e["type"], types)
             parts.append(np.flatnonzero(mask) + a)

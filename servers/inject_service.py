@@ -12,10 +12,14 @@ much of each is :func:`memsync.search.inject.choose`.
   stores it (system blocks removed); under 3 words left (a Han or Kana run: a word per 2 characters),
   nothing.
 - The query: that text's first 2,000 characters and its last 500.
-- The project: from ``cwd`` by claude-mem's own rule (``project_for_cwd``; the hook's
+- The project: from ``cwd`` by claude-mem's own rule (``project_context_for_cwd``; the hook's
   ``CLAUDE_PROJECT_DIR`` first, when the client forwards it as ``claude_project_dir``); the project's whole
-  memory is searched, every kind, no recency window. Every project's memory only when
-  ``inject_other_projects`` is on; a payload without a ``cwd`` gets nothing either way.
+  memory is searched, every kind, no recency window. In a git worktree that is the worktree's own
+  project (``parent/worktree``, what claude-mem records there) and its repository's (``parent``), as
+  claude-mem's SessionStart context reads them: a new worktree starts with its repository's memory
+  (upstream's own per-prompt injection reads the worktree's alone, empty until the worktree has
+  sessions). Every project's memory only when ``inject_other_projects`` is on; a payload without a
+  ``cwd`` gets nothing either way.
 - Rows of the current session are already in the conversation: left out, matched by ``session_id``
   = ``sdk_sessions.content_session_id`` (prompts carry it; observations and summaries through
   their session's ``memory_session_id``).
@@ -44,7 +48,7 @@ from memsync.config.cjk import word_count
 from memsync.config.claude_mem.project_name import (
     is_internal_protocol_payload,
     is_private_prompt,
-    project_for_cwd,
+    project_context_for_cwd,
     stored_prompt_text,
 )
 from memsync.config.claude_mem.schema import KINDS, SESSIONS_TABLE, SUMMARY_FIELDS, Kind
@@ -164,8 +168,8 @@ def answer(payload: Mapping[str, Any], searcher: Searcher, settings: Settings,
     env = {"HOME": os.environ.get("HOME", "")}
     if isinstance(project_dir := payload.get(PROJECT_DIR_FIELD), str):
         env[PROJECT_DIR_ENV] = project_dir  # the hook's CLAUDE_PROJECT_DIR, which the client forwards
-    project = project_for_cwd(cwd, env)
-    results = searcher.search(request_of(prompt, None if settings.inject_other_projects else project)).results
+    projects = project_context_for_cwd(cwd, env).all_projects
+    results = searcher.search(request_of(prompt, None if settings.inject_other_projects else projects)).results
     if session is not None:
         results = _outside_session(results, searcher.settings, session)
     seen = sessions.seen(session) if session is not None else frozenset()
@@ -207,10 +211,10 @@ def asked(payload: Mapping[str, Any]) -> tuple[str, str, str | None] | None:
     return text, cwd, session if isinstance(session, str) and session else None
 
 
-def request_of(prompt: str, project: str | None) -> SearchRequest:
-    """The search of a prompt: its query, the project's whole memory (every kind, all time; None:
+def request_of(prompt: str, projects: str | tuple[str, ...] | None) -> SearchRequest:
+    """The search of a prompt: its query, the projects' whole memory (every kind, all time; None:
     every project's), the full rows (their text is rendered), ``CANDIDATES`` of them."""
-    return SearchRequest(query=query_of(prompt), kinds=KINDS, filters=Filters(project=project), window_days=0,
+    return SearchRequest(query=query_of(prompt), kinds=KINDS, filters=Filters(project=projects), window_days=0,
                          limit=CANDIDATES, format=Format.FULL, show_all=True)  # the decision has its own gate
 
 

@@ -89,9 +89,10 @@ def test_text_index_with_the_fts5_tail(tmp_path: Path, pool: concurrent.futures.
     assert semantic_only.index is None
 
 
-@pytest.mark.parametrize("filters", [Filters(), Filters(project="beta"), Filters(types=("feature",)),
-                                     Filters(concepts=("airship",)), Filters(files=("mast.md",))],
-                         ids=["none", "project", "types", "concepts", "files"])
+@pytest.mark.parametrize("filters", [Filters(), Filters(project="beta"), Filters(project=("beta", "alpha")),
+                                     Filters(types=("feature",)), Filters(concepts=("airship",)),
+                                     Filters(files=("mast.md",))],
+                         ids=["none", "project", "projects", "types", "concepts", "files"])
 @pytest.mark.parametrize("window", [ALL_TIME, Window(1, BASE_MS + 50_600, None, "window")], ids=["all", "recent"])
 def test_whichever_index_answers_the_matches_are_the_same(tmp_path_factory: pytest.TempPathFactory,
                                                           pool: concurrent.futures.Executor, filters: Filters,
@@ -105,6 +106,22 @@ def test_whichever_index_answers_the_matches_are_the_same(tmp_path_factory: pyte
     # The feature with the concept is older than the recent window.
     nothing_expected = bool(filters.types or filters.concepts) and window.start_ms is not None
     assert any(answers[0].values()) is not nothing_expected
+
+
+def test_several_projects_find_what_each_finds(tmp_path_factory: pytest.TempPathFactory,
+                                               pool: concurrent.futures.Executor) -> None:
+    """A worktree's hook asks for two projects at once: each index finds the union of what either
+    finds alone, in the order of the words alone (the project set scores alike for every row)."""
+    for fts, text_index in ((True, True), (False, False)):
+        s = build(tmp_path_factory.mktemp("db"), fts=fts, text_index=text_index,
+                  extra=[obs(54, "alpha/wt", narrative="zeppelin ballast in the worktree")])
+        each = [rank(s, pool, "zeppelin", Filters(project=p))[0] for p in ("alpha", "alpha/wt", "beta")]
+        both, _ = rank(s, pool, "zeppelin", Filters(project=("alpha", "alpha/wt")))
+        assert {k: sorted(v) for k, v in both.items()} == {k: sorted(each[0][k] + each[1][k]) for k in KINDS}
+        assert each[1][Kind.OBSERVATION] and each[2][Kind.OBSERVATION]  # beta's is not among them
+        assert not set(each[2][Kind.OBSERVATION]) & set(both[Kind.OBSERVATION])
+        everything, _ = rank(s, pool, "zeppelin")
+        assert both[Kind.OBSERVATION] == [i for i in everything[Kind.OBSERVATION] if i in both[Kind.OBSERVATION]]
 
 
 def test_date_order_and_the_count_outside_the_window(tmp_path: Path, pool: concurrent.futures.Executor) -> None:

@@ -71,6 +71,18 @@ def test_every_strategy_finds_the_same_rows(synced: Settings, filters: Filters, 
     assert (Kind.OBSERVATION, 41) in found["exact by id"]  # outranked by 40 older rows in the plain top-N
 
 
+def test_several_projects_are_one_filter_in_every_strategy(synced: Settings) -> None:
+    """A worktree's hook asks for the worktree's project and its repository's at once."""
+    for name, (overrides, timing) in STRATEGIES.items():
+        settings = synced.model_copy(update=overrides)
+        beta, timings = run(settings, Filters(project="beta"), 30)
+        assert timing in timings, (name, timings)
+        assert beta == [(Kind.OBSERVATION, 42)], name
+        assert run(settings, Filters(project=("beta", "gamma")), 30)[0] == beta, name  # gamma has no rows
+        both = run(settings, Filters(project=("alpha", "beta")), 30)[0]
+        assert {(Kind.OBSERVATION, 41), (Kind.OBSERVATION, 42)} <= set(both), name
+
+
 def test_unrestricted_search_is_the_plain_top_n(synced: Settings) -> None:
     keys, timings = run(synced, Filters(), 0)
     assert "vector_query" in timings and not {"vector_copy", "vector_exact", "vector_overfetch"} & timings

@@ -61,6 +61,11 @@ def test_project_includes_merged_rows_and_prompts_take_their_sessions(rows: Sour
     assert rows.passing(Kind.OBSERVATION, [1, 2, 3, 4], alpha, None) == {1, 2} | merged
     assert rows.passing(Kind.PROMPT, [1, 2], alpha, None) == {1}
     assert rows.count(Kind.PROMPT, Filters(project="beta"), None) == 1
+    both = Filters(project=("beta", "alpha"))  # several projects: a row of any of them
+    assert rows.passing(Kind.OBSERVATION, [1, 2, 3, 4], both, None) == {1, 2, 4} | merged
+    assert rows.passing(Kind.PROMPT, [1, 2], both, None) == {1, 2}
+    assert rows.count(Kind.PROMPT, Filters(project=("beta", "gamma")), None) == 1
+    assert Filters(project=("beta", "", "beta")).projects() == ("beta",) and Filters(project="").projects() == ()
 
 
 def test_like_filters_are_substrings_not_patterns(rows: SourceRows) -> None:

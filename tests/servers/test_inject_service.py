@@ -3,8 +3,11 @@ session memory, and answer() on the served database (real claude-mem rows, the r
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -184,6 +187,26 @@ class TestAnswer:
         got = answer(elsewhere, warm, served.model_copy(update={"inject_other_projects": True}), SessionMemory())
         assert got.context is not None and "#1" in got.refs
         assert "alpha:" in got.context  # the line names the project the memory is from
+
+    def test_a_worktree_gets_its_repositorys_memory(self, warm: Searcher, served: Settings, tmp_path: Path) -> None:
+        """claude-mem records a worktree's prompts under ``alpha/alpha-wt`` (none yet here); its
+        SessionStart context reads that and ``alpha``, and so does the hook: a new worktree of a
+        repository starts with the repository's memory, and no other project's."""
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"]
+        env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path)}
+        repo, worktree = tmp_path / "alpha", tmp_path / "alpha-wt"
+        repo.mkdir()
+        for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "init"],
+                     ["worktree", "add", "-q", "-b", "feature", str(worktree)]):
+            subprocess.run([*git, *args], cwd=repo, env=env, check=True, capture_output=True)
+        (worktree / "src").mkdir()
+        got = answer(hook(MATCHING, cwd=str(worktree / "src")), warm, served, SessionMemory())
+        assert got.context is not None and "#1" in got.refs
+        assert "Dark mode" not in got.context  # project beta's memory is not this repository's
+        beside = tmp_path / "beta-wt"  # a worktree of another repository: that one's memory only
+        beside.mkdir()
+        (beside / ".git").write_text(f"gitdir: {tmp_path}/gone/beta/.git/worktrees/beta-wt\n")
+        assert "#1" not in answer(hook(MATCHING, cwd=str(beside)), warm, served, SessionMemory()).refs
 
     def test_the_hooks_project_dir_comes_before_cwd(self, warm: Searcher, served: Settings) -> None:
         """claude-mem files the prompt under CLAUDE_PROJECT_DIR's project, which the client forwards."""
