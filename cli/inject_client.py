@@ -2,7 +2,9 @@
 
 It reads the hook's JSON payload on stdin, asks the running ``memsync worker`` of the data
 directory over its unix socket (``memsync.config.inject_channel``), and prints Claude Code's hook
-output when the worker has a memory for the prompt; otherwise nothing. Standard library only, and
+output when the worker has a memory for the prompt; otherwise nothing. A ``SessionStart`` payload
+of a compaction (``compacted``) is passed on the same way: the worker then forgets what it injected
+in that session, and nothing is printed. Standard library only, and
 dispatched before the command's click group loads (``memsync.entry``): Python's start plus this
 module is the whole cost of a prompt that gets nothing.
 
@@ -40,6 +42,7 @@ from memsync.config.inject_channel import (
     ChannelError,
     Reply,
     check_private_dir,
+    compacted,
     hook_output,
     request_line,
     setting_off,
@@ -97,7 +100,7 @@ def _run(argv: list[str], deadline: float) -> None:
         return
     if reply.error is not None:
         _say(f"the worker could not answer: {reply.error}")
-    elif reply.context:
+    elif reply.context and not compacted(payload):  # a compaction's hook output would be another event's
         sys.stdout.write(hook_output(reply.context) + "\n")
         sys.stdout.flush()
 
@@ -115,6 +118,8 @@ def _payload(raw: bytes) -> dict[str, Any] | None:
     if not isinstance(payload, dict):
         _say("hook payload is not a JSON object: nothing injected")
         return None
+    if compacted(payload):
+        return payload  # the worker forgets what it injected in the session; nothing to print
     event = payload.get("hook_event_name")
     if event != EVENT:
         _say(f"hook event {str(event)[:40]!r} is not {EVENT}: nothing injected")

@@ -32,6 +32,7 @@ from memsync.config.errors import MemsyncError
 # on every prompt.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 SOCKET_NAME = "inject.sock"
@@ -44,7 +45,18 @@ CLIENT_TIMEOUT_S = 1.0  # from the client's start to its last byte read
 MAX_PAYLOAD_BYTES = 512 * 1024
 MAX_REPLY_BYTES = 256 * 1024  # a reply holds at most inject_budget_tokens of text (1,500 at most)
 EVENT = "UserPromptSubmit"
+# Claude Code's SessionStart with source "compact": the session (same id) goes on from a summary of
+# its conversation, so the memories injected before may be gone from it (checked with 2.1.332: a
+# `/compact` runs it with the session's id; `/clear` starts a new id, startup and resume do not match).
+COMPACT_EVENT = "SessionStart"
+COMPACT_SOURCE = "compact"
 SUPPORTED = sys.platform != "win32"
+
+
+def compacted(payload: Mapping[str, Any]) -> bool:
+    """Whether a hook payload says its session's conversation was just compacted (see
+    ``COMPACT_EVENT``): the worker forgets what it injected in that session, nothing is injected."""
+    return payload.get("hook_event_name") == COMPACT_EVENT and payload.get("source") == COMPACT_SOURCE
 
 
 class ChannelError(MemsyncError):

@@ -47,6 +47,7 @@ from memsync.config.inject_channel import (
     ChannelError,
     Reply,
     check_private_dir,
+    compacted,
     parse_request,
     short_dir,
     socket_path,
@@ -287,7 +288,7 @@ class InjectListener:
                 delivered = True
             except OSError:  # a client that gave up (past its 1 s) has closed: nothing to tell
                 delivered = False
-        if reply.error is None:
+        if reply.error is None and not (payload is not None and compacted(payload)):  # prompts only
             self._count(reply, delivered)
             if delivered and reply.refs and payload is not None:
                 self._delivered(payload, reply)

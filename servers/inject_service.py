@@ -26,7 +26,9 @@ much of each is :func:`memsync.search.inject.choose`.
 - :class:`SessionMemory`: the refs injected per session (recorded by :func:`delivered` once the
   hook has read them), for the 1,000 most recently seen
   sessions, in the worker's memory only (lost when the worker restarts: a memory may then be
-  injected once more in a session that goes on).
+  injected once more in a session that goes on). Forgotten when Claude Code compacts the session's
+  conversation (its ``SessionStart`` hook with source ``compact``, which swap also installs): the
+  summary that replaces the conversation may have dropped them, so they may be injected again.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from memsync.config.claude_mem.project_name import (
     stored_prompt_text,
 )
 from memsync.config.claude_mem.schema import KINDS, SESSIONS_TABLE, SUMMARY_FIELDS, Kind
-from memsync.config.inject_channel import PROJECT_DIR_ENV, PROJECT_DIR_FIELD
+from memsync.config.inject_channel import PROJECT_DIR_ENV, PROJECT_DIR_FIELD, compacted
 from memsync.config.records import format_ref
 from memsync.config.settings import Settings
 from memsync.config.tokens import count_tokens
@@ -122,6 +124,12 @@ class SessionMemory:
             while len(self._refs) > self.max_sessions:
                 self._refs.popitem(last=False)
 
+    def forget(self, session_id: str) -> None:
+        """Forget what was injected in ``session_id`` (its conversation was compacted: those
+        memories may be gone from it)."""
+        with self._lock:
+            self._refs.pop(session_id, None)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._refs)
@@ -158,6 +166,11 @@ def answer(payload: Mapping[str, Any], searcher: Searcher, settings: Settings,
     """The injection for one hook payload (see the module docstring); NOTHING when nothing fits.
     Its refs count as injected in the session only once the hook has them (:func:`delivered`): an
     answer the hook gave up on reached no prompt."""
+    if compacted(payload):
+        if isinstance(session := payload.get("session_id"), str) and session:
+            sessions.forget(session)
+            log.debug("inject_forgot_session", reason="compacted")
+        return NOTHING
     ask = asked(payload)
     if ask is None:
         return NOTHING

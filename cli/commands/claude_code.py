@@ -170,9 +170,11 @@ def claude_code() -> None:
     keeps teaching search, timeline and get_observations, now answered by memsync. `swap` also
     adds a UserPromptSubmit hook (`…/memsync claude-code inject`, the same executable, answered by the running `memsync
     worker`) to the same settings file whatever --scope is, which puts the memories that fit in
-    front of each prompt (not on Windows). `swap` records what it added to the settings file in
-    the file itself (memsyncSwap); `restore` removes the registration and exactly what that record
-    names, so rules and hooks the user wrote stay. Start a new Claude Code session afterwards.
+    front of each prompt, and the same command as a SessionStart hook run on a compaction, after
+    which a memory given earlier in the session may be given again (not on Windows). `swap`
+    records what it added to the settings file in the file itself (memsyncSwap); `restore` removes
+    the registration and exactly what that record names, so rules and hooks the user wrote stay.
+    Start a new Claude Code session afterwards.
     """
 
 

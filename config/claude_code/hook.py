@@ -16,6 +16,10 @@ MCP registration (passed on when set explicitly, or the demo's). Each word is qu
 shell. ``timeout`` is Claude Code's own limit for the hook, a backstop only: the client gives up on
 a silent worker long before it.
 
+Beside it swap adds the same command to ``hooks.SessionStart`` with the matcher ``compact``
+(:func:`compact_entry`): after Claude Code compacts a conversation, the memories injected in that
+session may be injected again.
+
 Unix sockets carry the channel, so on Windows (``sys.platform == "win32"``) no hook is installed.
 """
 
@@ -31,9 +35,13 @@ from typing import Any
 
 from memsync.config.claude_code.settings_file import ClaudeSettingsError, read_settings
 from memsync.config.claude_mem.user_settings import SETTINGS_FILE, claude_mem_setting, data_dir_choice
+from memsync.config.inject_channel import COMPACT_EVENT, COMPACT_SOURCE
 
 HOOK_EVENT = "UserPromptSubmit"
 HOOK_AT = ("hooks", HOOK_EVENT)  # the list in Claude Code's settings that the entry goes into
+# Beside it, the same command on a compaction (SessionStart, matcher "compact"): the worker forgets
+# what it injected in the session, whose conversation is now a summary (config.inject_channel).
+COMPACT_AT = ("hooks", COMPACT_EVENT)
 INJECT_ARGS = ("claude-code", "inject")  # the hook client's subcommand
 # Claude Code's limit for one run of the hook, in seconds (its `timeout`, default 60 for a command
 # hook). A backstop: the client itself gives up after 1 s; 5 s leaves room for a cold interpreter.
@@ -72,6 +80,13 @@ def hook_entry(command: str) -> dict[str, Any]:
     """The entry swap adds to ``hooks.UserPromptSubmit`` (no matcher: Claude Code runs every
     ``UserPromptSubmit`` hook on every prompt)."""
     return {"hooks": [{"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S}]}
+
+
+def compact_entry(hook: Mapping[str, Any]) -> dict[str, Any]:
+    """The entry swap adds to ``hooks.SessionStart`` beside ``hook`` (its ``UserPromptSubmit``
+    entry): the same command, run only when Claude Code compacts a conversation (matcher
+    ``compact``; not at startup, resume or ``/clear``, which starts a new session id)."""
+    return {"matcher": COMPACT_SOURCE, **hook}
 
 
 def parse_inject_command(command: object) -> InjectTarget | None:

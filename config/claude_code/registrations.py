@@ -16,7 +16,8 @@ Swap records what it added (:mod:`memsync.config.claude_code.settings_file`: in 
 entries) and restore removes exactly that: a rule the user had written themselves is neither
 recorded nor removed, and a restore with no swap recorded changes nothing. The record is a list of
 values added to lists, so swap's other addition, the per-prompt memory hook in
-``hooks.UserPromptSubmit`` (:mod:`memsync.config.claude_code.hook`), is recorded and undone the same way;
+``hooks.UserPromptSubmit`` and its compaction entry in ``hooks.SessionStart``
+(:mod:`memsync.config.claude_code.hook`), is recorded and undone the same way;
 it goes into this same file whatever ``--scope`` the MCP registration takes.
 
 An earlier memsync (0.x, the first swap) denied claude-mem's whole server instead
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memsync.config.claude_code.hook import HOOK_AT, inject_targets, is_memsync_entry
+from memsync.config.claude_code.hook import COMPACT_AT, HOOK_AT, compact_entry, inject_targets, is_memsync_entry
 from memsync.config.claude_code.settings_file import (
     HOOKS_ELSEWHERE_REFUSED_SINCE,
     RECORD_KEY,
@@ -112,7 +113,8 @@ def _change(path: Path, data: dict[str, Any], before: str, edit: RecordedEdit, n
 def plan_swap(path: Path, hook: dict[str, Any] | None = None) -> SettingsChange:
     """Swap's edit, not written: the deny rules of claude-mem's three search tools added where they
     are missing, and the hook entry ``hook`` (``hook.hook_entry``; None: no hook) appended to
-    ``hooks.UserPromptSubmit``, each recorded. memsync's hook that an earlier swap recorded is
+    ``hooks.UserPromptSubmit`` and its compaction entry (``hook.compact_entry``) to
+    ``hooks.SessionStart``, each recorded. memsync's hook that an earlier swap recorded is
     replaced (another database, data directory or executable), never a hook the user wrote.
     Refuses (:class:`ClaudeSettingsError`) exactly as writing would."""
     data, newline = read_settings_file(path)
@@ -124,10 +126,12 @@ def plan_swap(path: Path, hook: dict[str, Any] | None = None) -> SettingsChange:
     for rule in DENY_RULES:
         edit.add(DENY_AT, rule)
     if hook is not None:
+        wanted = {HOOK_AT: hook, COMPACT_AT: compact_entry(hook)}
         for at, value in list(edit.added):
-            if at == HOOK_AT and is_memsync_entry(value) and not same(value, hook):
+            if at in wanted and is_memsync_entry(value) and not same(value, wanted[at]):
                 edit.withdraw(at, value)
-        edit.add(HOOK_AT, hook)
+        for at, entry in wanted.items():
+            edit.add(at, entry)
     edit.finish()
     return _change(path, data, before, edit, [*notes, *_whole_server_note(path, data)], newline)
 

@@ -7,6 +7,7 @@ beside memsync's and a real ``memsync worker`` answering memsync's."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -26,11 +27,13 @@ import pytest
 from click.testing import CliRunner
 
 from memsync.config.claude_code.hook import (
+    COMPACT_AT,
     HOOK_AT,
     HOOK_TIMEOUT_S,
     SEMANTIC_INJECT_KEY,
     InjectTarget,
     claude_mem_injection,
+    compact_entry,
     hook_entry,
     hook_installed,
     hook_supported,
@@ -330,6 +333,20 @@ def offered_tools(home: Path, project: Path, api: ModelApi, worker_port: int) ->
     return listed | set(re.findall(r"\bmcp__[\w-]+", "\n".join(message_texts(last))))
 
 
+def jelly_turn(home: Path, project: Path, api: ModelApi, session: str | None = None) -> tuple[str, set[str]]:
+    """One ``claude -p`` turn of :data:`JELLY_PROMPT` (in ``session`` when given, by ``--resume``): its
+    session id and the refs memsync injected in it."""
+    api.requests.clear()
+    out = claude(home, "-p", JELLY_PROMPT, "--output-format", "json", *(("--resume", session) if session else ()),
+                 cwd=project, ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="sk-ant-test")
+    last = [r for r in api.requests if r.get("messages")][-1]  # the turn's request: the history, then this turn
+    turn = list(itertools.takewhile(lambda m: m.get("role") != "assistant", reversed(last["messages"])))
+    text = "\n".join(message_texts({"messages": turn}))
+    blocks = re.findall(f"UserPromptSubmit hook additional context: (<{TAG}>.*?</{TAG}>)", text, re.DOTALL)
+    refs = {ref for block in blocks for ref in re.findall(r"^- (#\w+) ", block, re.MULTILINE)}
+    return json.loads(out)["session_id"], refs
+
+
 def memsync_context(api: ModelApi) -> list[str]:
     """memsync's memory blocks, as the additional context of a UserPromptSubmit hook, in the
     messages of the requests ``api`` recorded (Claude Code puts every hook's context of a turn
@@ -431,13 +448,13 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
             assert servers(claude(home, "mcp", "list", cwd=project)) == {CLAUDE_MEM_SERVER: "Connected",
                                                                          "memsync": "Connected"}
             hook = inject_hook(data_dir, db)
-            assert recorded(json.loads(settings.read_text())) == [TIMELINE_RULE, GET_RULE, hook]
+            assert recorded(json.loads(settings.read_text())) == [TIMELINE_RULE, GET_RULE, hook, compact_entry(hook)]
             # Claude Code rewrites the file (the plugin off and on again) and keeps memsync's record.
             claude(home, "plugin", "disable", "claude-mem@thedotmack", cwd=project)
             claude(home, "plugin", "enable", "claude-mem@thedotmack", cwd=project)
             swapped = json.loads(settings.read_text())
             assert swapped["enabledPlugins"] == {"claude-mem@thedotmack": True} and RECORD_KEY in swapped
-            assert swapped["hooks"] == {"UserPromptSubmit": [hook]}
+            assert swapped["hooks"] == {"UserPromptSubmit": [hook], "SessionStart": [compact_entry(hook)]}
             wait_for(lambda: worker.events("inject_warm"), 120, "the worker's warm injection searcher")
             after = agent_tools(home, project, api, port, JELLY_PROMPT)
             assert sorted(after) == sorted([*(MEMSYNC_TOOL + t for t in SEARCH_TOOLS),
@@ -454,8 +471,19 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
             wait_for(lambda: served(data_dir, int(time.time() * 1000)).prompts == 2, 10, "the worker's count")
             assert served(data_dir, int(time.time() * 1000)).injected == 1
             assert user_prompts(db)[-2:] == [JELLY_PROMPT, UNRELATED_PROMPT]
+            # In one session a memory is injected once, until Claude Code compacts the conversation
+            # (`/compact`: memsync's SessionStart entry runs with the session's id), then it may be again.
+            session, first = jelly_turn(home, project, api)
+            assert first, "the jellyfish prompt got no memory in a new session"
+            assert not jelly_turn(home, project, api, session)[1] & first  # already in this conversation
+            claude(home, "-p", "/compact", "--resume", session, cwd=project, ANTHROPIC_BASE_URL=api.url,
+                   ANTHROPIC_API_KEY="sk-ant-test")
+            assert jelly_turn(home, project, api, session)[1] & first  # the summary may have dropped them
+            wait_for(lambda: served(data_dir, int(time.time() * 1000)).prompts >= 5, 10, "the worker's count")
             assert offered_tools(home, project, api, port) == set(after)  # deferred or listed: the same tools
             assert worker.stop() == 0
+            # a compaction is no prompt: the two prompts, the three jellyfish turns and offered_tools' "hello"
+            assert served(data_dir, int(time.time() * 1000)).prompts == 6
             for tool in ("timeline", "get_observations"):  # the agent is given the parameters the skill teaches
                 mine, theirs = after[MEMSYNC_TOOL + tool], before[CLAUDE_MEM_TOOL + tool]
                 assert set(mine["properties"]) == set(theirs["properties"]), tool
@@ -606,6 +634,7 @@ def test_a_dry_run_prints_the_steps_and_changes_nothing(tmp_path: Path) -> None:
     hook = hook_entry(inject_command(Path(MEMSYNC), InjectTarget(home / ".memsync", db)))  # the default data dir
     assert lines[2:-2] == [*(f'{settings}: would add to permissions.deny: "{rule}"' for rule in DENY_RULES),
                            f"{settings}: would add to hooks.UserPromptSubmit: {json.dumps(hook)}",  # the hook entry
+                           f"{settings}: would add to hooks.SessionStart: {json.dumps(compact_entry(hook))}",
                            f"{settings}: would record what it adds in {RECORD_KEY}"]
     assert lines[-2] == f"Claude Code: {sys.executable} (on PATH)"  # a path is found by which as well
     assert lines[-1].startswith(f"claude-mem: not installed (no plugin in {home}/.claude/plugins/cache/")
@@ -698,14 +727,15 @@ class TestADryRunWithoutClaudeCode:
         lines = dry.stdout.splitlines()
         assert lines[0] == "$ claude mcp remove --scope user memsync"  # the name it was given
         assert lines[1].startswith(f"$ claude mcp add --scope user memsync -e MEMSYNC_DB={db} -- {MEMSYNC} mcp")
-        assert [line.split(": would ")[0] for line in lines[2:7]] == [str(settings)] * 5  # rules, hook, record
+        # rules, the prompt hook, the compaction entry, the record
+        assert [line.split(": would ")[0] for line in lines[2:8]] == [str(settings)] * 6
         where = f"not on PATH (/usr/bin, /bin) nor at {home}/.local/bin/claude, {home}/.claude/local/claude"
-        assert lines[7] == f"Claude Code: 'claude' not found ({where}): the real run stops (below)"
-        assert lines[8] == (f"claude-mem: not installed (no plugin in {home}/.claude/plugins/cache/thedotmack/"
+        assert lines[8] == f"Claude Code: 'claude' not found ({where}): the real run stops (below)"
+        assert lines[9] == (f"claude-mem: not installed (no plugin in {home}/.claude/plugins/cache/thedotmack/"
                             f"claude-mem or {home}/.claude/plugins/marketplaces/thedotmack, no worker on 127.0.0.1:"
                             f"{port}): the deny rules wait for it; its database {home}/.claude-mem/claude-mem.db "
                             "(claude-mem's default directory (~/.claude-mem)) does not exist")
-        assert len(lines) == 9
+        assert len(lines) == 10
         refusal = f"memsync: Claude Code's command 'claude' was not found: {where}; install Claude Code, or pass " \
                   "--claude PATH\n"
         assert dry.stderr.endswith(refusal) and real.stderr == refusal and real.stdout == ""
@@ -813,9 +843,10 @@ class TestADryRunWithoutClaudeCode:
         assert lines[:2] == [f"$ {CLAUDE_CODE} mcp remove --scope user memsync",
                              f"$ {CLAUDE_CODE} mcp add --scope user memsync -e MEMSYNC_DB={db} -- {MEMSYNC} mcp "
                              "--profile claude-mem"]
-        assert [line.split(": would ")[0] for line in lines[2:7]] == [str(home / ".claude" / "settings.json")] * 5
-        assert lines[7] == f"Claude Code: {CLAUDE_CODE} (on PATH)"
-        assert lines[8].startswith("claude-mem: not installed")
+        # 3 deny rules, the prompt hook, the compaction entry, the record
+        assert [line.split(": would ")[0] for line in lines[2:8]] == [str(home / ".claude" / "settings.json")] * 6
+        assert lines[8] == f"Claude Code: {CLAUDE_CODE} (on PATH)"
+        assert lines[9].startswith("claude-mem: not installed")
         assert "not found" not in done.stderr
         assert list(home.iterdir()) == []
 
@@ -998,10 +1029,14 @@ class TestTheHook:
         assert apply_change(plan_swap(path, hook)) is True
         data = json.loads(path.read_text())
         assert data["hooks"]["UserPromptSubmit"] == [*THEIR_HOOKS["hooks"]["UserPromptSubmit"], hook]
-        assert {k: v for k, v in data["hooks"].items() if k != "UserPromptSubmit"} == \
-            {k: v for k, v in THEIR_HOOKS["hooks"].items() if k != "UserPromptSubmit"}  # every other event as it was
+        compact = compact_entry(hook)  # the same command, on a compaction only
+        assert compact == {"matcher": "compact", **hook}
+        assert data["hooks"]["SessionStart"] == [*THEIR_HOOKS["hooks"]["SessionStart"], compact]
+        mine = ("UserPromptSubmit", "SessionStart")
+        assert {k: v for k, v in data["hooks"].items() if k not in mine} == \
+            {k: v for k, v in THEIR_HOOKS["hooks"].items() if k not in mine}  # every other event as it was
         assert list(data["hooks"]) == list(THEIR_HOOKS["hooks"])
-        assert recorded(data, HOOK_AT) == [hook]
+        assert recorded(data, HOOK_AT) == [hook] and recorded(data, COMPACT_AT) == [compact]
         assert path.read_text().endswith("}" + newline)
         assert apply_change(plan_restore(path)) is True
         assert path.read_text() == text
@@ -1027,11 +1062,12 @@ class TestTheHook:
         first, second = inject_hook(tmp_path / "a", tmp_path / "a.db"), inject_hook(tmp_path / "b", tmp_path / "b.db")
         apply_change(plan_swap(path, first))
         change = plan_swap(path, second)
-        assert [s.action for s in change.steps] == ["remove", "add", "record"]
+        assert [s.action for s in change.steps] == ["remove", "remove", "add", "add", "record"]  # both entries
         apply_change(change)
         data = json.loads(path.read_text())
         assert data["hooks"]["UserPromptSubmit"] == [*THEIR_HOOKS["hooks"]["UserPromptSubmit"], second]
-        assert recorded(data, HOOK_AT) == [second]
+        assert data["hooks"]["SessionStart"] == [*THEIR_HOOKS["hooks"]["SessionStart"], compact_entry(second)]
+        assert recorded(data, HOOK_AT) == [second] and recorded(data, COMPACT_AT) == [compact_entry(second)]
         assert apply_change(plan_swap(path, second)) is False  # the same swap again changes nothing
         apply_change(plan_restore(path))
         assert path.read_text() == text
@@ -1064,7 +1100,8 @@ class TestTheHook:
 
     def test_a_record_an_earlier_swap_wrote_is_undone_and_rewritten(self, tmp_path: Path) -> None:
         """A file an earlier memsync swapped (the hook entry recorded as itself): restore takes it all
-        back; a swap again rewrites the record as JSON text and leaves the hooks as they were."""
+        back; a swap again rewrites the record as JSON text, leaves the prompt hook as it was and adds
+        the compaction entry (which that memsync did not have)."""
         hook = inject_hook(tmp_path / "data")
         path = tmp_path / "settings.json"
         path.write_text(json.dumps({"theme": "dark", **old_record(hook)}, indent=2))
@@ -1078,7 +1115,8 @@ class TestTheHook:
         assert any("rewrites swap's record" in n for n in change.notes), change.notes  # --dry-run prints it
         assert apply_change(change) is True
         data = json.loads(path.read_text())
-        assert data["hooks"] == {"UserPromptSubmit": [hook]} and recorded(data) == [hook, *DENY_RULES]
+        assert data["hooks"] == {"UserPromptSubmit": [hook], "SessionStart": [compact_entry(hook)]}
+        assert recorded(data) == [hook, *DENY_RULES, compact_entry(hook)]
         assert record_misread_by_claude_code(data) is False
         apply_change(plan_restore(path))
         assert json.loads(path.read_text()) == {"theme": "dark"}

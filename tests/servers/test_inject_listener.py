@@ -28,6 +28,7 @@ from memsync.servers.inject_listener import (
     unavailable_reason,
 )
 from tests.cli.test_inject_client import PAYLOAD, run_hook
+from tests.system.test_worker import wait_for
 
 pytestmark = pytest.mark.slow  # the client runs as a process
 
@@ -83,6 +84,25 @@ def test_a_prompt_gets_the_hook_output(served_by: tuple[InjectListener, StandIn]
     counts = served(settings.data_dir, int(time.time() * 1000))
     assert (counts.prompts, counts.injected, counts.mean_tokens) == (2, 1, 20.0)
     assert "login" not in (settings.data_dir / "inject.json").read_text()  # counts only, no prompt text
+
+
+def test_a_compaction_reaches_the_worker_and_is_no_prompt(served_by: tuple[InjectListener, StandIn],
+                                                          settings: Settings) -> None:
+    """Claude Code's SessionStart of a `/compact` (swap's second entry): passed on for the worker to
+    forget what it injected in the session; nothing printed, not counted as a prompt served."""
+    _, answer = served_by
+    compaction = {"session_id": "s1", "transcript_path": "/tmp/t.jsonl", "cwd": "/tmp",
+                  "hook_event_name": "SessionStart", "source": "compact"}
+    done, _ = run_hook(settings.data_dir, json.dumps(compaction).encode())
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")  # even with a context in the reply
+    assert answer.payloads == [compaction]
+    startup = {**compaction, "source": "startup"}  # another start of a session: not for memsync
+    done, _ = run_hook(settings.data_dir, json.dumps(startup).encode())
+    assert done.returncode == 0 and done.stdout == b"" and b"is not UserPromptSubmit" in done.stderr
+    assert answer.payloads == [compaction]
+    run_hook(settings.data_dir, json.dumps(PAYLOAD).encode())  # a prompt, counted after the compaction was
+    wait_for(lambda: served(settings.data_dir, int(time.time() * 1000)).prompts >= 1, 10, "the prompt's count")
+    assert served(settings.data_dir, int(time.time() * 1000)).prompts == 1
 
 
 def test_the_client_forwards_what_only_the_hook_process_knows(

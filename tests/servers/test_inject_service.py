@@ -159,6 +159,24 @@ class TestAnswer:
         other = answer(hook(MATCHING, session="another-session"), warm, served, memory)
         assert other.refs == first.refs  # another session is independent
 
+    def test_a_compaction_forgets_what_the_session_was_given(self, warm: Searcher, served: Settings) -> None:
+        """Claude Code compacted the session's conversation (SessionStart, source compact, the same
+        session id): what was injected before may be gone from it, so it may come again."""
+        memory = SessionMemory()
+        first = answer(hook(MATCHING), warm, served, memory)
+        delivered(hook(MATCHING), first.refs, memory)
+        delivered(hook(MATCHING, session="another-session"), first.refs, memory)
+        assert first.refs and not set(first.refs) & set(answer(hook(MATCHING), warm, served, memory).refs)
+        compaction = {"hook_event_name": "SessionStart", "source": "compact", "session_id": "new-session",
+                      "cwd": "/work/projects/alpha", "transcript_path": "/tmp/t.jsonl"}
+        assert answer(compaction, warm, served, memory) == NOTHING
+        assert answer(hook(MATCHING), warm, served, memory).refs == first.refs
+        assert memory.seen("another-session") == set(first.refs)  # another session keeps its own
+        for source in ("startup", "resume", "clear"):  # a start that is no compaction forgets nothing
+            assert answer({**compaction, "session_id": "another-session", "source": source}, warm, served,
+                          memory) == NOTHING
+        assert memory.seen("another-session") == set(first.refs)
+
     def test_rows_of_the_current_session_are_left_out(self, warm: Searcher, served: Settings) -> None:
         """The uploads rows were recorded in content session alpha-2 (tests.search.test_search: o/p/s)."""
         inside = answer(hook(MATCHING, session="alpha-2"), warm, served, SessionMemory())
