@@ -27,7 +27,7 @@ from memsync.search import Mode, Searcher, SearchRequest
 from memsync.worker.seed.importer import import_records, init_db
 from memsync.worker.stores.textsync import TextSync
 from scripts.bench_search import pct
-from scripts.benchlib import ROOT, print_table, write_json
+from scripts.benchlib import ROOT, built, print_table, records_fingerprint, reusable, write_json
 from scripts.multilingual import DAY_MS, fts5, load, records
 
 CJK = ("zh", "ja", "ko")
@@ -35,22 +35,15 @@ TAIL_ROWS = 20
 
 
 def build(work: Path, rows: int) -> Settings:
-    """The database (reused when present) and the text index over all but the tail."""
+    """The database and the text index over all but the tail (reused when made from the same
+    records: ``benchlib.reusable``)."""
     db = work / "claude-mem.db"
     settings = Settings(db=db, data_dir=work / "data", chroma_mode="http", chroma_port=9)  # lexical only
-    if db.exists():
+    fingerprint = records_fingerprint(generated(rows, 0))
+    if reusable(work, fingerprint):
         return settings
-    memories, _ = load()
-    rng = random.Random(7)
-    now = int(time.time() * 1000)
-    recs: list[dict[str, Any]] = []
-    for n in range(rows):
-        memory = rng.choice(memories)
-        rec = records([{**memory, "days_ago": rng.randrange(365)}], rng.choice(CJK), now)[0]
-        key = "title" if "title" in rec else next(k for k in ("request", "prompt_text") if k in rec)
-        rec[key] = f"{rec[key]} #{n}"
-        rec["created_at_epoch"] -= rng.randrange(DAY_MS)
-        recs.append(rec)
+    work.mkdir(parents=True, exist_ok=True)
+    recs = generated(rows, int(time.time() * 1000))
     init_db(db)
     import_records(db, recs[:-TAIL_ROWS])
     text = TextSync(settings)
@@ -59,7 +52,23 @@ def build(work: Path, rows: int) -> Settings:
     finally:
         text.close()
     import_records(db, recs[-TAIL_ROWS:])  # committed after the index's last refresh: its tail
+    built(work, fingerprint)
     return settings
+
+
+def generated(rows: int, now: int) -> list[dict[str, Any]]:
+    """The build's ``rows`` records, dated back from ``now`` (0: without the clock, to fingerprint)."""
+    memories, _ = load()
+    rng = random.Random(7)
+    recs: list[dict[str, Any]] = []
+    for n in range(rows):
+        memory = rng.choice(memories)
+        rec = records([{**memory, "days_ago": rng.randrange(365)}], rng.choice(CJK), now)[0]
+        key = "title" if "title" in rec else next(k for k in ("request", "prompt_text") if k in rec)
+        rec[key] = f"{rec[key]} #{n}"
+        rec["created_at_epoch"] -= rng.randrange(DAY_MS)
+        recs.append(rec)
+    return recs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ that many documents, synced into a managed Chroma server with the real sync code
   embedding store, and the source database.
 Everything is on, as by default: text index, vector copy (in date order), embedding store.
 Writes JSON (default ``.bench/bench_scale.json``); the data of each size is kept in
-``.bench/scale-N`` and reused when its build finished (``built.json``; ``--rebuild`` to redo it).
+``.bench/scale-N`` and reused when its build finished from the same records (``built.json``; ``--rebuild`` to redo it).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from memsync.worker.seed.demo import PROJECTS, generate
 from memsync.worker.seed.importer import import_records, init_db
 from scripts.bench_lag import rss_mb
 from scripts.bench_search import QUERIES, PoolEmbedder, pct
-from scripts.benchlib import ROOT, free_port, print_table, reconciled_worker, size_mb, write_json
+from scripts.benchlib import ROOT, free_port, print_table, reconciled_worker, records_fingerprint, size_mb, write_json
 
 BUILT = "built.json"
 DOCS_PER_ROW = 3.6  # documents a demo row makes (3.59 at 1M), to size a build's sessions
@@ -56,20 +56,27 @@ def build(work: Path, documents: int, pool_embedder: PoolEmbedder, rebuild: bool
     """A database of about ``documents`` documents, synced in one resync: a first chunk measures
     documents per row, then the rest of the rows are imported and everything is synced once (a
     resync per chunk would compare every earlier row again). Returns (settings, rows, documents,
-    resync seconds). A finished build in ``work`` is reused; a partial one is started again."""
+    resync seconds). A finished build in ``work`` of the same records is reused; a partial one, or
+    one of other records (the generator changed), is started again."""
     settings = Settings(db=work / "claude-mem.db", data_dir=work / "data", chroma_mode="managed",
                         chroma_port=free_port())
     marker = work / BUILT
-    if marker.exists() and not rebuild:
-        done = json.loads(marker.read_text())
-        return settings, int(done["rows"]), int(done["documents"]), float(done["seconds"])
-    shutil.rmtree(work, ignore_errors=True)  # a partial build cannot be trusted
-    work.mkdir(parents=True)
-    init_db(settings.db)
     # As many sessions as the size needs, so that its rows span the whole year up to now (the
     # build takes records oldest first until it has its documents; about 3.6 documents a row).
     rows_per_session = len(list(generate(n_sessions=200, seed=13, span_days=365))) / 200
     sessions = int(documents / (DOCS_PER_ROW * rows_per_session) * 1.03) + 10
+    # What the build is made of: the generator's first records without the clock, and how many sessions
+    # (hashing all of a million-document build's records would take longer than it saves).
+    head = generate(n_sessions=sessions, seed=13, end_ms=0, span_days=365, projects=len(PROJECTS))
+    fingerprint = f"{records_fingerprint([r for _, r in zip(range(1000), head, strict=False)])}:{sessions}"
+    if marker.exists() and not rebuild:
+        done = json.loads(marker.read_text())
+        if done.get("fingerprint") == fingerprint:
+            return settings, int(done["rows"]), int(done["documents"]), float(done["seconds"])
+        print(f"{work} was built from other records: building it again")
+    shutil.rmtree(work, ignore_errors=True)  # a partial build cannot be trusted
+    work.mkdir(parents=True)
+    init_db(settings.db)
     records = iter(generate(n_sessions=sessions, seed=13, end_ms=int(time.time() * 1000), span_days=365,
                             projects=len(PROJECTS)))
     first = [rec for _, rec in zip(range(1000), records, strict=False)]
@@ -88,7 +95,7 @@ def build(work: Path, documents: int, pool_embedder: PoolEmbedder, rebuild: bool
     t = time.perf_counter()
     docs += resync(settings, embedder=pool_embedder).added
     seconds += time.perf_counter() - t
-    marker.write_text(json.dumps({"rows": rows, "documents": docs, "seconds": seconds}))
+    marker.write_text(json.dumps({"rows": rows, "documents": docs, "seconds": seconds, "fingerprint": fingerprint}))
     return settings, rows, docs, seconds
 
 

@@ -14,7 +14,8 @@ Variants: no window, the 90-day window, window + project filter; hybrid, lexical
 fallback (Chroma unreachable); lexical only also without memsync's text index (FTS5 alone), to
 show what the index buys in the same run. ``--query-model local-multilingual`` embeds the timed
 queries with the multilingual model instead (latency only, see ``QueryTiming``). Writes JSON
-(default ``.bench/bench_search.json``). The built data is kept in ``--work`` and reused.
+(default ``.bench/bench_search.json``). The built data is kept in ``--work`` and reused while it was
+made from the records the generator makes now (``benchlib.reusable``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from memsync.worker.seed.demo import PROJECTS, generate
 from memsync.worker.seed.importer import import_records, init_db
 from memsync.worker.stores.textsync import TextSync
 from memsync.worker.stores.vectorcopy import fill_from_store, open_writer
-from scripts.benchlib import ROOT, free_port, print_table, write_json
+from scripts.benchlib import ROOT, built, free_port, print_table, records_fingerprint, reusable, write_json
 
 QUERIES = (
     "connection pool exhausted under load", "refund endpoint returns 500", "flaky test timing",
@@ -71,18 +72,26 @@ class PoolEmbedder:
         return out
 
 
+def generated(rows: int, end_ms: int) -> list[dict[str, object]]:
+    """The build's ``rows`` records, the newest at ``end_ms`` (0: without the clock, to fingerprint)."""
+    records = []
+    for rec in generate(n_sessions=rows // 8 + 1, seed=11, end_ms=end_ms, span_days=365, projects=len(PROJECTS)):
+        records.append(rec)
+        if len(records) >= rows:
+            break
+    return records
+
+
 def build(work: Path, rows: int) -> Settings:
-    """Database + synced managed Chroma in ``work`` (reused when present)."""
+    """Database + synced managed Chroma in ``work`` (reused when made from the same records:
+    ``benchlib.reusable``)."""
     settings = Settings(db=work / "claude-mem.db", data_dir=work / "data", chroma_mode="managed",
                         chroma_port=free_port())
-    if not settings.db.exists():
+    fingerprint = records_fingerprint(generated(rows, 0))
+    if not reusable(work, fingerprint):
+        work.mkdir(parents=True, exist_ok=True)
         init_db(settings.db)
-        records = []
-        for rec in generate(n_sessions=rows // 8 + 1, seed=11, end_ms=int(time.time() * 1000), span_days=365,
-                            projects=len(PROJECTS)):
-            records.append(rec)
-            if len(records) >= rows:
-                break
+        records = generated(rows, int(time.time() * 1000))
         import_records(settings.db, records)
         real = get_embedder(settings.embedding_model, 32, 256, 0)
         texts = [str(r.get("narrative") or r.get("prompt_text") or r.get("learned") or "") for r in records[:2000]]
@@ -90,6 +99,7 @@ def build(work: Path, rows: int) -> Settings:
         t = time.monotonic()
         result = resync(settings, embedder=PoolEmbedder(pool))
         print(f"built: {rows} rows, {result.written} documents in {time.monotonic() - t:.0f} s")
+        built(work, fingerprint)
     return settings
 
 
