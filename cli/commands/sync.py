@@ -260,6 +260,7 @@ def _injection(settings: Settings, w: dict[str, Any]) -> dict[str, Any]:
     """Per-prompt injection: the hook in Claude Code's settings file, whether the worker answers it
     (up, listening), what it served in the last day (counts, never prompt text)."""
     from memsync.config.claude_code import (
+        COMPACT_AT,
         HOOKS_ELSEWHERE_REFUSED_SINCE,
         ClaudeSettingsError,
         hook_in,
@@ -276,6 +277,7 @@ def _injection(settings: Settings, w: dict[str, Any]) -> dict[str, Any]:
     except ClaudeSettingsError:
         claude_settings = {}  # missing or unreadable: "not installed" (status never fails on it)
     installed = hook_in(claude_settings, settings.data_dir)
+    compaction = hook_in(claude_settings, settings.data_dir, COMPACT_AT)
     misread = record_misread_by_claude_code(claude_settings)
     reason = unavailable_reason(settings)
     # A killed worker leaves its socket behind: with settings it cannot answer, nothing listens on it.
@@ -291,11 +293,15 @@ def _injection(settings: Settings, w: dict[str, Any]) -> dict[str, Any]:
              f"inactive: {reason}" if reason is not None else
              "inactive: the worker does not listen (its log says why: inject_listen_failed)")
     line = (f"installed, {state}" if installed else f"not installed (memsync claude-code swap installs it); {state}")
+    if installed and not compaction:  # swapped by a memsync from before the compaction entry
+        line += ("; no compaction hook (a memory given in a session is held back even after Claude Code compacts "
+                 "it): run `memsync claude-code swap` again to add it")
     if counts.prompts:
         line += (f"; last day: {counts.prompts} prompts, {counts.injected} injected, "
                  f"mean {counts.mean_tokens:.0f} tokens")
     active = listening and settings.inject and not misread
-    return {"installed": installed, "enabled": settings.inject, "active": active, "settings_misread": misread,
+    return {"installed": installed, "compaction_hook": compaction, "enabled": settings.inject, "active": active,
+            "settings_misread": misread,
             **counts.as_dict(), "line": line}
 
 

@@ -11,6 +11,7 @@ importing the package costs no more than importing one of them.
 """
 
 from memsync.config.claude_code.hook import (
+    COMPACT_AT,
     HOOK_AT,
     InjectTarget,
     claude_mem_injection,
@@ -39,8 +40,8 @@ from memsync.config.claude_code.settings_file import (
 )
 
 __all__ = [
-    "HOOK_AT", "InjectTarget", "claude_mem_injection", "hook_entry", "hook_in", "hook_installed", "hook_supported",
-    "inject_command",
+    "COMPACT_AT", "HOOK_AT", "InjectTarget", "claude_mem_injection", "hook_entry", "hook_in", "hook_installed",
+    "hook_supported", "inject_command",
     "SERVER_NAME", "SettingsChange", "apply_change", "config_dir", "plan_restore", "plan_swap", "registrations",
     "settings_path", "winning_scope",
     "HOOKS_ELSEWHERE_REFUSED_SINCE", "ClaudeSettingsError", "read_settings", "record_misread_by_claude_code",

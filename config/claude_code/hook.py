@@ -121,12 +121,15 @@ def is_memsync_entry(entry: object) -> bool:
     return bool(commands) and all(parse_inject_command(c) is not None for c in commands)
 
 
-def inject_targets(data: Mapping[str, Any]) -> list[InjectTarget]:
-    """The targets of every memsync hook command in a settings document's ``hooks.UserPromptSubmit``."""
+def inject_targets(data: Mapping[str, Any], at: tuple[str, str] = HOOK_AT) -> list[InjectTarget]:
+    """The targets of every memsync hook command in a settings document's ``hooks.UserPromptSubmit``
+    (``at``: another event's list; for :data:`COMPACT_AT`, only entries matching ``compact``)."""
     hooks = data.get("hooks")
-    entries = hooks.get(HOOK_EVENT) if isinstance(hooks, dict) else None
+    entries = hooks.get(at[1]) if isinstance(hooks, dict) else None
     if not isinstance(entries, list):
         return []
+    if at == COMPACT_AT:
+        entries = [e for e in entries if isinstance(e, dict) and e.get("matcher") == COMPACT_SOURCE]
     found = (parse_inject_command(c) for entry in entries for c in _commands(entry))
     return [t for t in found if t is not None]
 
@@ -142,11 +145,11 @@ def hook_installed(settings_file: Path, data_dir: Path | None = None) -> bool:
     return hook_in(data, data_dir)
 
 
-def hook_in(data: Mapping[str, Any], data_dir: Path | None = None) -> bool:
-    """Whether a settings document holds memsync's ``UserPromptSubmit`` hook (for ``data_dir`` when
-    given, compared as absolute paths)."""
+def hook_in(data: Mapping[str, Any], data_dir: Path | None = None, at: tuple[str, str] = HOOK_AT) -> bool:
+    """Whether a settings document holds memsync's ``UserPromptSubmit`` hook (``at``: its compaction
+    entry) for ``data_dir`` when given, compared as absolute paths."""
     want = None if data_dir is None else os.path.abspath(data_dir)
-    return any(want is None or os.path.abspath(t.data_dir) == want for t in inject_targets(data))
+    return any(want is None or os.path.abspath(t.data_dir) == want for t in inject_targets(data, at))
 
 
 def claude_mem_injection(claude_settings: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> str | None:

@@ -1153,9 +1153,17 @@ class TestTheHook:
         assert before["installed"] is True and before["settings_misread"] is True, before
         assert before["active"] is False and "installed, not applied by Claude Code 2.1.257" in before["line"]
         assert "run `memsync claude-code swap` again" in before["line"], before
+        assert before["compaction_hook"] is False and "no compaction hook" in before["line"], before
         apply_change(plan_swap(config / "settings.json", inject_hook(data_dir)))
         after = injection()
         assert after["settings_misread"] is False and "swap` again" not in after["line"], after
+        assert after["compaction_hook"] is True
+        # A file swapped after the record's fix but before the compaction entry: that alone is said.
+        (config / "settings.json").write_text(json.dumps({"hooks": {"UserPromptSubmit": [inject_hook(data_dir)]}}))
+        earlier = injection()
+        assert earlier["installed"] is True and earlier["settings_misread"] is False, earlier
+        assert earlier["compaction_hook"] is False and "no compaction hook" in earlier["line"], earlier
+        assert "run `memsync claude-code swap` again to add it" in earlier["line"], earlier
 
     def test_hook_installed_says_whether_the_file_holds_it(self, tmp_path: Path) -> None:
         path = tmp_path / "settings.json"
