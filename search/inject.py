@@ -27,6 +27,9 @@ keeps the fused order (it re-orders prompt searches only). Two questions, two si
   most recall with at most 5% of the train half answered), every fold chose 16 and no floor once
   the grid went past 8; the gate rose to 0.36 with the demo's new sessions in the train half.
 
+A row whose text is the same as an earlier row's (case and white space aside) is left out: claude-mem
+can record one observation many times over, and each copy would take a line of the budget.
+
 A result found by words only (no similarity) may go in beside others (``words_only``): measured,
 leaving them out took recall (0.664 against 0.678 of the evidence in the relevance order, the same silence), and the
 relevance model already weighs them (on the dev set their confidence tracks how often they are
@@ -124,8 +127,8 @@ def choose(results: Sequence[Candidate], budget_tokens: int, seen: Collection[st
     entries; the frame's own tokens are the caller's), leaving out the refs in ``seen`` (already
     injected in this session); in the search's order, empty when nothing fits. See the module
     docstring."""
-    usable = [(c.confidence, c) for c in results if c.ref not in seen and c.confidence is not None
-              and (policy.words_only or c.signals is not Signal.LEXICAL)]
+    usable = _first_of_each_text([(c.confidence, c) for c in results if c.ref not in seen and c.confidence is not None
+                                  and (policy.words_only or c.signals is not Signal.LEXICAL)])
     if not usable or budget_tokens <= 0:
         return []
     # Two gates, two questions: the best similarity says whether the memory holds anything about the
@@ -165,6 +168,21 @@ def choose(results: Sequence[Candidate], budget_tokens: int, seen: Collection[st
             chosen[c.ref] = one
             left -= one.tokens
     return [chosen[c.ref] for c in kept if c.ref in chosen]
+
+
+def _first_of_each_text(usable: list[tuple[float, Candidate]]) -> list[tuple[float, Candidate]]:
+    """``usable`` with each text once, at its first place in the search's order: rows of the same
+    text (claude-mem records the same observation several times over, upstream #1955) would spend
+    the budget on one memory. Texts are compared with case and runs of white space ignored."""
+    texts: set[str] = set()
+    out = []
+    for p, c in usable:
+        text = " ".join(c.body.casefold().split())
+        if text and text in texts:
+            continue
+        texts.add(text)
+        out.append((p, c))
+    return out
 
 
 def _fit(c: Candidate, share: int, head: int, count: Counter) -> Chosen | None:

@@ -16,8 +16,10 @@ FAR = MIN_SIMILARITY - 0.05  # one that does not
 
 
 def cand(ref: str, confidence: float | None, similarity: float | None = NEAR, signals: Signal = Signal.BOTH,
-         body: str = SHORT) -> Candidate:
-    return Candidate(ref, similarity, confidence, signals, f"{ref} 2026-11-01 alpha", body)
+         body: str | None = None) -> Candidate:
+    """A candidate; its text is :data:`SHORT` and its ref unless given (two rows of one text are one memory)."""
+    return Candidate(ref, similarity, confidence, signals, f"{ref} 2026-11-01 alpha",
+                     f"{SHORT} {ref}" if body is None else body)
 
 
 def refs(results: list[Candidate], budget: int = 600, seen: frozenset[str] = frozenset(),
@@ -85,18 +87,18 @@ class TestWhichMemories:
         got = refs(results, 1500)
         assert len(got) == MAX_MEMORIES and got[-1] == "#best" and f"#{MAX_MEMORIES - 1}" not in got
         assert refs([cand("#1", 0.05), cand("#2", 0.06)], policy=Policy(floor=0.5)) == ["#2"]
-        short = [cand("#1", 0.3, body=LONG), cand("#2", 0.3, body=LONG), cand("#3", 0.7, body=LONG)]
+        short = [cand(f"#{i}", p, body=f"{LONG} {i}") for i, p in ((1, 0.3), (2, 0.3), (3, 0.7))]
         assert refs(short, 25) == ["#3"]
         assert refs([cand("#1", 0.3), cand("#1", 0.7)], policy=Policy(floor=0.5)) == ["#1"]
 
     def test_a_small_budget_keeps_the_best_rather_than_stubs_of_each(self) -> None:
-        results = [cand("#1", 0.8, body=LONG), cand("#2", 0.79, body=LONG), cand("#3", 0.78, body=LONG)]
+        results = [cand(f"#{i}", p, body=f"{LONG} {i}") for i, p in ((1, 0.8), (2, 0.79), (3, 0.78))]
         assert refs(results, 30) == ["#1"]
 
 
 class TestBudget:
     def test_every_budget_is_kept(self) -> None:
-        results = [cand("#1", 0.8, body=LONG), cand("#2", 0.78, body=LONG), cand("#3", 0.77, body=LONG)]
+        results = [cand(f"#{i}", p, body=f"{LONG} {i}") for i, p in ((1, 0.8), (2, 0.78), (3, 0.77))]
         for budget in (20, 40, 100, 300, 600, 1500):
             chosen = choose(results, budget, set())
             assert chosen, budget
@@ -113,7 +115,7 @@ class TestBudget:
         """With many memories each line gets little room; the most confident one gets up to
         LEAD_SHARE of the budget, wherever the search ranked it, and is whole when that holds it."""
         answer = "The jellyfish service reads its deploy config from deploy/jelly.toml, not from the chart."
-        others = [cand(f"#{i}", 0.3, body=LONG) for i in range(MAX_MEMORIES - 1)]
+        others = [cand(f"#{i}", 0.3, body=f"{LONG} {i}") for i in range(MAX_MEMORIES - 1)]
         chosen = choose([*others[:3], cand("#best", 0.7, body=answer), *others[3:]], 485, set())
         by_ref = {c.ref: c for c in chosen}
         assert len(chosen) == MAX_MEMORIES and by_ref["#best"].body == answer
@@ -122,7 +124,7 @@ class TestBudget:
         assert sum(c.tokens for c in chosen) <= 485
 
     def test_a_short_memory_is_whole(self) -> None:
-        (only,) = choose([cand("#1", 0.8)], 600, set())
+        (only,) = choose([cand("#1", 0.8, body=SHORT)], 600, set())
         assert only.body == SHORT
 
     def test_a_text_without_spaces_is_cut_between_characters(self) -> None:
@@ -138,6 +140,18 @@ class TestBudget:
     def test_cut_refuses_a_stub(self) -> None:
         assert cut(LONG, 3) is None
         assert cut("short text", 50) == "short text"
+
+
+class TestSameText:
+    def test_rows_of_one_text_are_one_memory_at_the_first_place(self) -> None:
+        """claude-mem can record one observation many times (upstream #1955): one line, not ten."""
+        copies = [cand(f"#{i}", 0.5 - i / 100, body=SHORT if i % 2 else f"  {SHORT.upper()} ") for i in range(1, 9)]
+        other = cand("#9", 0.2, body="the ledger duplicated rows when two workers flushed at once")
+        assert refs([*copies, other]) == ["#1", "#9"]
+
+    def test_a_seen_copy_does_not_hide_the_next_one(self) -> None:
+        """The rule is within one answer: a copy already injected in the session is left out as a ref."""
+        assert refs([cand("#1", 0.5, body=SHORT), cand("#2", 0.4, body=SHORT)], seen=frozenset({"#1"})) == ["#2"]
 
 
 class TestSeen:
