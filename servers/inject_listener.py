@@ -139,8 +139,10 @@ class ServiceAnswer:
             log.info("inject_warm_failed", error=error)  # the first prompts pay the loading
 
     def __call__(self, payload: dict[str, Any]) -> Reply:
-        from memsync.servers.inject_service import answer
+        from memsync.servers.inject_service import answer, forgot
 
+        if forgot(payload, self.sessions):  # no search: at once, even while the searcher is not built yet
+            return Reply()
         result = answer(payload, self.searcher(), self.settings, self.sessions)
         return Reply(context=result.context, refs=list(result.refs), tokens=result.tokens)
 

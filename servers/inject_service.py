@@ -6,7 +6,8 @@ warm :class:`Searcher`; it decides nothing itself beyond what is asked: the sear
 session's rows left out, the session's earlier injections left out; which results go in and how
 much of each is :func:`memsync.search.inject.choose`.
 
-- Only ``UserPromptSubmit``; a prompt claude-mem would skip as private or as an internal message
+- Only ``UserPromptSubmit`` gets memory (a compaction's ``SessionStart`` only makes the worker
+  forget, below); a prompt claude-mem would skip as private or as an internal message
   (``config.claude_mem.project_name``) gets nothing, and so does a prompt holding a ``<private>``
   block at all (private text is never a query; no prompt is logged). The rest is read as claude-mem
   stores it (system blocks removed); under 3 words left (a Han or Kana run: a word per 2 characters),
@@ -166,10 +167,7 @@ def answer(payload: Mapping[str, Any], searcher: Searcher, settings: Settings,
     """The injection for one hook payload (see the module docstring); NOTHING when nothing fits.
     Its refs count as injected in the session only once the hook has them (:func:`delivered`): an
     answer the hook gave up on reached no prompt."""
-    if compacted(payload):
-        if isinstance(session := payload.get("session_id"), str) and session:
-            sessions.forget(session)
-            log.debug("inject_forgot_session", reason="compacted")
+    if forgot(payload, sessions):
         return NOTHING
     ask = asked(payload)
     if ask is None:
@@ -196,6 +194,17 @@ def answer(payload: Mapping[str, Any], searcher: Searcher, settings: Settings,
     tokens = count_tokens(context)
     log.debug("inject", refs=refs, tokens=tokens, ms=round((time.perf_counter() - started) * 1000, 1))
     return InjectAnswer(context, refs, tokens)
+
+
+def forgot(payload: Mapping[str, Any], sessions: SessionMemory) -> bool:
+    """Whether the payload is a compaction (``config.inject_channel.compacted``); its session's refs
+    are then forgotten: the summary that replaced the conversation may have dropped them."""
+    if not compacted(payload):
+        return False
+    if isinstance(session := payload.get("session_id"), str) and session:
+        sessions.forget(session)
+        log.debug("inject_forgot_session", reason="compacted")
+    return True
 
 
 def delivered(payload: Mapping[str, Any], refs: Iterable[str], sessions: SessionMemory) -> None:

@@ -348,7 +348,8 @@ def restore(claude_cmd: str, scope: str, dry_run: bool) -> None:
 @click.option("--config", type=click.Path(path_type=Path), default=None, help="A memsync TOML config file.")
 def inject(data_dir: Path | None, db: Path | None, config: Path | None) -> None:
     """Claude Code's per-prompt hook (installed by swap): the UserPromptSubmit payload on stdin, the
-    running worker's memory for it on stdout as hook output, or nothing.
+    running worker's memory for it on stdout as hook output, or nothing. A SessionStart payload of a
+    compaction makes the worker forget what it injected in that session (nothing printed).
 
     Always exits 0 and gives up after 1 s; silent when no worker listens, one stderr line for input
     it cannot use. The executable runs it before the rest of the command loads (standard library only).

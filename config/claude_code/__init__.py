@@ -4,7 +4,8 @@
   recorded beside it so that it can be taken back exactly;
 - ``registrations``: where its settings are, what claude-mem's search tools are called there, and
   the changes ``memsync claude-code swap`` / ``restore`` make to them;
-- ``hook``: the per-prompt ``UserPromptSubmit`` entry swap adds, and claude-mem's own injection.
+- ``hook``: the per-prompt ``UserPromptSubmit`` entry swap adds (and its ``SessionStart`` entry for
+  a compaction), and claude-mem's own injection.
 
 The exports below are what the command uses; all three modules are standard library only, so
 importing the package costs no more than importing one of them.

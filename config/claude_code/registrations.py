@@ -146,9 +146,10 @@ def plan_restore(path: Path) -> SettingsChange:
         notes.append(f"{path}: permissions.deny holds {', '.join(denied_rules(data))} with no record of a swap "
                      f"adding them ({RECORD_KEY}): left as they are")
     edit.undo()
-    if inject_targets(data):
-        notes.append(f"{path}: {'.'.join(HOOK_AT)} still holds a memsync hook that no swap recorded adding: "
-                     "left as it is")
+    for at in (HOOK_AT, COMPACT_AT):
+        if inject_targets(data, at):
+            notes.append(f"{path}: {'.'.join(at)} still holds a memsync hook that no swap recorded adding: "
+                         "left as it is")
     return _change(path, data, before, edit, [*notes, *_whole_server_note(path, data)], newline)
 
 
