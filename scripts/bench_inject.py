@@ -17,11 +17,12 @@ own request: every kind, all time, 20 full rows) is injected two ways:
 
 Evidence recall: the share of a question's evidence turns injected, as the prompt of that turn or
 through an observation recorded at that turn; precision: the share of injected memories that are
-evidence (pooled); tokens: the rendered context (``config.tokens``), mean over the prompts that got
-one and max. Silence: the share of the silence prompts (``tests/data/inject``; ``--silence train``
-unless the test half is asked for: thresholds are tuned on the train half only) that get anything,
-each against its memory (dev prompts in the five conversations by turn, demo prompts in the three
-demo projects by turn).
+evidence (pooled; ``precision_related`` also counts a summary of a session holding evidence, the
+relevance model's label, for what else an agent is given); tokens: the rendered context
+(``config.tokens``), mean over the prompts that got one and max. Silence: the share of the silence
+prompts (``tests/data/inject``; ``--silence train`` unless the test half is asked for: thresholds
+are tuned on the train half only) that get anything, each against its memory (dev prompts in the
+five conversations by turn, demo prompts in the three demo projects by turn).
 
 The decision's thresholds are chosen leave-one-conversation-out: for each conversation, the policy
 (``search.inject.Policy``, over a grid) that does best on the other four and the silence train half
@@ -99,6 +100,7 @@ SEMANTIC_LIMIT = "5"
 SEMANTIC_MIN_CHARS = 20
 
 Unit = tuple[str, int, int]  # (project, session number, turn number): one evidence turn
+SESSION_TURN = -1  # a summary's Unit: its session, no turn (never an evidence turn itself)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +118,7 @@ class Asked:
 
 def turns(searcher: Searcher) -> dict[str, Unit]:
     """ref → the evidence turn it stands for: a prompt its own turn, an observation the turn it was
-    recorded at."""
+    recorded at; a summary its session (turn ``SESSION_TURN``: it counts for precision, related, only)."""
     rows = searcher._rows()  # noqa: SLF001 - a benchmark may read the same database directly
     try:
         prompts = rows.query("SELECT p.id, p.prompt_number, s.project, s.content_session_id FROM user_prompts p "
@@ -124,10 +126,13 @@ def turns(searcher: Searcher) -> dict[str, Unit]:
         observations = rows.query("SELECT o.id, o.prompt_number, s.project, s.content_session_id FROM observations o "
                                   "JOIN sdk_sessions s ON s.memory_session_id = o.memory_session_id "
                                   "WHERE o.prompt_number IS NOT NULL")
+        summaries = rows.query(f"SELECT m.id, {SESSION_TURN} AS prompt_number, s.project, s.content_session_id "
+                               "FROM session_summaries m "
+                               "JOIN sdk_sessions s ON s.memory_session_id = m.memory_session_id")
     finally:
         rows.close()
     out: dict[str, Unit] = {}
-    for kind, got in ((Kind.PROMPT, prompts), (Kind.OBSERVATION, observations)):
+    for kind, got in ((Kind.PROMPT, prompts), (Kind.OBSERVATION, observations), (Kind.SUMMARY, summaries)):
         for r in got:
             session = int(str(r["content_session_id"]).rsplit("-s", 1)[1])
             out[format_ref(kind, int(r["id"]))] = (str(r["project"]), session, int(r["prompt_number"]))
@@ -166,6 +171,7 @@ class Score:
     recall: float = 0.0
     injected: int = 0
     relevant: int = 0
+    related: int = 0  # evidence, or a summary of a session holding evidence (the relevance model's label)
     fired: int = 0
     tokens: int = 0
     max_tokens: int = 0
@@ -183,6 +189,9 @@ class Score:
         self.recall += len(got & a.evidence) / len(a.evidence)
         self.injected += len(refs)
         self.relevant += sum(1 for r in refs if units.get(r) in a.evidence)
+        sessions = {(p, n) for p, n, _ in a.evidence}
+        self.related += sum(1 for r in refs if (u := units.get(r)) is not None
+                            and (u in a.evidence or (u[2] == SESSION_TURN and (u[0], u[1]) in sessions)))
         self.fired += fired
         self.tokens += tokens
         self.max_tokens = max(self.max_tokens, tokens)
@@ -191,6 +200,7 @@ class Score:
         return {"injector": name, "n": self.questions,
                 "recall": round(self.recall / self.questions, 3) if self.questions else None,
                 "precision": round(self.relevant / self.injected, 3) if self.injected else None,
+                "precision_related": round(self.related / self.injected, 3) if self.injected else None,
                 "answered": round(self.fired / self.questions, 3) if self.questions else None,
                 "mean_tokens": round(self.tokens / self.fired) if self.fired else 0, "max_tokens": self.max_tokens,
                 "silence_fired": f"{self.silence_fired}/{self.silence_prompts}" if self.silence_prompts else None}
