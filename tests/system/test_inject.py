@@ -40,7 +40,8 @@ def test_the_running_worker_answers_the_hook_and_status_says_so(managed: Setting
                                 text=True, env=env_for(managed), timeout=60)
         injection = json.loads(status.stdout)["injection"]
         assert injection["active"] and injection["prompts_last_day"] == 1 and injection["injected_last_day"] == 1
-        assert injection["line"].startswith("not installed") and "last day: 1 prompts, 1 injected" in injection["line"]
+        assert injection["line"].startswith("not installed (memsync claude-code swap installs it); the worker listens "
+                                            "for it") and "last day: 1 prompts, 1 injected" in injection["line"]
         assert worker.stop() == 0
     finally:
         worker.kill()
