@@ -21,7 +21,8 @@ that many documents, synced into a managed Chroma server with the real sync code
   embedding store, and the source database.
 Everything is on, as by default: text index, vector copy (in date order), embedding store.
 Writes JSON (default ``.bench/bench_scale.json``); the data of each size is kept in
-``.bench/scale-N`` and reused when its build finished from the same records (``built.json``; ``--rebuild`` to redo it).
+``.bench/scale-N`` and reused when its build finished from the same records (``benchlib.reusable``;
+``built.json`` holds its figures; ``--rebuild`` to redo it).
 """
 
 from __future__ import annotations
@@ -46,7 +47,17 @@ from memsync.worker.seed.demo import PROJECTS, generate
 from memsync.worker.seed.importer import import_records, init_db
 from scripts.bench_lag import rss_mb
 from scripts.bench_search import QUERIES, PoolEmbedder, pct
-from scripts.benchlib import ROOT, free_port, print_table, reconciled_worker, records_fingerprint, size_mb, write_json
+from scripts.benchlib import (
+    ROOT,
+    built,
+    free_port,
+    print_table,
+    reconciled_worker,
+    records_fingerprint,
+    reusable,
+    size_mb,
+    write_json,
+)
 
 BUILT = "built.json"
 DOCS_PER_ROW = 3.6  # documents a demo row makes (3.59 at 1M), to size a build's sessions
@@ -69,12 +80,10 @@ def build(work: Path, documents: int, pool_embedder: PoolEmbedder, rebuild: bool
     # (hashing all of a million-document build's records would take longer than it saves).
     head = generate(n_sessions=sessions, seed=13, end_ms=0, span_days=365, projects=len(PROJECTS))
     fingerprint = f"{records_fingerprint([r for _, r in zip(range(1000), head, strict=False)])}:{sessions}"
-    if marker.exists() and not rebuild:
+    if not rebuild and reusable(work, fingerprint) and marker.exists():
         done = json.loads(marker.read_text())
-        if done.get("fingerprint") == fingerprint:
-            return settings, int(done["rows"]), int(done["documents"]), float(done["seconds"])
-        print(f"{work} was built from other records: building it again")
-    shutil.rmtree(work, ignore_errors=True)  # a partial build cannot be trusted
+        return settings, int(done["rows"]), int(done["documents"]), float(done["seconds"])
+    shutil.rmtree(work, ignore_errors=True)  # a partial build, or one of other records, cannot be trusted
     work.mkdir(parents=True)
     init_db(settings.db)
     records = iter(generate(n_sessions=sessions, seed=13, end_ms=int(time.time() * 1000), span_days=365,
@@ -95,7 +104,8 @@ def build(work: Path, documents: int, pool_embedder: PoolEmbedder, rebuild: bool
     t = time.perf_counter()
     docs += resync(settings, embedder=pool_embedder).added
     seconds += time.perf_counter() - t
-    marker.write_text(json.dumps({"rows": rows, "documents": docs, "seconds": seconds, "fingerprint": fingerprint}))
+    marker.write_text(json.dumps({"rows": rows, "documents": docs, "seconds": seconds}))
+    built(work, fingerprint)
     return settings, rows, docs, seconds
 
 

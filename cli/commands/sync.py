@@ -288,12 +288,10 @@ def _injection(settings: Settings, w: dict[str, Any]) -> dict[str, Any]:
              "swap's record as an earlier memsync wrote it, which they take for a misplaced hook, and they "
              "apply nothing of that file; run `memsync claude-code swap` again to rewrite it" if misread else
              "off (inject = false)" if not settings.inject else
-             "active" if listening else
+             ("active" if installed else "the worker listens for it") if listening else
              "inactive: worker down" if not w.get("up") else
              f"inactive: {reason}" if reason is not None else
              "inactive: the worker does not listen (its log says why: inject_listen_failed)")
-    if not installed and state == "active":  # nothing to be active for: say what the worker does
-        state = "the worker listens for it"
     line = (f"installed, {state}" if installed else f"not installed (memsync claude-code swap installs it); {state}")
     if installed and not compaction:  # swapped by a memsync from before the compaction entry
         line += ("; no compaction hook (a memory given in a session is held back even after Claude Code compacts "
