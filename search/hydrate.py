@@ -40,7 +40,7 @@ def records(rows: SourceRows, kind: Kind, ids: Sequence[int]) -> dict[int, dict[
     select = rows.schema.select_list(table, ALIAS)
     extra = f", {rows.project_expr(kind)} AS project" if kind is Kind.PROMPT else ""
     # Rows of excluded projects do not exist for a search, whichever index still holds them.
-    hidden = f" AND {rows.not_excluded(kind)}" if rows.exclusion is not None else ""
+    hidden = f" AND {rows.not_excluded(kind)}"
     out: dict[int, dict[str, Any]] = {}
     for chunk in chunks(list(dict.fromkeys(ids))):
         sql = (f"SELECT {select}{extra} FROM {table} {ALIAS} WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))})"

@@ -32,7 +32,7 @@ class ProjectCount:
 def kind_counts(rows: SourceRows, kind: Kind) -> dict[str, int]:
     """Rows of ``kind`` per project (one statement, bounded by the connection's time limit)."""
     table = TABLES[kind]
-    hidden = f" AND {rows.not_excluded(kind)}" if rows.exclusion is not None else ""
+    hidden = f" AND {rows.not_excluded(kind)}"
     if kind is Kind.PROMPT:  # a join, not project_expr's lookup per row: one pass over both tables
         match = rows.schema.session_match(kind, ALIAS, "s")
         own = f"SELECT s.project AS p FROM {table} {ALIAS} JOIN {SESSIONS_TABLE} s ON {match} WHERE 1{hidden}"

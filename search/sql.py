@@ -52,9 +52,9 @@ class SourceRows:
         # The platform filter compares normalised values (stored ones predate upstream's rule).
         self.conn.create_function("memsync_platform", 1, normalize_platform, deterministic=True)
         # Excluded projects are never an answer, whatever index a row came from.
-        self.exclusion = exclusion if exclusion is not None and exclusion.active else None
-        if self.exclusion is not None:
-            self.conn.create_function(EXCLUDED_SQL, 2, self.exclusion.sql, deterministic=True)
+        # (claude-mem's own project always: config.claude_mem.projects.INTERNAL_PROJECTS)
+        self.exclusion = exclusion if exclusion is not None else ProjectExclusion.of(())
+        self.conn.create_function(EXCLUDED_SQL, 2, self.exclusion.sql, deterministic=True)
 
     @classmethod
     def open(cls, settings: Settings) -> SourceRows:
@@ -103,7 +103,7 @@ class SourceRows:
         return f"{ALIAS}.project"
 
     def not_excluded(self, kind: Kind) -> str:
-        """SQL true for a row (alias ``t``) outside the excluded projects (``exclusion`` is set)."""
+        """SQL true for a row (alias ``t``) outside the excluded projects."""
         merged = None if kind is Kind.PROMPT else self.col(kind, "merged_into_project")
         return f"NOT {EXCLUDED_SQL}({self.project_expr(kind)}, {merged or 'NULL'})"
 
@@ -120,8 +120,7 @@ class SourceRows:
         """A WHERE fragment (without the keyword) and its parameters, for alias ``t``."""
         parts: list[str] = []
         params: list[Any] = []
-        if self.exclusion is not None:
-            parts.append(self.not_excluded(kind))
+        parts.append(self.not_excluded(kind))
         if names := filters.projects():
             marks = f"IN ({', '.join('?' * len(names))})"
             if kind is Kind.PROMPT:

@@ -15,6 +15,9 @@ and listed as such (``ProjectExclusion.ignored``, said by ``memsync status``).
 A row is excluded when its project, or the project it was merged into, is. Excluded rows are
 neither synced nor searchable: the sync derives no documents for them (a reconcile removes what
 was stored before the setting named them), and every search's SQL leaves them out.
+
+claude-mem's own project, ``observer-sessions`` (``INTERNAL_PROJECTS``), is always excluded, with no
+pattern naming it: it holds claude-mem's observer agent's messages, not the user's memory.
 """
 
 from __future__ import annotations
@@ -29,6 +32,17 @@ from memsync.config.claude_mem.user_settings import SETTINGS_FILE, data_dir_choi
 
 EXCLUDED_KEY = "CLAUDE_MEM_EXCLUDED_PROJECTS"
 SQL_FUNCTION = "memsync_excluded"  # (project, merged_into_project) -> 1 when excluded
+
+# claude-mem's observer agent runs in DATA_DIR/observer-sessions, and the base name of that folder
+# is its project (``OBSERVER_SESSIONS_PROJECT``, ``src/shared/paths.ts``). Versions from 12.1.2
+# (upstream #2104 names 12.1.2 to 12.3.9) stored that agent's own system prompt, continuation
+# prompts and tool-event XML as user prompts of this project (upstream #2104, #2093: 65% of one
+# user's prompts). Later versions record nothing there (session-init's ``shouldTrackProject``), and
+# a one-time migration ("v12.4.3 cleanup") deletes those sessions with their rows. It leaves them
+# where it does not run: a database outside claude-mem's data directory,
+# ``CLAUDE_MEM_SKIP_CLEANUP_V12_4_3=1``, too little disk for its backup, a copy. Such rows are never
+# a memory of the user's work: always excluded.
+INTERNAL_PROJECTS = ("observer-sessions",)
 
 
 def _glob_regex(pattern: str) -> re.Pattern[str]:
@@ -75,18 +89,14 @@ class ProjectExclusion:
             regexes.append(_glob_regex(last if "/" in pattern else pattern))
         return cls(tuple(patterns), tuple(ignored), tuple(regexes))
 
-    @property
-    def active(self) -> bool:
-        """Whether any pattern can exclude a project."""
-        return bool(self._regexes)
-
     def excluded(self, project: object, merged: object = None) -> bool:
         """Whether a row of ``project`` (merged into ``merged``) is excluded."""
         return self._matches(project) or self._matches(merged)
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - instances are few (see ``of``); called per scanned row
     def _matches(self, name: object) -> bool:
-        return isinstance(name, str) and bool(name) and any(r.fullmatch(name) for r in self._regexes)
+        return isinstance(name, str) and bool(name) and (
+            name in INTERNAL_PROJECTS or any(r.fullmatch(name) for r in self._regexes))
 
     def sql(self, project: object, merged: object) -> int:
         """``excluded`` as the SQL function ``memsync_excluded`` (registered on a connection)."""

@@ -23,8 +23,18 @@ def test_patterns_match_project_names_as_upstream_globs(pattern: str, name: str,
 def test_a_directory_pattern_is_ignored_not_applied_to_everything() -> None:
     ex = ProjectExclusion.of(("~/clients/**", "/tmp/*", "scratch"))
     assert ex.ignored == ("~/clients/**", "/tmp/*")
-    assert not ex.excluded("anything") and ex.excluded("scratch") and ex.active
-    assert not ProjectExclusion.of(("~/clients/**",)).active
+    assert not ex.excluded("anything") and ex.excluded("scratch")
+    assert not ProjectExclusion.of(("~/clients/**",)).excluded("anything")
+
+
+@pytest.mark.parametrize("patterns", [(), ("secret",), ("~/clients/**",)])
+def test_claude_mems_own_project_is_excluded_with_or_without_patterns(patterns: tuple[str, ...]) -> None:
+    ex = ProjectExclusion.of(patterns)
+    assert ex.excluded("observer-sessions") and ex.excluded("old-name", "observer-sessions")
+    assert ex.sql("observer-sessions", None) == 1
+    # Its name exactly, not a look-alike; and not listed as a pattern (status shows the user's own).
+    assert not ex.excluded("observer-sessions-2") and not ex.excluded("my-observer-sessions")
+    assert "observer-sessions" not in ex.patterns
 
 
 def test_a_row_is_excluded_by_its_project_or_the_one_it_was_merged_into() -> None:

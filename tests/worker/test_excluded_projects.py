@@ -12,13 +12,18 @@ from typing import Any
 import pytest
 
 from memsync.chroma import collections as stores
+from memsync.config.claude_mem import projects
+from memsync.config.claude_mem.projects import ProjectExclusion
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.settings import Settings
 from memsync.search import Filters, Mode, Searcher, SearchRequest
+from memsync.search.projects import project_counts
+from memsync.search.sql import SourceRows
 from memsync.worker.checks.verify import verify
 from memsync.worker.pipeline.resync import resync
 from memsync.worker.rows.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.rows.tail import SourceTail
+from memsync.worker.stores.textsync import TextSync
 from tests.conftest import make_db, obs, prompt, summary
 
 
@@ -57,6 +62,15 @@ def found_projects(settings: Settings, mode: Mode) -> set[str]:
         engine.close()
 
 
+def text_index_refreshes(settings: Settings) -> bool:
+    """Whether a full refresh of memsync's text index succeeds (it logs and gives None when not)."""
+    text = TextSync(settings)
+    try:
+        return text.step(force_full=True) is not None
+    finally:
+        text.close()
+
+
 @pytest.mark.parametrize("own_indexes", [True, False], ids=["own-indexes", "fts5-and-chroma-only"])
 def test_an_excluded_project_is_neither_synced_nor_searchable(tmp_path: Path, own_indexes: bool) -> None:
     base = settings_for(tmp_path, text_index=own_indexes, vector_copy=own_indexes)
@@ -69,6 +83,8 @@ def test_an_excluded_project_is_neither_synced_nor_searchable(tmp_path: Path, ow
     assert result.deleted > 0 and result.embedded == 0  # the setting gained a project: its documents go
     assert stored_projects(excluded) == {"alpha", "beta"}
     assert verify(excluded).clean
+    if own_indexes:  # memsync's text index takes the excluded rows' cells too (it once failed on them)
+        assert text_index_refreshes(excluded)
     for mode in (Mode.HYBRID, Mode.SEMANTIC, Mode.LEXICAL):
         assert found_projects(excluded, mode) == {"alpha", "beta"}, mode
     engine = Searcher(excluded)
@@ -110,3 +126,48 @@ def test_claude_mems_own_setting_applies_and_a_running_worker_sees_it_change(
     monkeypatch.setenv("CLAUDE_MEM_EXCLUDED_PROJECTS", "")  # the environment wins over the file
     resync(settings)
     assert stored_projects(settings) == {"alpha", "secret-api", "beta"}
+
+
+# What claude-mem 12.1.2-12.4.2 stored as prompts of its own project (upstream #2104): its observer
+# agent's instructions and the tool events it was shown.
+OBSERVER_PROMPT = ("You are a Claude-Mem, a specialized observer tool for creating searchable memory FOR FUTURE "
+                   "SESSIONS. <observed_from_primary_session><what_happened>Bash</what_happened><parameters>"
+                   "deploy key rotation</parameters></observed_from_primary_session>")
+
+
+def _forget_cached_exclusions() -> None:
+    ProjectExclusion.of.cache_clear()
+    ProjectExclusion._matches.cache_clear()  # noqa: SLF001 - the rule itself changes under the test
+
+
+def test_claude_mems_observer_sessions_are_neither_synced_nor_searchable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No setting names them. A data directory synced before memsync left them out loses their
+    documents at its next pass, which embeds nothing."""
+    settings = settings_for(tmp_path)
+    make_db(settings.db, [*records(), prompt(20, "observer-sessions", prompt_text=OBSERVER_PROMPT),
+                          obs(21, "observer-sessions", narrative="observer: deploy key rotation seen")])
+    with monkeypatch.context() as before:  # as a memsync without the rule synced them
+        before.setattr(projects, "INTERNAL_PROJECTS", ())
+        _forget_cached_exclusions()
+        resync(settings)
+        assert "observer-sessions" in stored_projects(settings)
+    _forget_cached_exclusions()
+
+    result = resync(settings)
+    assert result.deleted > 0 and result.embedded == 0
+    assert stored_projects(settings) == {"alpha", "secret-api", "beta"}
+    assert verify(settings).clean and text_index_refreshes(settings)
+    for mode in (Mode.HYBRID, Mode.SEMANTIC, Mode.LEXICAL):
+        assert found_projects(settings, mode) == {"alpha", "secret-api", "beta", "old-name"}, mode
+    engine = Searcher(settings)
+    try:
+        assert engine.get(Kind.OBSERVATION, [5]) == ([], [5])  # 5: the observer's observation
+        assert engine.get(Kind.PROMPT, [4]) == ([], [4])  # 4: the observer's prompt
+    finally:
+        engine.close()
+    rows = SourceRows.open(settings)
+    try:
+        assert "observer-sessions" not in {c.project for c in project_counts(rows)}
+    finally:
+        rows.close()

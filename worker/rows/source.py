@@ -51,11 +51,10 @@ class SourceReader:
         self.immutable = self._conn.immutable  # a snapshot: reopen when the file changes
         # Excluded projects (config.claude_mem.projects): a row's "excluded" cell, read and hashed
         # with its others, so that a change of the setting changes the row's hash and the next pass
-        # derives it again (no documents while excluded). Without patterns, no such cell: the
-        # hashes of every row stay those of before the setting existed.
-        self.exclusion = exclusion if exclusion is not None and exclusion.active else None
-        if self.exclusion is not None:
-            self._conn.create_function(EXCLUDED_SQL, 2, self.exclusion.sql, deterministic=True)
+        # derives it again (no documents while excluded). Always there: claude-mem's own project is
+        # excluded with no pattern set.
+        self.exclusion = exclusion if exclusion is not None else ProjectExclusion.of(())
+        self._conn.create_function(EXCLUDED_SQL, 2, self.exclusion.sql, deterministic=True)
         self._conn.create_function(FINGERPRINT_SQL, -1, fingerprint_hash, deterministic=True)
         self._conn.create_function(ROW_HASH_SQL, -1, row_cells_hash, deterministic=True)
         self._conn.create_function(ROW_HASH_TYPED_SQL, -1, _typed_row_hash, deterministic=True)
@@ -95,8 +94,7 @@ class SourceReader:
             sess_ms = sch.column(SESSIONS_TABLE, "memory_session_id")
             cols += [("s.project", "project"), (f's."{sess_ms}"' if sess_ms else "NULL", "memory_session_id"),
                      ("NULL", "merged_into_project")]
-        if self.exclusion is not None:
-            cols.append((self._excluded_expr(kind), EXCLUDED_CELL))
+        cols.append((self._excluded_expr(kind), EXCLUDED_CELL))
         return cols, join
 
     def _excluded_expr(self, kind: Kind) -> str:
@@ -218,9 +216,9 @@ class SourceReader:
         source = f"{table} t"
         if kind is Kind.PROMPT:  # a prompt's project is its session's
             args += ", CAST(s.project AS BLOB)"
-        if self.exclusion is not None:  # which rows are excluded is part of what the index holds
-            args += f", {self._excluded_expr(kind)}"
-        if kind is Kind.PROMPT or self.exclusion is not None:
+        # Which rows are excluded is part of what the index holds (a blob, as every argument is).
+        args += f", CAST({self._excluded_expr(kind)} AS BLOB)"
+        if kind is Kind.PROMPT:  # its project and its exclusion are its session's
             source += " " + self._row_columns(kind)[1]
         row = self._fetch(f"SELECT count(*) AS n, coalesce(sum({FINGERPRINT_SQL}({args})), 0) AS h FROM {source} "
                           "WHERE t.id > :after AND t.id <= :up_to", {"after": after, "up_to": up_to})[0]
