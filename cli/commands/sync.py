@@ -405,6 +405,9 @@ def _text_index_line(state: dict[str, Any]) -> str:
         who = ("the worker rebuilds it" if state.get("rebuilding", True)
                else "no worker is running to rebuild it (`memsync worker --once` does)")
         return f"damaged ({state['damaged']}); {who}; lexical searches use FTS5 meanwhile"
+    if state.get("failing"):
+        return (f"failing ({state['failing']}): the worker's refreshes fail, lexical searches use FTS5; "
+                "the worker's log has each new reason (text_index_failed)")
     if not state.get("built"):
         return "not built yet (the worker builds it); lexical searches use FTS5 meanwhile"
     behind = state["pending_rows"]

@@ -89,6 +89,9 @@ class WorkerStatus:
     # how long its last load took.
     index_loading_since_ms: int | None = None
     index_loaded_in_ms: int | None = None
+    # Why the last refresh of memsync's text index failed, None when it did not (worker.stores.textsync:
+    # searches then match words through FTS5; a refresh that fails every time is otherwise only a log line).
+    text_index_error: str | None = None
     # A call the loop waits on now (worker.loop.health.Health.busy): what, since when, and the longest it
     # can take; the heartbeat is refreshed meanwhile, for that long at most. None: not waiting.
     waiting_on: dict[str, Any] | None = None

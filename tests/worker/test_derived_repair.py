@@ -267,6 +267,32 @@ class TestTextIndexDamage:
         assert answered is Mode.HYBRID and n and "FTS5" not in reason
         assert verify(s).clean
 
+    def test_a_refresh_that_fails_is_said_by_status_while_the_worker_runs(
+            self, synced: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+        # A refresh that fails every time was a log line only: status said the index was up to date
+        # or not built yet, while every search matched words through FTS5.
+        s = synced
+        opts = ["--db", str(s.db), "--data-dir", str(s.data_dir)]
+        worker = daemon.Worker(s)
+        try:
+            with monkeypatch.context() as broken:
+                broken.setattr(textsync.TextIndexWriter, "refresh",
+                               lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+                assert worker._text_step(force_full=True) is False
+            assert "No space left on device" in (worker.health.status.text_index_error or "")
+            worker.health.status.heartbeat_ms = int(time.time() * 1000)  # as the running loop writes it
+            worker.health.status.write(s.data_dir)
+            st = status(s).text_index
+            assert st["answers"] == "FTS5" and "No space left on device" in st["failing"]
+            out = CliRunner().invoke(main, ["status", *opts], catch_exceptions=False).stdout
+            assert "text index: failing (OSError: [Errno 28] No space left on device): the worker's refreshes" in out
+            assert worker._text_step(force_full=True) is True  # the disk has room again
+            assert worker.health.status.text_index_error is None
+            worker.health.status.write(s.data_dir)
+            assert status(s).text_index["answers"] == "text index"
+        finally:
+            worker._text.close()
+
     def test_an_index_damaged_under_the_running_writer_is_rebuilt_at_its_full_refresh(self, tmp_path: Path) -> None:
         s = Settings(db=tmp_path / "claude-mem.db", data_dir=tmp_path / "data", chroma_mode="http", chroma_port=9,
                      text_index_append_s=0)

@@ -254,6 +254,11 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
         report.languages = language_state(settings, reader)
     report.vector_copy = vector_copy_state(settings, collection)
     report.worker = worker_state(settings.data_dir, now_ms(), settings.db)
+    failing = report.worker.get("text_index_error") if report.worker.get("up") else None
+    if failing and report.text_index.get("enabled"):
+        # The worker's last refresh failed: whatever the files say, the index is not kept up.
+        report.text_index.update(failing=failing, answers="FTS5",
+                                 why="the worker's refreshes of the text index fail; lexical searches use FTS5")
     if report.text_index.get("damaged"):
         # Only a running worker rebuilds it unasked: without one, say what does.
         report.text_index["rebuilding"] = bool(report.worker.get("up"))

@@ -163,6 +163,13 @@ class Worker:
         # log instead of a log that just stops.
         faulthandler.enable(all_threads=True)
 
+    def _text_step(self, force_full: bool = False) -> bool:
+        """One step of memsync's text index (``worker.stores.textsync``); whether it refreshed. Its
+        failure, or its recovery, goes into worker.json for ``memsync status``."""
+        done = self._text.step(force_full=force_full) is not None
+        self.health.status.text_index_error = self._text.failing
+        return done
+
     def request_reconcile(self) -> None:
         """Ask for a full comparison at the next step (safe from any thread or signal handler); the
         text index's full check too (every segment's checksum recomputed)."""

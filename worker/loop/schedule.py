@@ -175,7 +175,7 @@ JOBS: tuple[Job[Worker], ...] = (
         run=lambda w: w._check_health()),
     Job("text index step", Kind.FIRST, "every step, before Chroma (worker.stores.textsync decides: appends at most "
         "every text_index_append_s); --once: a full check of every segment", settings=("text_index_append_s",),
-        run=lambda w: w._text.step() is not None, whole=lambda w: w._text.step(force_full=True)),
+        run=lambda w: w._text_step(), whole=lambda w: w._text_step(force_full=True)),
     Job("open", Kind.FIRST, "every step: the source reader, then Chroma", run=lambda w: w._ensure_open(),
         whole=lambda w: w._ensure_open()),
     Job("store check", Kind.FIRST, "every step looks; checks on reconcile, replaced db, exclusions, health check, "
