@@ -333,12 +333,13 @@ def offered_tools(home: Path, project: Path, api: ModelApi, worker_port: int) ->
     return listed | set(re.findall(r"\bmcp__[\w-]+", "\n".join(message_texts(last))))
 
 
-def jelly_turn(home: Path, project: Path, api: ModelApi, session: str | None = None) -> tuple[str, set[str]]:
-    """One ``claude -p`` turn of :data:`JELLY_PROMPT` (in ``session`` when given, by ``--resume``): its
-    session id and the refs memsync injected in it."""
+def jelly_turn(home: Path, project: Path, api: ModelApi, session: str | None = None,
+               **env: str) -> tuple[str, set[str]]:
+    """One ``claude -p`` turn of :data:`JELLY_PROMPT` (in ``session`` when given, by ``--resume``;
+    with ``env`` added to Claude Code's environment): its session id and the refs memsync injected in it."""
     api.requests.clear()
     out = claude(home, "-p", JELLY_PROMPT, "--output-format", "json", *(("--resume", session) if session else ()),
-                 cwd=project, ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="sk-ant-test")
+                 cwd=project, ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY="sk-ant-test", **env)
     last = [r for r in api.requests if r.get("messages")][-1]  # the turn's request: the history, then this turn
     turn = list(itertools.takewhile(lambda m: m.get("role") != "assistant", reversed(last["messages"])))
     text = "\n".join(message_texts({"messages": turn}))
@@ -479,10 +480,14 @@ def test_swap_and_restore_with_the_real_claude_code(tmp_path: Path) -> None:
             claude(home, "-p", "/compact", "--resume", session, cwd=project, ANTHROPIC_BASE_URL=api.url,
                    ANTHROPIC_API_KEY="sk-ant-test")
             assert jelly_turn(home, project, api, session)[1] & first  # the summary may have dropped them
+            # One session without memsync's memory, the hook left installed (upstream #321, #1976): Claude
+            # Code's environment reaches its hooks; the client exits before it asks the worker.
+            assert jelly_turn(home, project, api, MEMSYNC_INJECT="false")[1] == set()
             wait_for(lambda: served(data_dir, int(time.time() * 1000)).prompts >= 5, 10, "the worker's count")
             assert offered_tools(home, project, api, port) == set(after)  # deferred or listed: the same tools
             assert worker.stop() == 0
-            # a compaction is no prompt: the two prompts, the three jellyfish turns and offered_tools' "hello"
+            # a compaction is no prompt, nor one of a session with inject off: the two prompts, the three
+            # jellyfish turns and offered_tools' "hello"
             assert served(data_dir, int(time.time() * 1000)).prompts == 6
             for tool in ("timeline", "get_observations"):  # the agent is given the parameters the skill teaches
                 mine, theirs = after[MEMSYNC_TOOL + tool], before[CLAUDE_MEM_TOOL + tool]
