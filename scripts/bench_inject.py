@@ -57,7 +57,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,7 @@ from scripts.locomo import DEFAULT_DATA, Question
 from scripts.real_claude_mem import CLAUDE_MEM_VERSION, ClaudeMemWorker
 
 KS = (5, 8, 10)
+MAX_MEMORIES_SETTING = (1, 2, 3, 5, 8)  # rows of the inject_max_memories setting (the shipped gate)
 SILENCE = ROOT / "tests" / "data" / "inject"
 # The gates (the best similarity; the best confidence, 0: no such gate), then which further memories
 # (a confidence floor, a share of the best one's), how many, and whether a words-only result may go in.
@@ -609,6 +610,11 @@ def main(argv: list[str] | None = None) -> int:
     for a in held:
         shipped.add(a, *decide(a, SHIPPED), units)
     table.append(shipped.row(f"decide, shipped {asdict(SHIPPED)}"))
+    for n in MAX_MEMORIES_SETTING:  # what a user who sets inject_max_memories gets, the rest as shipped
+        capped = Score()
+        for a in held:
+            capped.add(a, *decide(a, replace(SHIPPED, max_memories=n)), units)
+        table.append(capped.row(f"decide, shipped, inject_max_memories={n}"))
 
     # Leave one conversation out: each fold's policy from the other four and the silence train half.
     outcomes = {policy: [decide(a, policy) for a in asked_] for policy in GRID}

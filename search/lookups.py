@@ -100,10 +100,11 @@ class Lookups(ABC):
             rows.close()
 
     def projects(self) -> list[str]:
-        """The projects that have observations or summaries, sorted."""
+        """The projects that have observations or summaries, sorted; excluded ones left out."""
         rows = self._rows()
         try:
-            return sorted(set(rows.distinct(Kind.OBSERVATION, "project")) | set(rows.distinct(Kind.SUMMARY, "project")))
+            names = set(rows.distinct(Kind.OBSERVATION, "project")) | set(rows.distinct(Kind.SUMMARY, "project"))
+            return sorted(n for n in names if not rows.exclusion.excluded(n))
         finally:
             rows.close()
 

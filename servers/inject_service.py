@@ -41,7 +41,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -60,7 +60,7 @@ from memsync.config.records import format_ref
 from memsync.config.settings import Settings
 from memsync.config.tokens import count_tokens
 from memsync.search import Searcher, SearchRequest
-from memsync.search.inject import Candidate, Chosen, choose
+from memsync.search.inject import SHIPPED, Candidate, Chosen, choose
 from memsync.search.models import Filters, Format, Result
 from memsync.search.sql import SourceRows
 
@@ -185,7 +185,8 @@ def answer(payload: Mapping[str, Any], searcher: Searcher, settings: Settings,
         results = _outside_session(results, searcher.settings, session)
     seen = sessions.seen(session) if session is not None else frozenset()
     found = candidates(results)
-    chosen = choose(found, settings.inject_budget_tokens - frame_tokens(), seen)
+    chosen = choose(found, settings.inject_budget_tokens - frame_tokens(), seen,
+                    policy=replace(SHIPPED, max_memories=settings.inject_max_memories))
     if not chosen:
         log.debug("inject_none", candidates=len(found), ms=round((time.perf_counter() - started) * 1000, 1))
         return NOTHING

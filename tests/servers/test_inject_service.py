@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from memsync.config.cjk import word_count
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.settings import Settings
 from memsync.config.tokens import count_tokens
 from memsync.search import Searcher
-from memsync.search.inject import Chosen
+from memsync.search.inject import MAX_MEMORIES, Chosen
 from memsync.search.models import Result, Signal
 from memsync.servers.inject_service import (
     FOOTER,
@@ -84,6 +85,15 @@ class TestWords:
         assert [word_count(t) for t in texts] == [3, 2, 4, 4, 0]
 
 
+def test_the_memories_setting_spans_what_the_decision_gives() -> None:
+    """``inject_max_memories`` defaults to the decision's own most (the shipped choice) and cannot ask more."""
+    assert Settings().inject_max_memories == MAX_MEMORIES
+    with pytest.raises(ValidationError):
+        Settings(inject_max_memories=MAX_MEMORIES + 1)
+    with pytest.raises(ValidationError):
+        Settings(inject_max_memories=0)
+
+
 class TestSessionMemory:
     def test_least_recently_used_session_goes_first(self) -> None:
         memory = SessionMemory(max_sessions=2)
@@ -147,6 +157,14 @@ class TestAnswer:
                          SessionMemory())
             assert got.tokens <= budget, budget
             assert got.context is None or got.tokens == count_tokens(got.context)
+
+    def test_the_most_memories_a_prompt_gets_is_a_setting(self, warm: Searcher, served: Settings) -> None:
+        full = answer(hook(MATCHING), warm, served, SessionMemory())
+        assert len(full.refs) > 2
+        for n in (1, 2):
+            got = answer(hook(MATCHING), warm, served.model_copy(update={"inject_max_memories": n}), SessionMemory())
+            assert len(got.refs) == n and set(got.refs) <= set(full.refs), n
+            assert got.tokens <= 600
 
     def test_the_same_session_never_gets_a_ref_twice(self, warm: Searcher, served: Settings) -> None:
         memory = SessionMemory()

@@ -164,6 +164,7 @@ def test_claude_mems_observer_sessions_are_neither_synced_nor_searchable(
     try:
         assert engine.get(Kind.OBSERVATION, [5]) == ([], [5])  # 5: the observer's observation
         assert engine.get(Kind.PROMPT, [4]) == ([], [4])  # 4: the observer's prompt
+        assert engine.projects() == ["alpha", "beta", "old-name", "secret-api"]
     finally:
         engine.close()
     rows = SourceRows.open(settings)
