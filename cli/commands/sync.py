@@ -32,7 +32,7 @@ from memsync.commands.options import (
     settings_from,
     settings_note,
 )
-from memsync.config.claude_mem.projects import exclusion
+from memsync.config.claude_mem.projects import INTERNAL_PROJECTS, exclusion
 from memsync.config.claude_mem.schema import SchemaError
 from memsync.config.claude_mem.version import TESTED_SCHEMA_VERSION, claude_mem_version, schema_warning
 from memsync.config.diskspace import no_space
@@ -195,7 +195,9 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
             raise
     database = {"path": str(settings.db), "chosen_by": db_rule(loaded)}
     excluded = exclusion(settings.excluded_projects)
-    excluded_json = {"patterns": list(excluded.patterns), "ignored": list(excluded.ignored)}
+    # The projects in the records that the exclusion leaves out (with no documents), claude-mem's own among them.
+    left_out = sorted({p for projects in report.buckets.values() for p in projects if excluded.excluded(p)})
+    excluded_json = {"patterns": list(excluded.patterns), "ignored": list(excluded.ignored), "left_out": left_out}
     w = report.worker
     if check:
         health = verdict(report, max_lag)
@@ -235,6 +237,9 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
         for project, b in sorted(projects.items()):
             lines.append(f"{kind:<13}{project[:23]:<24}{b.rows:>8}{b.synced_rows:>8}{b.documents:>8}"
                          f"{b.pending:>8}{b.failed:>8}  {utc_stamp(b.last_sync_ms)}")
+    if left_out:
+        names = [f"{p} (claude-mem's own)" if p in INTERNAL_PROJECTS else p for p in left_out]
+        lines.append(f"left out, excluded: {', '.join(names)} (their rows get no documents and no search finds them)")
     for f in report.failures[:10]:
         lines.append(f"failed: {f['kind']} {f['id']}: {f['reason']}")
     if report.languages.get("suggestion"):

@@ -5,17 +5,20 @@ own CLAUDE_MEM_EXCLUDED_PROJECTS counts too, and a running worker notices it cha
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from memsync.chroma import collections as stores
 from memsync.config.claude_mem import projects
 from memsync.config.claude_mem.projects import ProjectExclusion
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.settings import Settings
+from memsync.main import main
 from memsync.search import Filters, Mode, Searcher, SearchRequest
 from memsync.search.projects import project_counts
 from memsync.search.sql import SourceRows
@@ -172,3 +175,9 @@ def test_claude_mems_observer_sessions_are_neither_synced_nor_searchable(
         assert "observer-sessions" not in {c.project for c in project_counts(rows)}
     finally:
         rows.close()
+    # memsync status says which projects it leaves out, and why their rows have no documents.
+    opts = ["--db", str(settings.db), "--data-dir", str(settings.data_dir), "--chroma-mode", "embedded"]
+    shown = CliRunner().invoke(main, ["status", *opts], catch_exceptions=False).stdout
+    assert "left out, excluded: observer-sessions (claude-mem's own) (their rows get no documents" in shown
+    got = json.loads(CliRunner().invoke(main, ["status", "--json", *opts], catch_exceptions=False).stdout)
+    assert got["excluded_projects"]["left_out"] == ["observer-sessions"]
