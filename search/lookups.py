@@ -160,7 +160,7 @@ class Lookups(ABC):
             pass
         else:
             epochs = rows.epochs(kind, [i])
-            if i not in epochs:
+            if i not in epochs or not rows.passing(kind, [i], Filters(), None):  # an excluded project's row is none
                 raise SearchError(f"no {kind.value} with id {i}")
             return (kind, i), epochs[i]
         try:

@@ -104,8 +104,19 @@ class SourceRows:
 
     def not_excluded(self, kind: Kind) -> str:
         """SQL true for a row (alias ``t``) outside the excluded projects."""
-        merged = None if kind is Kind.PROMPT else self.col(kind, "merged_into_project")
-        return f"NOT {EXCLUDED_SQL}({self.project_expr(kind)}, {merged or 'NULL'})"
+        if kind is Kind.PROMPT:
+            # A prompt's project is its session's: the excluded sessions are found once per
+            # statement (an uncorrelated subquery), not looked up per row; a prompt without a
+            # session has no project and stays.
+            pair = self.schema.session_key(kind)
+            if pair is None:
+                return "1"
+            own, theirs = pair
+            hidden = (f'SELECT s."{theirs}" FROM {SESSIONS_TABLE} s WHERE s."{theirs}" IS NOT NULL '
+                      f"AND {self.exclusion.named('s.project')}")
+            return f'({ALIAS}."{own}" IS NULL OR {ALIAS}."{own}" NOT IN ({hidden}))'
+        merged = self.col(kind, "merged_into_project")
+        return f"NOT {self.exclusion.condition(f'{ALIAS}.project', merged or 'NULL')}"
 
     def has_fts(self, kind: Kind) -> bool:
         """Whether the app's FTS5 table for ``kind`` exists."""

@@ -195,9 +195,8 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
             raise
     database = {"path": str(settings.db), "chosen_by": db_rule(loaded)}
     excluded = exclusion(settings.excluded_projects)
-    # The projects in the records that the exclusion leaves out (with no documents), claude-mem's own among them.
-    left_out = sorted({p for projects in report.buckets.values() for p in projects if excluded.excluded(p)})
-    excluded_json = {"patterns": list(excluded.patterns), "ignored": list(excluded.ignored), "left_out": left_out}
+    excluded_json = {"patterns": list(excluded.patterns), "ignored": list(excluded.ignored),
+                     "left_out": dict(sorted(report.left_out.items()))}
     w = report.worker
     if check:
         health = verdict(report, max_lag)
@@ -237,9 +236,10 @@ def status(as_json: bool, check: bool, max_lag: float, **kwargs: Any) -> None:
         for project, b in sorted(projects.items()):
             lines.append(f"{kind:<13}{project[:23]:<24}{b.rows:>8}{b.synced_rows:>8}{b.documents:>8}"
                          f"{b.pending:>8}{b.failed:>8}  {utc_stamp(b.last_sync_ms)}")
-    if left_out:
-        names = [f"{p} (claude-mem's own)" if p in INTERNAL_PROJECTS else p for p in left_out]
-        lines.append(f"left out, excluded: {', '.join(names)} (their rows get no documents and no search finds them)")
+    if report.left_out:  # the excluded projects' rows (claude-mem's own project among them), with no documents
+        names = [f"{p} (claude-mem's own, {n} rows)" if p in INTERNAL_PROJECTS else f"{p} ({n} rows)"
+                 for p, n in sorted(report.left_out.items())]
+        lines.append(f"left out, excluded: {', '.join(names)}: no documents, no search finds them")
     for f in report.failures[:10]:
         lines.append(f"failed: {f['kind']} {f['id']}: {f['reason']}")
     if report.languages.get("suggestion"):
@@ -411,7 +411,9 @@ def _text_index_line(state: dict[str, Any]) -> str:
                else "no worker is running to rebuild it (`memsync worker --once` does)")
         return f"damaged ({state['damaged']}); {who}; lexical searches use FTS5 meanwhile"
     if state.get("failing"):
-        return (f"failing ({state['failing']}): the worker's refreshes fail, lexical searches use FTS5; "
+        used = (f"searches use it as last refreshed, {state['pending_rows']} newer rows through FTS5"
+                if state.get("built") else "lexical searches use FTS5")
+        return (f"failing ({state['failing']}): the worker's refreshes fail, {used}; "
                 "the worker's log has each new reason (text_index_failed)")
     if not state.get("built"):
         return "not built yet (the worker builds it); lexical searches use FTS5 meanwhile"

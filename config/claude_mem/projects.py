@@ -99,8 +99,37 @@ class ProjectExclusion:
             name in INTERNAL_PROJECTS or any(r.fullmatch(name) for r in self._regexes))
 
     def sql(self, project: object, merged: object) -> int:
-        """``excluded`` as the SQL function ``memsync_excluded`` (registered on a connection)."""
-        return 1 if self.excluded(project, merged) else 0
+        """``excluded`` as the SQL function ``memsync_excluded`` (registered on a connection), given
+        the names as blobs (``condition`` casts them: text that is not UTF-8 cannot fail the call)."""
+        return 1 if self.excluded(_text(project), _text(merged)) else 0
+
+    def condition(self, project: str, merged: str = "NULL") -> str:
+        """SQL that is 1 when a row whose project is the SQL expression ``project`` (merged into
+        ``merged``, an expression or NULL) is excluded, else 0. Without patterns, plain SQL on
+        claude-mem's own project name: no Python call per row (a count or a scan stays SQLite's
+        own loop). With patterns, the function ``SQL_FUNCTION`` (registered by the connection's
+        owner), which matches both."""
+        if self._regexes:
+            return f"{SQL_FUNCTION}(CAST({project} AS BLOB), CAST({merged} AS BLOB))"
+        tests = [f"coalesce({self.named(e)}, 0)" for e in (project, merged) if e != "NULL"]
+        return "(" + " OR ".join(tests or ["0"]) + ")"
+
+    def named(self, project: str) -> str:
+        """SQL true when the project expression ``project`` is excluded, NULL for a NULL project:
+        without patterns a plain ``IN`` on claude-mem's own project name, which an index on the
+        column can answer (a subquery of excluded sessions is then a lookup, not a scan)."""
+        if self._regexes:
+            return f"{SQL_FUNCTION}(CAST({project} AS BLOB), NULL)"
+        return f"{project} IN ({', '.join(_sql_text(n) for n in INTERNAL_PROJECTS)})"
+
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _text(value: object) -> object:
+    """A name as the SQL function gets it (a blob) as text; anything else as it is."""
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
 
 
 def claude_mem_patterns(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:

@@ -113,12 +113,18 @@ class SourceSchema:
         (the session's primary key, an index lookup) where the file has it, else by
         ``content_session_id`` (5.x files, UNIQUE there); observations and summaries by
         ``memory_session_id``. ``"0"`` (never true) when this file lacks the columns."""
-        s, table = session_alias, TABLES[kind]
+        pair = self.session_key(kind)
+        return f'{session_alias}."{pair[1]}" = {row_alias}."{pair[0]}"' if pair else "0"
+
+    def session_key(self, kind: Kind) -> tuple[str, str] | None:
+        """(the row's column, the session's column) that :meth:`session_match` compares, physical
+        names; None when this file lacks them."""
+        table = TABLES[kind]
         if kind is Kind.PROMPT and (by_id := self.column(table, "session_db_id")):
-            return f'{s}.id = {row_alias}."{by_id}"'
+            return by_id, "id"
         key = "content_session_id" if kind is Kind.PROMPT else "memory_session_id"
         own, theirs = self.column(table, key), self.column(SESSIONS_TABLE, key)
-        return f'{s}."{theirs}" = {row_alias}."{own}"' if own and theirs else "0"
+        return (own, theirs) if own and theirs else None
 
 
 class SchemaError(ConfigError):

@@ -5,7 +5,9 @@ own CLAUDE_MEM_EXCLUDED_PROJECTS counts too, and a running worker notices it cha
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,15 +17,17 @@ from click.testing import CliRunner
 
 from memsync.chroma import collections as stores
 from memsync.config.claude_mem import projects
-from memsync.config.claude_mem.projects import ProjectExclusion
+from memsync.config.claude_mem.projects import ProjectExclusion, exclusion
 from memsync.config.claude_mem.schema import Kind
 from memsync.config.settings import Settings
 from memsync.main import main
-from memsync.search import Filters, Mode, Searcher, SearchRequest
+from memsync.search import Filters, Mode, Searcher, SearchError, SearchRequest
 from memsync.search.projects import project_counts
 from memsync.search.sql import SourceRows
+from memsync.worker.checks.status import status
 from memsync.worker.checks.verify import verify
 from memsync.worker.pipeline.resync import resync
+from memsync.worker.rows.source import SourceReader
 from memsync.worker.rows.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.rows.tail import SourceTail
 from memsync.worker.stores.textsync import TextSync
@@ -84,6 +88,8 @@ def test_an_excluded_project_is_neither_synced_nor_searchable(tmp_path: Path, ow
     excluded = base.model_copy(update={"excluded_projects": "~/src/secret-*"})
     result = resync(excluded)
     assert result.deleted > 0 and result.embedded == 0  # the setting gained a project: its documents go
+    # status counts them under the excluded project, old-name's merged row with its own
+    assert status(excluded).left_out == {"secret-api": 4}
     assert stored_projects(excluded) == {"alpha", "beta"}
     assert verify(excluded).clean
     if own_indexes:  # memsync's text index takes the excluded rows' cells too (it once failed on them)
@@ -150,15 +156,16 @@ def test_claude_mems_observer_sessions_are_neither_synced_nor_searchable(
     settings = settings_for(tmp_path)
     make_db(settings.db, [*records(), prompt(20, "observer-sessions", prompt_text=OBSERVER_PROMPT),
                           obs(21, "observer-sessions", narrative="observer: deploy key rotation seen")])
-    with monkeypatch.context() as before:  # as a memsync without the rule synced them
+    with monkeypatch.context() as before:  # as a memsync without the rule synced them: no excluded cell at all
         before.setattr(projects, "INTERNAL_PROJECTS", ())
+        before.setattr(SourceReader, "_exclusion_columns", lambda self, kind: [])
         _forget_cached_exclusions()
         resync(settings)
         assert "observer-sessions" in stored_projects(settings)
     _forget_cached_exclusions()
 
-    result = resync(settings)
-    assert result.deleted > 0 and result.embedded == 0
+    result = resync(settings)  # every row's hash changed (the cell): each derived again, none embedded again
+    assert result.deleted > 0 and result.embedded == 0 and result.unchanged > 0
     assert stored_projects(settings) == {"alpha", "secret-api", "beta"}
     assert verify(settings).clean and text_index_refreshes(settings)
     for mode in (Mode.HYBRID, Mode.SEMANTIC, Mode.LEXICAL):
@@ -168,6 +175,9 @@ def test_claude_mems_observer_sessions_are_neither_synced_nor_searchable(
         assert engine.get(Kind.OBSERVATION, [5]) == ([], [5])  # 5: the observer's observation
         assert engine.get(Kind.PROMPT, [4]) == ([], [4])  # 4: the observer's prompt
         assert engine.projects() == ["alpha", "beta", "old-name", "secret-api"]
+        for anchor in ("5", "P4"):  # nor a timeline's anchor
+            with pytest.raises(SearchError, match="no (observation|prompt) with id"):
+                engine.timeline(anchor)
     finally:
         engine.close()
     rows = SourceRows.open(settings)
@@ -178,6 +188,28 @@ def test_claude_mems_observer_sessions_are_neither_synced_nor_searchable(
     # memsync status says which projects it leaves out, and why their rows have no documents.
     opts = ["--db", str(settings.db), "--data-dir", str(settings.data_dir), "--chroma-mode", "embedded"]
     shown = CliRunner().invoke(main, ["status", *opts], catch_exceptions=False).stdout
-    assert "left out, excluded: observer-sessions (claude-mem's own) (their rows get no documents" in shown
+    assert "left out, excluded: observer-sessions (claude-mem's own, 2 rows): no documents, no search" in shown
     got = json.loads(CliRunner().invoke(main, ["status", "--json", *opts], catch_exceptions=False).stdout)
-    assert got["excluded_projects"]["left_out"] == ["observer-sessions"]
+    assert got["excluded_projects"]["left_out"] == {"observer-sessions": 2}
+
+
+@pytest.mark.parametrize("patterns", ["", "secret-*"], ids=["no-patterns", "patterns"])
+def test_a_project_name_that_is_not_utf8_stops_neither_sync_nor_search(tmp_path: Path, patterns: str) -> None:
+    """SQLite cannot hand such text to a Python function: the names reach the exclusion as bytes,
+    or not at all (plain SQL without patterns)."""
+    db = make_db(tmp_path / "claude-mem.db", [obs(i, "alpha") for i in range(3)] + [prompt(0, "alpha")])
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("UPDATE observations SET project = CAST(x'616cff' AS TEXT) WHERE id = 2")
+        conn.execute("UPDATE sdk_sessions SET project = CAST(x'626cff' AS TEXT)")
+    ex = exclusion(patterns, {})
+    with SourceReader(db, exclusion=ex) as reader:
+        assert len(reader.read_batch(Kind.OBSERVATION, 0, 100)) == 3
+        assert len(reader.row_hashes(Kind.OBSERVATION, 0, 100)) == 3
+        assert len(reader.read_batch(Kind.PROMPT, 0, 100)) == 1
+        assert reader.text_fingerprint(Kind.PROMPT, ("prompt_text",), 0, 10)[0] == 1
+    rows = SourceRows(db, exclusion=ex)
+    try:
+        assert rows.count(Kind.OBSERVATION, Filters(), None) == 3
+        assert rows.count(Kind.PROMPT, Filters(), None) == 1
+    finally:
+        rows.close()

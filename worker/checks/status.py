@@ -70,6 +70,9 @@ class StatusReport:
     store: dict[str, Any] = field(default_factory=dict)
     upstream: dict[str, Any] = field(default_factory=dict)
     languages: dict[str, Any] = field(default_factory=dict)
+    # Rows the excluded projects leave out, by the excluded project (a row's own, else the one it
+    # was merged into): synced with no documents, which the table alone does not explain.
+    left_out: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -228,6 +231,9 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
             for ref in reader.row_refs(kind):
                 b = per_project[ref.project or "(none)"]
                 b.rows += 1
+                if reader.exclusion.excluded(ref.project, ref.merged_into_project):
+                    name = ref.project if reader.exclusion.excluded(ref.project) else ref.merged_into_project
+                    report.left_out[name] = report.left_out.get(name, 0) + 1
                 key = (kind.value, ref.id)
                 n, ts = doc_by_key.get(key, (0, None))
                 b.documents += n
@@ -256,9 +262,9 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
     report.worker = worker_state(settings.data_dir, now_ms(), settings.db)
     failing = report.worker.get("text_index_error") if report.worker.get("up") else None
     if failing and report.text_index.get("enabled"):
-        # The worker's last refresh failed: whatever the files say, the index is not kept up.
-        report.text_index.update(failing=failing, answers="FTS5",
-                                 why="the worker's refreshes of the text index fail; lexical searches use FTS5")
+        # The worker's last refresh failed: the index is not kept up. A built one still answers up
+        # to its last refresh (newer rows through FTS5); ``answers`` stays what the files say.
+        report.text_index.update(failing=failing, why="the worker's refreshes of the text index fail")
     if report.text_index.get("damaged"):
         # Only a running worker rebuilds it unasked: without one, say what does.
         report.text_index["rebuilding"] = bool(report.worker.get("up"))

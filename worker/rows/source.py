@@ -94,15 +94,20 @@ class SourceReader:
             sess_ms = sch.column(SESSIONS_TABLE, "memory_session_id")
             cols += [("s.project", "project"), (f's."{sess_ms}"' if sess_ms else "NULL", "memory_session_id"),
                      ("NULL", "merged_into_project")]
-        cols.append((self._excluded_expr(kind), EXCLUDED_CELL))
+        cols += self._exclusion_columns(kind)
         return cols, join
 
+    def _exclusion_columns(self, kind: Kind) -> list[tuple[str, str]]:
+        """The cell a row gets for the excluded projects (its SQL, its name): read and hashed with
+        the others, and part of the text index's fingerprint."""
+        return [(self._excluded_expr(kind), EXCLUDED_CELL)]
+
     def _excluded_expr(self, kind: Kind) -> str:
-        """SQL of whether a row (alias ``t``, its session ``s``) belongs to an excluded project."""
+        """SQL of whether a row (alias ``t``, its session ``s``) belongs to an excluded project: 1 or 0."""
         if kind is Kind.PROMPT:
-            return f"{EXCLUDED_SQL}(s.project, NULL)"
+            return self.exclusion.condition("s.project")
         merged = "t.merged_into_project" if self.schema.column(TABLES[kind], "merged_into_project") else "NULL"
-        return f"{EXCLUDED_SQL}(t.project, {merged})"
+        return self.exclusion.condition("t.project", merged)
 
     def _where(self, kind: Kind, project: str | None, up_to: int | None) -> str:
         where = "t.id > :after"
@@ -217,7 +222,7 @@ class SourceReader:
         if kind is Kind.PROMPT:  # a prompt's project is its session's
             args += ", CAST(s.project AS BLOB)"
         # Which rows are excluded is part of what the index holds (a blob, as every argument is).
-        args += f", CAST({self._excluded_expr(kind)} AS BLOB)"
+        args += "".join(f", CAST({expr} AS BLOB)" for expr, _ in self._exclusion_columns(kind))
         if kind is Kind.PROMPT:  # its project and its exclusion are its session's
             source += " " + self._row_columns(kind)[1]
         row = self._fetch(f"SELECT count(*) AS n, coalesce(sum({FINGERPRINT_SQL}({args})), 0) AS h FROM {source} "
