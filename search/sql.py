@@ -14,6 +14,7 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
@@ -21,7 +22,7 @@ from urllib.parse import quote
 from memsync.config.claude_mem.connection import fetch_all, open_source_db
 from memsync.config.claude_mem.platform import DEFAULT_PLATFORM, normalize_platform
 from memsync.config.claude_mem.projects import SQL_FUNCTION as EXCLUDED_SQL
-from memsync.config.claude_mem.projects import ProjectExclusion, exclusion
+from memsync.config.claude_mem.projects import ProjectExclusion, exclusion, sql_literal
 from memsync.config.claude_mem.schema import SESSIONS_TABLE, TABLES, Kind, SourceSchema, detect
 from memsync.config.errors import SourceUnavailable
 from memsync.config.inlists import chunks
@@ -34,6 +35,15 @@ _first_id_cache: dict[tuple[str, Kind, int], tuple[int, float]] = {}
 
 class QueryTimeout(SourceUnavailable, RuntimeError):
     """A statement ran past its time limit and was interrupted."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Internal:
+    """The rows of claude-mem's own project a database holds: its sessions' keys (prompts tie to
+    them), and the kinds with rows of it."""
+
+    sessions: tuple[Any, ...]
+    kinds: frozenset[Kind]
 
 
 class SourceRows:
@@ -55,6 +65,11 @@ class SourceRows:
         # (claude-mem's own project always: config.claude_mem.projects.INTERNAL_PROJECTS)
         self.exclusion = exclusion if exclusion is not None else ProjectExclusion.of(())
         self.conn.create_function(EXCLUDED_SQL, 2, self.exclusion.sql, deterministic=True)
+        # Without patterns only claude-mem's own project is excluded, and most databases hold none
+        # of its rows: which do is read once here (lookups on claude-mem's project indexes), so that
+        # a search of such a database carries no condition at all (FTS5 alone stays FTS5 alone) and
+        # one that holds some compares plain values. None: patterns, each statement decides.
+        self._internal = None if self.exclusion.patterned else self._internal_rows()
 
     @classmethod
     def open(cls, settings: Settings) -> SourceRows:
@@ -102,19 +117,47 @@ class SourceRows:
             return f"(SELECT s.project FROM {SESSIONS_TABLE} s WHERE {match} LIMIT 1)"
         return f"{ALIAS}.project"
 
+    def _internal_rows(self) -> _Internal:
+        """Which rows of claude-mem's own project this database holds (see ``__init__``)."""
+        sessions: tuple[Any, ...] = ()
+        if (pair := self.schema.session_key(Kind.PROMPT)) is not None:
+            sessions = tuple(r[0] for r in self.query(self._excluded_sessions(pair[1])))
+        # By the row's own project, which claude-mem indexes in every version (its merged_into_project
+        # only from 13.x: a scan of each table at every open where it does not). A row merged into
+        # claude-mem's own project without one of its own would be missed here; claude-mem merges a
+        # worktree's rows into their repository's project, never into that one (and the worker
+        # leaves such a row out of every index all the same).
+        kinds = set()
+        for kind in (Kind.OBSERVATION, Kind.SUMMARY):
+            if (col := self.col(kind, "project")) is None:
+                continue
+            found = f"SELECT EXISTS(SELECT 1 FROM {TABLES[kind]} {ALIAS} WHERE {self.exclusion.named(col)})"
+            if self.query(found)[0][0]:
+                kinds.add(kind)
+        return _Internal(sessions, frozenset(kinds))
+
+    def _excluded_sessions(self, column: str) -> str:
+        """SQL of the ``column`` values of the sessions of excluded projects."""
+        return (f'SELECT s."{column}" FROM {SESSIONS_TABLE} s WHERE s."{column}" IS NOT NULL '
+                f"AND {self.exclusion.named('s.project')}")
+
     def not_excluded(self, kind: Kind) -> str:
-        """SQL true for a row (alias ``t``) outside the excluded projects."""
+        """SQL true for a row (alias ``t``) outside the excluded projects (``"1"``: none of this
+        kind is excluded in this database)."""
+        internal = self._internal
         if kind is Kind.PROMPT:
-            # A prompt's project is its session's: the excluded sessions are found once per
-            # statement (an uncorrelated subquery), not looked up per row; a prompt without a
+            # A prompt's project is its session's: the excluded sessions, found once per statement
+            # (an uncorrelated subquery) or at open, not looked up per row; a prompt without a
             # session has no project and stays.
             pair = self.schema.session_key(kind)
-            if pair is None:
+            if pair is None or (internal is not None and not internal.sessions):
                 return "1"
             own, theirs = pair
-            hidden = (f'SELECT s."{theirs}" FROM {SESSIONS_TABLE} s WHERE s."{theirs}" IS NOT NULL '
-                      f"AND {self.exclusion.named('s.project')}")
+            hidden = (self._excluded_sessions(theirs) if internal is None
+                      else ", ".join(sql_literal(v) for v in internal.sessions))
             return f'({ALIAS}."{own}" IS NULL OR {ALIAS}."{own}" NOT IN ({hidden}))'
+        if internal is not None and kind not in internal.kinds:
+            return "1"
         merged = self.col(kind, "merged_into_project")
         return f"NOT {self.exclusion.condition(f'{ALIAS}.project', merged or 'NULL')}"
 
@@ -131,7 +174,8 @@ class SourceRows:
         """A WHERE fragment (without the keyword) and its parameters, for alias ``t``."""
         parts: list[str] = []
         params: list[Any] = []
-        parts.append(self.not_excluded(kind))
+        if (hidden := self.not_excluded(kind)) != "1":
+            parts.append(hidden)
         if names := filters.projects():
             marks = f"IN ({', '.join('?' * len(names))})"
             if kind is Kind.PROMPT:

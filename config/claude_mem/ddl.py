@@ -77,6 +77,7 @@ CREATE INDEX idx_observations_created ON observations(created_at_epoch);
 CREATE INDEX idx_summaries_project ON session_summaries(project);
 CREATE INDEX idx_user_prompts_lookup ON user_prompts(session_db_id, prompt_number);
 CREATE INDEX idx_observations_sdk_session ON observations(memory_session_id);
+CREATE INDEX idx_sdk_sessions_project ON sdk_sessions(project);
 """
 
 _LEGACY_DDL = """
@@ -126,6 +127,7 @@ CREATE TABLE user_prompts (
 );
 CREATE INDEX idx_observations_sdk_session ON observations(sdk_session_id);
 CREATE INDEX idx_user_prompts_lookup ON user_prompts(claude_session_id, prompt_number);
+CREATE INDEX idx_sdk_sessions_project ON sdk_sessions(project);
 """
 
 

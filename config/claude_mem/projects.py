@@ -89,6 +89,11 @@ class ProjectExclusion:
             regexes.append(_glob_regex(last if "/" in pattern else pattern))
         return cls(tuple(patterns), tuple(ignored), tuple(regexes))
 
+    @property
+    def patterned(self) -> bool:
+        """Whether a pattern can exclude a project (without one, only ``INTERNAL_PROJECTS`` are)."""
+        return bool(self._regexes)
+
     def excluded(self, project: object, merged: object = None) -> bool:
         """Whether a row of ``project`` (merged into ``merged``) is excluded."""
         return self._matches(project) or self._matches(merged)
@@ -109,7 +114,7 @@ class ProjectExclusion:
         claude-mem's own project name: no Python call per row (a count or a scan stays SQLite's
         own loop). With patterns, the function ``SQL_FUNCTION`` (registered by the connection's
         owner), which matches both."""
-        if self._regexes:
+        if self.patterned:
             return f"{SQL_FUNCTION}(CAST({project} AS BLOB), CAST({merged} AS BLOB))"
         tests = [f"coalesce({self.named(e)}, 0)" for e in (project, merged) if e != "NULL"]
         return "(" + " OR ".join(tests or ["0"]) + ")"
@@ -118,12 +123,19 @@ class ProjectExclusion:
         """SQL true when the project expression ``project`` is excluded, NULL for a NULL project:
         without patterns a plain ``IN`` on claude-mem's own project name, which an index on the
         column can answer (a subquery of excluded sessions is then a lookup, not a scan)."""
-        if self._regexes:
+        if self.patterned:
             return f"{SQL_FUNCTION}(CAST({project} AS BLOB), NULL)"
-        return f"{project} IN ({', '.join(_sql_text(n) for n in INTERNAL_PROJECTS)})"
+        return f"{project} IN ({', '.join(sql_literal(n) for n in INTERNAL_PROJECTS)})"
 
 
-def _sql_text(value: str) -> str:
+def sql_literal(value: object) -> str:
+    """A value as an SQL literal: an integer as it is, text quoted, bytes as a blob."""
+    if isinstance(value, bool) or not isinstance(value, int | str | bytes):
+        raise TypeError(f"no SQL literal for {type(value).__name__}")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, bytes):
+        return f"X'{value.hex()}'"
     return "'" + value.replace("'", "''") + "'"
 
 

@@ -183,6 +183,8 @@ def test_claude_mems_observer_sessions_are_neither_synced_nor_searchable(
     rows = SourceRows.open(settings)
     try:
         assert "observer-sessions" not in {c.project for c in project_counts(rows)}
+        # its observation and its prompt are left out by the SQL; it has no summary to leave out
+        assert [rows.where(kind, Filters(), None)[0] != "1" for kind in Kind] == [True, False, True]
     finally:
         rows.close()
     # memsync status says which projects it leaves out, and why their rows have no documents.
@@ -213,3 +215,21 @@ def test_a_project_name_that_is_not_utf8_stops_neither_sync_nor_search(tmp_path:
         assert rows.count(Kind.PROMPT, Filters(), None) == 1
     finally:
         rows.close()
+
+
+def test_a_search_of_a_database_without_claude_mems_own_rows_carries_no_condition(tmp_path: Path) -> None:
+    """Most databases hold none (claude-mem's cleanup deleted them): a search's SQL is then what it
+    was before the rule, and FTS5 alone stays FTS5 alone (``search.app_fts``'s fast path)."""
+    db = make_db(tmp_path / "claude-mem.db", records())
+    rows = SourceRows(db)
+    try:
+        assert [rows.where(kind, Filters(), None)[0] for kind in Kind] == ["1", "1", "1"]
+        assert rows.count(Kind.PROMPT, Filters(), None) == 3
+    finally:
+        rows.close()
+    patterned = SourceRows(db, exclusion=exclusion("secret-*", {}))  # patterns: every statement applies them
+    try:
+        assert all(patterned.where(kind, Filters(), None)[0] != "1" for kind in Kind)
+        assert patterned.count(Kind.PROMPT, Filters(), None) == 2
+    finally:
+        patterned.close()
