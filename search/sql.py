@@ -22,7 +22,7 @@ from urllib.parse import quote
 from memsync.config.claude_mem.connection import fetch_all, open_source_db
 from memsync.config.claude_mem.platform import DEFAULT_PLATFORM, normalize_platform
 from memsync.config.claude_mem.projects import SQL_FUNCTION as EXCLUDED_SQL
-from memsync.config.claude_mem.projects import ProjectExclusion, exclusion, sql_literal
+from memsync.config.claude_mem.projects import ProjectExclusion, exclusion
 from memsync.config.claude_mem.schema import SESSIONS_TABLE, TABLES, Kind, SourceSchema, detect
 from memsync.config.errors import SourceUnavailable
 from memsync.config.inlists import chunks
@@ -39,10 +39,8 @@ class QueryTimeout(SourceUnavailable, RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class _Internal:
-    """The rows of claude-mem's own project a database holds: its sessions' keys (prompts tie to
-    them), and the kinds with rows of it."""
+    """Which kinds of row of claude-mem's own project a database holds (a prompt's by its session)."""
 
-    sessions: tuple[Any, ...]
     kinds: frozenset[Kind]
 
 
@@ -119,22 +117,22 @@ class SourceRows:
 
     def _internal_rows(self) -> _Internal:
         """Which rows of claude-mem's own project this database holds (see ``__init__``)."""
-        sessions: tuple[Any, ...] = ()
-        if (pair := self.schema.session_key(Kind.PROMPT)) is not None:
-            sessions = tuple(r[0] for r in self.query(self._excluded_sessions(pair[1])))
+        kinds = set()
+        if (pair := self.schema.session_key(Kind.PROMPT)) is not None and \
+                self.query(f"SELECT EXISTS({self._excluded_sessions(pair[1])})")[0][0]:
+            kinds.add(Kind.PROMPT)
         # By the row's own project, which claude-mem indexes in every version (its merged_into_project
         # only from 13.x: a scan of each table at every open where it does not). A row merged into
         # claude-mem's own project without one of its own would be missed here; claude-mem merges a
         # worktree's rows into their repository's project, never into that one (and the worker
         # leaves such a row out of every index all the same).
-        kinds = set()
         for kind in (Kind.OBSERVATION, Kind.SUMMARY):
             if (col := self.col(kind, "project")) is None:
                 continue
             found = f"SELECT EXISTS(SELECT 1 FROM {TABLES[kind]} {ALIAS} WHERE {self.exclusion.named(col)})"
             if self.query(found)[0][0]:
                 kinds.add(kind)
-        return _Internal(sessions, frozenset(kinds))
+        return _Internal(frozenset(kinds))
 
     def _excluded_sessions(self, column: str) -> str:
         """SQL of the ``column`` values of the sessions of excluded projects."""
@@ -144,20 +142,17 @@ class SourceRows:
     def not_excluded(self, kind: Kind) -> str:
         """SQL true for a row (alias ``t``) outside the excluded projects (``"1"``: none of this
         kind is excluded in this database)."""
-        internal = self._internal
+        if self._internal is not None and kind not in self._internal.kinds:
+            return "1"
         if kind is Kind.PROMPT:
             # A prompt's project is its session's: the excluded sessions, found once per statement
-            # (an uncorrelated subquery) or at open, not looked up per row; a prompt without a
-            # session has no project and stays.
+            # (an uncorrelated subquery, an index lookup without patterns), not looked up per row;
+            # a prompt without a session has no project and stays.
             pair = self.schema.session_key(kind)
-            if pair is None or (internal is not None and not internal.sessions):
+            if pair is None:
                 return "1"
             own, theirs = pair
-            hidden = (self._excluded_sessions(theirs) if internal is None
-                      else ", ".join(sql_literal(v) for v in internal.sessions))
-            return f'({ALIAS}."{own}" IS NULL OR {ALIAS}."{own}" NOT IN ({hidden}))'
-        if internal is not None and kind not in internal.kinds:
-            return "1"
+            return f'({ALIAS}."{own}" IS NULL OR {ALIAS}."{own}" NOT IN ({self._excluded_sessions(theirs)}))'
         merged = self.col(kind, "merged_into_project")
         return f"NOT {self.exclusion.condition(f'{ALIAS}.project', merged or 'NULL')}"
 

@@ -125,17 +125,10 @@ class ProjectExclusion:
         column can answer (a subquery of excluded sessions is then a lookup, not a scan)."""
         if self.patterned:
             return f"{SQL_FUNCTION}(CAST({project} AS BLOB), NULL)"
-        return f"{project} IN ({', '.join(sql_literal(n) for n in INTERNAL_PROJECTS)})"
+        return f"{project} IN ({', '.join(_sql_text(n) for n in INTERNAL_PROJECTS)})"
 
 
-def sql_literal(value: object) -> str:
-    """A value as an SQL literal: an integer as it is, text quoted, bytes as a blob."""
-    if isinstance(value, bool) or not isinstance(value, int | str | bytes):
-        raise TypeError(f"no SQL literal for {type(value).__name__}")
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, bytes):
-        return f"X'{value.hex()}'"
+def _sql_text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
