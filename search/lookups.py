@@ -103,8 +103,7 @@ class Lookups(ABC):
         """The projects that have observations or summaries, sorted; excluded ones left out."""
         rows = self._rows()
         try:
-            names = set(rows.distinct(Kind.OBSERVATION, "project")) | set(rows.distinct(Kind.SUMMARY, "project"))
-            return sorted(n for n in names if not rows.exclusion.excluded(n))
+            return sorted(set(rows.distinct(Kind.OBSERVATION, "project")) | set(rows.distinct(Kind.SUMMARY, "project")))
         finally:
             rows.close()
 

@@ -64,10 +64,14 @@ class SourceRows:
         self.exclusion = exclusion if exclusion is not None else ProjectExclusion.of(())
         self.conn.create_function(EXCLUDED_SQL, 2, self.exclusion.sql, deterministic=True)
         # Without patterns only claude-mem's own project is excluded, and most databases hold none
-        # of its rows: which do is read once here (lookups on claude-mem's project indexes), so that
+        # of its rows: whether they do is read once here (lookups on claude-mem's indexes), so that
         # a search of such a database carries no condition at all (FTS5 alone stays FTS5 alone) and
         # one that holds some compares plain values. None: patterns, each statement decides.
-        self._internal = None if self.exclusion.patterned else self._internal_rows()
+        try:
+            self._internal = None if self.exclusion.patterned else self._internal_rows()
+        except BaseException:
+            self.conn.close()
+            raise
 
     @classmethod
     def open(cls, settings: Settings) -> SourceRows:
@@ -121,16 +125,13 @@ class SourceRows:
         if (pair := self.schema.session_key(Kind.PROMPT)) is not None and \
                 self.query(f"SELECT EXISTS({self._excluded_sessions(pair[1])})")[0][0]:
             kinds.add(Kind.PROMPT)
-        # By the row's own project, which claude-mem indexes in every version (its merged_into_project
-        # only from 13.x: a scan of each table at every open where it does not). A row merged into
-        # claude-mem's own project without one of its own would be missed here; claude-mem merges a
-        # worktree's rows into their repository's project, never into that one (and the worker
-        # leaves such a row out of every index all the same).
+        # By the row's own project and the one it was merged into: claude-mem indexes both (the
+        # merged one's index comes with its column), so each is a lookup.
         for kind in (Kind.OBSERVATION, Kind.SUMMARY):
-            if (col := self.col(kind, "project")) is None:
-                continue
-            found = f"SELECT EXISTS(SELECT 1 FROM {TABLES[kind]} {ALIAS} WHERE {self.exclusion.named(col)})"
-            if self.query(found)[0][0]:
+            cols = [c for c in (self.col(kind, "project"), self.col(kind, "merged_into_project")) if c]
+            found = " OR ".join(f"EXISTS(SELECT 1 FROM {TABLES[kind]} {ALIAS} WHERE {self.exclusion.named(c)})"
+                                for c in cols)
+            if found and self.query(f"SELECT {found}")[0][0]:
                 kinds.add(kind)
         return _Internal(frozenset(kinds))
 
@@ -381,12 +382,13 @@ class SourceRows:
 
     # -- listings --------------------------------------------------------------------------------------
     def distinct(self, kind: Kind, logical: str, limit: int = 1000) -> list[str]:
-        """Distinct non-empty values of one column (observation types, projects), sorted."""
+        """Distinct non-empty values of one column (observation types, projects) among the rows
+        outside the excluded projects, sorted."""
         column = self.col(kind, logical)
         if column is None:
             return []
         sql = (f"SELECT DISTINCT {column} AS v FROM {TABLES[kind]} {ALIAS} "
-               f"WHERE {column} IS NOT NULL AND {column} != '' ORDER BY v LIMIT ?")
+               f"WHERE {column} IS NOT NULL AND {column} != '' AND {self.not_excluded(kind)} ORDER BY v LIMIT ?")
         return [str(r[0]) for r in self.query(sql, [limit])]
 
     def around(self, kind: Kind, epoch: int, project: str | None, side: Literal["<", "<=", ">", ">="],

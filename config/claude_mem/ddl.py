@@ -78,6 +78,8 @@ CREATE INDEX idx_summaries_project ON session_summaries(project);
 CREATE INDEX idx_user_prompts_lookup ON user_prompts(session_db_id, prompt_number);
 CREATE INDEX idx_observations_sdk_session ON observations(memory_session_id);
 CREATE INDEX idx_sdk_sessions_project ON sdk_sessions(project);
+CREATE INDEX idx_observations_merged_into ON observations(merged_into_project);
+CREATE INDEX idx_summaries_merged_into ON session_summaries(merged_into_project);
 """
 
 _LEGACY_DDL = """
@@ -128,6 +130,8 @@ CREATE TABLE user_prompts (
 CREATE INDEX idx_observations_sdk_session ON observations(sdk_session_id);
 CREATE INDEX idx_user_prompts_lookup ON user_prompts(claude_session_id, prompt_number);
 CREATE INDEX idx_sdk_sessions_project ON sdk_sessions(project);
+CREATE INDEX idx_observations_project ON observations(project);
+CREATE INDEX idx_summaries_project ON session_summaries(project);
 """
 
 

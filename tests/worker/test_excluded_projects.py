@@ -100,6 +100,7 @@ def test_an_excluded_project_is_neither_synced_nor_searchable(tmp_path: Path, ow
     try:
         got, missing = engine.get(Kind.OBSERVATION, [1, 2, 4])  # 2: secret-api, 4: merged into it
         assert [r["id"] for r in got] == [1] and missing == [2, 4]
+        assert engine.projects() == ["alpha", "beta"]  # old-name's one row is merged into secret-api
     finally:
         engine.close()
 
@@ -233,3 +234,20 @@ def test_a_search_of_a_database_without_claude_mems_own_rows_carries_no_conditio
         assert patterned.count(Kind.PROMPT, Filters(), None) == 2
     finally:
         patterned.close()
+
+
+def test_claude_mems_own_rows_by_merge_or_by_session_only(tmp_path: Path) -> None:
+    """A row merged into claude-mem's own project is left out as the worker leaves it out, though no
+    row of its kind has that project of its own; a prompt with no session stays (it has no project)."""
+    db = make_db(tmp_path / "claude-mem.db", [*records(), prompt(20, "observer-sessions", prompt_text=OBSERVER_PROMPT),
+                                              obs(30, "wt", merged_into_project="observer-sessions")])
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("UPDATE user_prompts SET session_db_id = NULL WHERE id = 1")
+    rows = SourceRows(db)
+    try:
+        assert rows.passing(Kind.OBSERVATION, [1, 5], Filters(), None) == {1}  # 5: merged into it
+        assert rows.passing(Kind.PROMPT, [1, 2, 4], Filters(), None) == {1, 2}  # 1: no session; 4: its own
+    finally:
+        rows.close()
+    with SourceReader(db) as reader:
+        assert [r.id for r in reader.read_batch(Kind.OBSERVATION, 0, 10) if not r.excluded] == [1, 2, 3, 4]
