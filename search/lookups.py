@@ -159,7 +159,7 @@ class Lookups(ABC):
             pass
         else:
             epochs = rows.epochs(kind, [i])
-            if i not in epochs or not rows.passing(kind, [i], Filters(), None):  # an excluded project's row is none
+            if i not in epochs:
                 raise SearchError(f"no {kind.value} with id {i}")
             return (kind, i), epochs[i]
         try:

@@ -268,11 +268,11 @@ class SourceRows:
         return out
 
     def epochs(self, kind: Kind, ids: Sequence[int]) -> dict[int, int]:
-        """created_at_epoch of each id."""
+        """created_at_epoch of each id (rows of excluded projects have none: they do not exist for a search)."""
         out: dict[int, int] = {}
         for chunk in chunks(list(ids)):
             sql = (f"SELECT {ALIAS}.id, {ALIAS}.created_at_epoch FROM {TABLES[kind]} {ALIAS} "
-                   f"WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))})")
+                   f"WHERE {ALIAS}.id IN ({','.join('?' * len(chunk))}) AND {self.not_excluded(kind)}")
             out.update((int(r[0]), int(r[1] or 0)) for r in self.query(sql, chunk))
         return out
 

@@ -231,9 +231,10 @@ def status(settings: Settings, failures_limit: int = 50) -> StatusReport:
             for ref in reader.row_refs(kind):
                 b = per_project[ref.project or "(none)"]
                 b.rows += 1
-                if reader.exclusion.excluded(ref.project, ref.merged_into_project):
-                    name = ref.project if reader.exclusion.excluded(ref.project) else ref.merged_into_project
-                    report.left_out[name] = report.left_out.get(name, 0) + 1
+                # its own project when that is excluded, else the one it was merged into when that is
+                names = (ref.project, ref.merged_into_project)
+                if left := next((p for p in names if reader.exclusion.excluded(p)), ""):
+                    report.left_out[left] = report.left_out.get(left, 0) + 1
                 key = (kind.value, ref.id)
                 n, ts = doc_by_key.get(key, (0, None))
                 b.documents += n

@@ -221,11 +221,15 @@ class TextSync:
         self._stamp: FileStamp | None = None
         self._seen: FileStamp | None = None
         self._last_error: str | None = None
-        # Why the last refresh failed (None: it did not, or another memsync process holds the
-        # writer, which is no failure): the worker reports it in worker.json for `memsync status`.
-        self.failing: str | None = None
         self._verified: dict[str, CheckedFile] = {}  # segment files whose checksums matched, as they were then
         self._full_due = threading.Event()  # a reconcile asked for a full refresh (any thread)
+
+    @property
+    def failing(self) -> str | None:
+        """Why the last refresh failed (None: it did not, or another memsync process holds the
+        writer, which is no failure): the worker reports it in worker.json for `memsync status`."""
+        error = self._last_error
+        return None if error is None or LOCK_BUSY in error else error
 
     def request_full(self) -> None:
         """Make the next step a full refresh (safe from any thread): a reconcile checks the index too."""
@@ -260,12 +264,11 @@ class TextSync:
                 else:
                     self.log.warning(TEXT_INDEX_FAILED, reason=message)
                 self._last_error = message
-            self.failing = None if LOCK_BUSY in message else message
             self.close()
             # A closed writer checks nothing until the next refresh: make that one full, and soon.
             self._full_at = now + min(RETRY_S, self.s.reconcile_interval_s)
             return None
-        self._last_error = self.failing = None
+        self._last_error = None
         if result is None:
             return None
         if result.interrupted:  # the worker is stopping: the next start does it again
