@@ -31,7 +31,8 @@ from memsync.worker.rows.source import SourceReader
 from memsync.worker.rows.state import ACTIVE_COLLECTION, SyncState
 from memsync.worker.rows.tail import SourceTail
 from memsync.worker.stores.textsync import TextSync
-from tests.conftest import make_db, obs, prompt, summary
+from tests.conftest import make_db, mixed_records, obs, prompt, summary
+from tests.upstream.written import written_db
 
 
 def records() -> list[dict[str, Any]]:
@@ -251,3 +252,32 @@ def test_claude_mems_own_rows_by_merge_or_by_session_only(tmp_path: Path) -> Non
         rows.close()
     with SourceReader(db) as reader:
         assert [r.id for r in reader.read_batch(Kind.OBSERVATION, 0, 10) if not r.excluded] == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_observer_rows_in_a_database_the_real_claude_mem_wrote(tmp_path: Path) -> None:
+    """claude-mem 13.25.3's own worker writes the rows (its /api/import, which has no guard for its
+    own project: the shape upstream #2104 reports), with its schema and indexes: the checks a
+    search makes at open are index lookups there, and the rows are neither synced nor found."""
+    settings = settings_for(tmp_path)
+    written_db(settings.db, [*mixed_records(3), prompt(20, "observer-sessions", prompt_text=OBSERVER_PROMPT),
+                             obs(21, "observer-sessions", narrative="observer: deploy key rotation seen")])
+    with contextlib.closing(sqlite3.connect(f"file:{settings.db}?mode=ro", uri=True)) as conn:
+        for table in ("sdk_sessions", "observations", "session_summaries"):
+            for column in ("project", "merged_into_project") if table != "sdk_sessions" else ("project",):
+                plan = " ".join(str(r[3]) for r in conn.execute(
+                    f"EXPLAIN QUERY PLAN SELECT 1 FROM {table} t WHERE {ProjectExclusion.of(()).named('t.' + column)}"))
+                assert "USING" in plan and "INDEX" in plan, (table, column, plan)
+        assert conn.execute("SELECT count(*) FROM user_prompts p JOIN sdk_sessions s ON s.id = p.session_db_id "
+                            "WHERE s.project = 'observer-sessions'").fetchone()[0] == 1
+    assert resync(settings).added > 0
+    assert stored_projects(settings) == {"alpha", "beta"}
+    for mode in (Mode.HYBRID, Mode.SEMANTIC, Mode.LEXICAL):
+        engine = Searcher(settings)
+        try:
+            resp = engine.search(SearchRequest(query="observer tool primary session deploy key rotation",
+                                               filters=Filters(), window_days=0, mode=mode, limit=50))
+            assert "observer-sessions" not in {str(r.project) for r in resp.results}, mode
+        finally:
+            engine.close()
+    assert status(settings).left_out == {"observer-sessions": 2}
