@@ -255,8 +255,14 @@ def test_database_replaced_by_an_older_copy_is_detected_and_reconciled(managed: 
         worker.wait_reconciles(1)
         import_records(managed.db, [prompt(i) for i in range(100, 110)])
         worker.wait_caught_up()
-        # Restore the older copy over the database (a new file: new inode, lower max id), and drop the
-        # old WAL with it, as a restore does (SQLite would otherwise replay the old frames onto it).
+        # A restore happens with the agent stopped, whose close moves its WAL into the file. Here the
+        # worker's reader keeps the WAL from being removed at that close, so the checkpoint is explicit:
+        # a WAL still holding frames when the older copy lands would be replayed onto it by any reader
+        # opening it before the WAL is gone (then the rows are there again and nothing is deleted).
+        with contextlib.closing(sqlite3.connect(managed.db, timeout=30)) as conn:
+            assert conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0  # not busy
+        # Restore the older copy over the database (a new file: new inode, lower max id) and drop the
+        # emptied WAL and its index with it.
         os.replace(backup, managed.db)
         for suffix in ("-wal", "-shm"):
             Path(f"{managed.db}{suffix}").unlink(missing_ok=True)
