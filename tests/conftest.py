@@ -6,11 +6,8 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import hashlib
-import itertools
 import os
-import random
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -26,6 +23,7 @@ import pytest
 from memsync.config.claude_mem.schema import Era, Kind
 from memsync.config.settings import Settings
 from memsync.worker.seed.importer import import_records, init_db
+from scripts.benchlib import free_port
 
 DAY_MS = 86_400_000
 BASE_MS = 1_780_000_000_000
@@ -235,49 +233,6 @@ def chroma(settings: Settings) -> Iterator[Any]:
         yield handle.client
     finally:
         handle.close()
-
-
-# Ports a test names for a server it starts later are taken below the kernel's ephemeral range,
-# each xdist worker in a slice of its own, in turn from a random start. Why: a port the kernel
-# chose (bind to 0) is free only until the next bind to 0, and everything else here binds to 0
-# (managed Chroma servers, other tests' helpers): once, a port a test had chosen minutes before for
-# claude-mem's worker was taken by another process's server in between, and the test failed.
-TEST_PORTS_LOW = 10_000
-_XDIST_SLICES = 8
-
-
-def _port_slice() -> tuple[int, int]:
-    """[first, end) of this process's slice of the ports below the ephemeral range; (0, 0) when the
-    machine's ephemeral range leaves too little below it (then the kernel chooses)."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0, 0
-    size = (low - TEST_PORTS_LOW) // _XDIST_SLICES
-    if size < 500:
-        return 0, 0
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    index = int(worker[2:]) % _XDIST_SLICES if worker[2:].isdigit() else 0
-    return TEST_PORTS_LOW + index * size, TEST_PORTS_LOW + (index + 1) * size
-
-
-PORT_SLICE = _port_slice()
-# The slice's ports in turn, from a random start (two runs at once on one machine seldom meet).
-_start = random.randrange(*PORT_SLICE) if PORT_SLICE[1] else 0
-_candidates = itertools.cycle([*range(_start, PORT_SLICE[1]), *range(PORT_SLICE[0], _start)])
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing is bound to right now, from this worker's slice below
-    the kernel's ephemeral range (see :data:`TEST_PORTS_LOW`), so no later bind to port 0 by any
-    process hands it out again; each call gives the next port of the slice that can be bound."""
-    for port in itertools.islice(_candidates, PORT_SLICE[1] - PORT_SLICE[0]):
-        with socket.socket() as sock, contextlib.suppress(OSError):
-            sock.bind(("127.0.0.1", port))
-            return port
-    with socket.socket() as sock:  # no slice, or every port of it taken: the kernel's choice
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def kill_managed_server(data_dir: Path, store: Path | None = None) -> None:

@@ -151,8 +151,12 @@ class ServerProcess:
     kills it (an endpoint that is down); ``start()`` runs it again on the same port."""
 
     def __init__(self, key: str | None = None, model: str = "minilm-test") -> None:
+        from tests.conftest import free_port  # the test side only: the server process needs no pytest
+
         self.key, self.model = key, model
-        self.port = 0
+        # Below the kernel's ephemeral range (see tests.conftest): a port the kernel chose is free
+        # only until its next bind to 0, and ``start()`` after a ``stop()`` binds it again.
+        self.port = free_port()
         self.proc: subprocess.Popen[str] | None = None
 
     @property
@@ -161,7 +165,7 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> ServerProcess:
-        """Start (again, on the same port once it had one); returns when it answers."""
+        """Start (again, on the same port); returns when it answers."""
         args = [sys.executable, "-m", "tests.openai_server", "--port", str(self.port), "--model", self.model]
         if self.key:
             args += ["--key", self.key]

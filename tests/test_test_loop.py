@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PORT_SLICE, TEST_PORTS_LOW, free_port
+from scripts.benchlib import PORT_SLICE, TEST_PORTS_LOW, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS_PER_FILE = 12  # enough that xdist's load scheduling splits an ungrouped file across 2 workers

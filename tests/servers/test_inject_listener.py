@@ -43,6 +43,9 @@ class StandIn:
         self.hang = False
         self.fail: BaseException | None = None
         self.delivered_refs: list[list[str]] = []
+        # Set once a delivery is recorded: the listener records it after the reply is sent, so the
+        # hook process can have exited before (the test waits on this, not on the client's exit).
+        self.delivery = threading.Event()
 
     def __call__(self, payload: dict[str, Any]) -> Reply:
         self.payloads.append(payload)
@@ -54,6 +57,7 @@ class StandIn:
 
     def delivered(self, payload: dict[str, Any], reply: Reply) -> None:
         self.delivered_refs.append(reply.refs)
+        self.delivery.set()
 
 
 @pytest.fixture
@@ -75,11 +79,13 @@ def test_a_prompt_gets_the_hook_output(served_by: tuple[InjectListener, StandIn]
     assert json.loads(done.stdout) == {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
                                                               "additionalContext": answer.reply.context}}
     assert answer.payloads == [PAYLOAD]  # the payload as Claude Code sent it
+    assert answer.delivery.wait(10)
     assert answer.delivered_refs == [["#12"]]  # the hook read it: its refs are now the session's
     assert stat.S_IMODE(os.stat(listener.path).st_mode) == 0o600
     answer.reply = Reply()
     done, _ = run_hook(settings.data_dir, json.dumps(PAYLOAD).encode())
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+    listener.stop()  # waits for every answer in flight: the count follows the reply's send
     counts = served(settings.data_dir, int(time.time() * 1000))
     assert (counts.prompts, counts.injected, counts.mean_tokens) == (2, 1, 20.0)
     assert "login" not in (settings.data_dir / "inject.json").read_text()  # counts only, no prompt text

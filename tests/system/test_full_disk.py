@@ -47,19 +47,33 @@ def tmpfs(path: Path, size_mb: int) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
-def fill(directory: Path, leave_kb: int = 0) -> Path:
-    """Write a file that takes every free byte of ``directory``'s file system but ``leave_kb``."""
+def free_bytes(directory: Path) -> int:
+    """Bytes an unprivileged writer can still take on ``directory``'s file system."""
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize
+
+
+def fill(directory: Path, leave_kb: int = 0, settle_s: float = 0.5) -> Path:
+    """Write a file that takes every free byte of ``directory``'s file system but ``leave_kb``.
+
+    A worker may be between writing its status file's new copy and renaming it over the old one
+    while the file system fills: the rename then frees the old copy's blocks, and each later write
+    would reuse what the one before freed (the status never found unwritable). So the filler
+    takes what is freed until the free space has held for ``settle_s``."""
     filler = directory / FILLER
-    free = os.statvfs(directory).f_bavail * os.statvfs(directory).f_frsize
-    with open(filler, "wb") as fh:
-        remaining = max(0, free - leave_kb * 1024)
-        chunk = b"\0" * (1 << 20)
-        try:
-            while remaining > 0:
-                remaining -= fh.write(chunk[: min(len(chunk), remaining)])
-            fh.flush()
-        except OSError as exc:  # the last block: the file system keeps some for itself
-            assert exc.errno == errno.ENOSPC
+    chunk = b"\0" * (1 << 20)
+    with open(filler, "wb", buffering=0) as fh:  # unbuffered: nothing left to flush at a full close
+        settled_at = time.monotonic()
+        while time.monotonic() - settled_at < settle_s:
+            remaining, wrote = max(0, free_bytes(directory) - leave_kb * 1024), 0
+            try:
+                while remaining > 0 and (n := fh.write(chunk[: min(len(chunk), remaining)])):
+                    remaining, wrote = remaining - n, wrote + n
+            except OSError as exc:  # the last block: the file system keeps some for itself
+                assert exc.errno == errno.ENOSPC
+            if wrote:  # it took freed space: look again until none is freed for settle_s
+                settled_at = time.monotonic()
+            time.sleep(0.01)  # a poll of the free space, not a wait for the worker
     return filler
 
 

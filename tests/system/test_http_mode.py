@@ -49,7 +49,10 @@ def test_worker_and_two_search_servers_share_one_remote_chroma(tmp_path: Path) -
         # file and the remote Chroma (as with servers on other machines reading one deployment).
         for i in range(2):
             reader = s.model_copy(update={"data_dir": tmp_path / f"reader{i}"})
-            servers.append(HttpServer(reader, MEMSYNC_DATA_DIR=str(reader.data_dir)).__enter__())
+            # Hundreds of searches while the worker writes to the same server: on a loaded 2-core
+            # machine one Chroma call past the default 1.5 s deadline would answer lexically.
+            servers.append(HttpServer(reader, MEMSYNC_DATA_DIR=str(reader.data_dir),
+                                      MEMSYNC_SEARCH_TIMEOUT_MS="20000").__enter__())
         writer = write_rows(s.db, 300, 10, start=5000)
 
         def read_until_synced(server: HttpServer) -> tuple[int, set[str]]:

@@ -86,7 +86,7 @@ def test_two_workers_on_two_data_dirs_run_at_once(two: tuple[Settings, Settings]
         assert all(r.clean for r in reports) and [r.expected for r in reports] == [71, 141]
         assert [r.in_chroma for r in reports] == [71, 141]
         for s in two:
-            engine = Searcher(s)
+            engine = Searcher(s.model_copy(update={"search_timeout_ms": 20_000}))  # a loaded machine's Chroma
             try:
                 resp = engine.search(SearchRequest(query="Narrative about caching", window_days=0))
                 assert resp.mode is Mode.HYBRID, resp.reason

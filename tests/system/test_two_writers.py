@@ -164,6 +164,14 @@ class Rig:
         print(step.line())
         return step
 
+    def live_synced(self, since: float) -> int:
+        """How many observations claude-mem has written documents of since monotonic ``since``. Its
+        live sync sends each observation in a request of its own, so a step waits for all of them:
+        on a loaded machine they come more than :data:`QUIET_S` apart, and a late one would land in
+        the next step."""
+        return len({i.split("_")[1] for w in self.proxies["claude-mem"].since(since) for i in w.ids
+                    if i.startswith("obs_")})
+
     def idle(self, seconds: float) -> dict[str, int]:
         """Documents each writer writes to the collection in ``seconds`` of idleness (time is the
         measured quantity here, so the wait is a plain timed one)."""
@@ -237,7 +245,7 @@ def test_memsync_first_then_claude_mem_coexist_exactly(rig: Rig) -> None:
     # Rows added through claude-mem: it live-syncs the observations, memsync syncs every kind.
     t = time.monotonic()
     cm.import_rows(**NEW_ROWS)
-    wait_for(lambda: "obs_" in "".join(i for w in rig.proxies["claude-mem"].since(t) for i in w.ids), 120,
+    wait_for(lambda: rig.live_synced(t) == len(NEW_ROWS["observations"]), 120,
              "claude-mem's live sync of the imported observations")
     step = rig.measure("rows added through claude-mem", t)
     assert_exact(step)
@@ -322,8 +330,7 @@ def test_memsync_first_then_claude_mem_coexist_exactly(rig: Rig) -> None:
         cm.import_rows(sessions=[session(n, "alpha")], prompts=[prompt(n, k) for k in range(1, 5)], observations=[
             observation(n, i, "alpha", f"Load {n}.{i}", f"Narrative {n}.{i} under load.",
                         json.dumps([f"fact {n}.{i}.0", f"fact {n}.{i}.1"])) for i in range(LOAD_OBSERVATIONS)])
-    wait_for(lambda: len({i.split("_")[1] for w in rig.proxies["claude-mem"].since(t) for i in w.ids
-                          if i.startswith("obs_")}) == 5 * LOAD_OBSERVATIONS, 3.0 * 5 * LOAD_OBSERVATIONS,
+    wait_for(lambda: rig.live_synced(t) == 5 * LOAD_OBSERVATIONS, 3.0 * 5 * LOAD_OBSERVATIONS,
              "claude-mem's live sync")  # about one observation a second on a shared 2-core machine
     step = rig.measure(f"load: {5 * LOAD_OBSERVATIONS} observations and 20 prompts in 5 imports", t)
     assert_exact(step)
@@ -341,8 +348,7 @@ def test_claude_mem_first_then_memsync_adopts_its_documents(rig: Rig) -> None:
     cm.wait_backfilled(1)
     t = time.monotonic()
     cm.import_rows(**ROWS)
-    wait_for(lambda: len({i.split("_")[1] for w in rig.proxies["claude-mem"].since(t) for i in w.ids
-                          if i.startswith("obs_")}) == len(ROWS["observations"]), 120, "claude-mem's live sync")
+    wait_for(lambda: rig.live_synced(t) == len(ROWS["observations"]), 120, "claude-mem's live sync")
     cm.stop()
     start_claude_mem(cm, chroma=True)
     cm.wait_backfilled(2)

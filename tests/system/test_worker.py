@@ -169,15 +169,22 @@ def test_new_rows_from_a_writer_process_are_all_synced(managed: Settings) -> Non
     assert report.clean and report.expected == 14 + 1800 + 200 * 3
 
 
-def test_first_row_arrives_within_a_second(managed: Settings) -> None:
+def test_a_new_row_arrives_through_the_tail_within_seconds(managed: Settings) -> None:
+    """A row committed while the worker follows the database is synced by the next tail pass, not
+    by a full pass (the reconcile timer is 600 s). The lag itself is a benchmark's (bench_lag: p95
+    0.11 s); the bound here only tells a tail that works from one that waits for something else."""
     written_db(managed.db, mixed_records(1))
     worker = WorkerProcess(managed, MEMSYNC_POLL_INTERVAL_S="1.0")
     try:
         worker.wait_reconciles(1)
+        # The injection listener loads its own model copy after start-up: on a loaded 2-core machine
+        # that CPU is not the tail's to measure.
+        wait_for(lambda: worker.events("inject_warm") or worker.events("inject_warm_failed"), 120, "warm-up")
         t0 = time.monotonic()
         import_records(managed.db, [prompt(500)])
         wait_for(lambda: worker.status().get("totals", {}).get("added", 0) >= 8, 30, "the new row")
-        assert time.monotonic() - t0 < 2.0  # generous for CI: measured p95 is in docs/benchmarks.md (bench_lag)
+        assert time.monotonic() - t0 < 5.0
+        assert worker.status()["reconciles"] == 1  # through the tail: no full pass ran
     finally:
         worker.stop()
         worker.kill()
