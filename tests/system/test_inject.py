@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from memsync.commands.db import make_demo_db
+from memsync.config.formats.inject_stats import served
 from memsync.config.inject_channel import socket_path
 from memsync.config.settings import Settings
 from tests.cli.test_inject_client import run_hook
@@ -36,6 +38,8 @@ def test_the_running_worker_answers_the_hook_and_status_says_so(managed: Setting
         assert done.returncode == 0 and done.stderr == b"" and done.stdout, (done, wall, worker.events("inject_failed"))
         context = json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
         assert "payments-api" in context and "refund endpoint" in context
+        # The listener counts a prompt after its reply is sent: the hook can be gone before.
+        wait_for(lambda: served(managed.data_dir, int(time.time() * 1000)).prompts == 1, 30, "the prompt counted")
         status = subprocess.run([sys.executable, "-m", "memsync", "status", "--json"], cwd=ROOT, capture_output=True,
                                 text=True, env=env_for(managed), timeout=60)
         injection = json.loads(status.stdout)["injection"]
