@@ -19,6 +19,8 @@ keep answering from the old generation with the old model.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -256,6 +258,18 @@ def make_reranker(settings: Settings) -> RerankClient | None:
         if (config, settings.rerank_model) not in _rerankers:
             _rerankers[(config, settings.rerank_model)] = RerankClient(Endpoint(config), settings.rerank_model)
         return _rerankers[(config, settings.rerank_model)]
+
+
+@atexit.register
+def _close_cached_clients() -> None:
+    """The query embedders and rerankers kept for the process hold keep-alive connections to their
+    endpoint: closed when the process exits (a search server stopping, a test process ending), not
+    left open to the interpreter's teardown (which reports each as an unclosed socket)."""
+    with _remote_lock:
+        clients: list[OpenAIEmbedder | RerankClient] = [*_remote.values(), *_rerankers.values()]
+    for client in clients:
+        with contextlib.suppress(Exception):  # a client that fails to close loses nothing at exit
+            client.endpoint.close()
 
 
 def _endpoint_config(settings: Settings, base_url: str, timeout_s: float | None = None,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from memsync.worker.checks.verify import verify
 from memsync.worker.pipeline.resync import resync
 from memsync.worker.seed.importer import import_records
 from tests.conftest import BASE_MS, mixed_records, obs, prompt
-from tests.system.test_e2e import memsync
+from tests.system.test_e2e import ROOT, memsync
 from tests.system.test_worker import WorkerProcess, status_check, wait_for
 from tests.upstream.written import written_db
 
@@ -225,6 +227,28 @@ def test_reranker_reorders_the_fused_top_and_falls_back_on_failure(settings: Set
         assert kept.mode is Mode.HYBRID and "reranker skipped, fused order kept" in str(kept.reason)
     finally:
         ranked.close()
+
+
+def test_a_process_that_searched_through_endpoints_leaves_no_connection_at_exit(openai_server: Any,
+                                                                               tmp_path: Path) -> None:
+    """The query embedder and the reranker are kept for the process, each with a keep-alive
+    connection: a process that used them (a search server, a command) closes them as it exits,
+    where the interpreter's teardown found them open ("unclosed socket")."""
+    code = (
+        "import sys; from memsync.config.settings import Settings\n"
+        "from memsync.embedding import configured_identity, generation_embedder, make_reranker\n"
+        "s = Settings(db=sys.argv[1], data_dir=sys.argv[2], embedding_provider='openai',"
+        " embedding_base_url=sys.argv[3], embedding_model=sys.argv[4], rerank_provider='openai',"
+        " rerank_model=sys.argv[4])\n"
+        "generation_embedder(s, configured_identity(s)).embed(['a query'])\n"
+        "print(make_reranker(s).rerank('a query', ['one', 'two']))\n"
+    )
+    done = subprocess.run([sys.executable, "-W", "always::ResourceWarning", "-c", code, str(tmp_path / "c.db"),
+                           str(tmp_path / "data"), openai_server.url, openai_server.model],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.startswith("[("), done.stderr[-2000:]
+    assert openai_server.stats()["rerank"] == 1
+    assert "ResourceWarning" not in done.stderr, done.stderr[-2000:]
 
 
 def test_a_slow_endpoint_keeps_the_worker_healthy_and_a_stopped_worker_is_called_down(
