@@ -14,7 +14,6 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
@@ -35,13 +34,6 @@ _first_id_cache: dict[tuple[str, Kind, int], tuple[int, float]] = {}
 
 class QueryTimeout(SourceUnavailable, RuntimeError):
     """A statement ran past its time limit and was interrupted."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Internal:
-    """Which kinds of row of claude-mem's own project a database holds (a prompt's by its session)."""
-
-    kinds: frozenset[Kind]
 
 
 class SourceRows:
@@ -119,8 +111,9 @@ class SourceRows:
             return f"(SELECT s.project FROM {SESSIONS_TABLE} s WHERE {match} LIMIT 1)"
         return f"{ALIAS}.project"
 
-    def _internal_rows(self) -> _Internal:
-        """Which rows of claude-mem's own project this database holds (see ``__init__``)."""
+    def _internal_rows(self) -> frozenset[Kind]:
+        """The kinds of which this database holds rows of claude-mem's own project (a prompt's by
+        its session; see ``__init__``)."""
         kinds = set()
         if (pair := self.schema.session_key(Kind.PROMPT)) is not None and \
                 self.query(f"SELECT EXISTS({self._excluded_sessions(pair[1])})")[0][0]:
@@ -133,7 +126,7 @@ class SourceRows:
                                 for c in cols)
             if found and self.query(f"SELECT {found}")[0][0]:
                 kinds.add(kind)
-        return _Internal(frozenset(kinds))
+        return frozenset(kinds)
 
     def _excluded_sessions(self, column: str) -> str:
         """SQL of the ``column`` values of the sessions of excluded projects."""
@@ -143,7 +136,7 @@ class SourceRows:
     def not_excluded(self, kind: Kind) -> str:
         """SQL true for a row (alias ``t``) outside the excluded projects (``"1"``: none of this
         kind is excluded in this database)."""
-        if self._internal is not None and kind not in self._internal.kinds:
+        if self._internal is not None and kind not in self._internal:
             return "1"
         if kind is Kind.PROMPT:
             # A prompt's project is its session's: the excluded sessions, found once per statement

@@ -151,10 +151,10 @@ class ServerProcess:
     kills it (an endpoint that is down); ``start()`` runs it again on the same port."""
 
     def __init__(self, key: str | None = None, model: str = "minilm-test") -> None:
-        from tests.conftest import free_port  # the test side only: the server process needs no pytest
+        from scripts.benchlib import free_port  # the test side only: the server process needs none of it
 
         self.key, self.model = key, model
-        # Below the kernel's ephemeral range (see tests.conftest): a port the kernel chose is free
+        # Below the kernel's ephemeral range (see scripts.benchlib): a port the kernel chose is free
         # only until its next bind to 0, and ``start()`` after a ``stop()`` binds it again.
         self.port = free_port()
         self.proc: subprocess.Popen[str] | None = None
